@@ -1,0 +1,146 @@
+//! The user-facing traits: [`DistributedLock`] hands out [`LockGuard`]s.
+//!
+//! Both are object safe, so a framework can hold `Arc<dyn DistributedLock>` and let the application choose the
+//! backend (in-memory, redis-rs, fred, Redlock over several servers) at runtime.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::lost::LostSignal;
+use crate::options::LockOptions;
+use crate::store::ReleaseOutcome;
+use crate::token::{FencingToken, Token};
+
+/// What a lock implementation can promise beyond the trait's contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// A guard dropped without [`release`](LockGuard::release) is released promptly in the background (when a
+    /// runtime is available); otherwise the lock lives until its TTL.
+    pub release_on_drop: bool,
+    /// Acquisitions with fencing on carry [`FencingToken`]s.
+    pub fencing: bool,
+}
+
+impl Capabilities {
+    /// Capabilities with the given flags.
+    pub const fn new(release_on_drop: bool, fencing: bool) -> Self {
+        Capabilities { release_on_drop, fencing }
+    }
+}
+
+/// A distributed mutual-exclusion lock keyed by resource name.
+///
+/// ```
+/// use lock_core::{DistributedLock, Lock, LockOptions, MemoryStore};
+/// use std::{sync::Arc, time::Duration};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// let lock: Arc<dyn DistributedLock> = Arc::new(Lock::new(MemoryStore::new()));
+/// let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(1));
+///
+/// let guard = lock.acquire("invoice/42", &opts).await?;
+/// assert!(lock.try_acquire("invoice/42", &opts).await?.is_none());
+/// println!("fencing token {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync + Debug {
+    /// Tries once, without waiting: `Some(guard)` if the lock was free, `None` if someone holds it.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) before any I/O for bad input; backend errors
+    /// ([`Unavailable`](crate::LockError::Unavailable), [`Timeout`](crate::LockError::Timeout),
+    /// [`WrongType`](crate::LockError::WrongType), …); [`ValidityExhausted`](crate::LockError::ValidityExhausted)
+    /// when the grant arrived too late to be valid (it was given back).
+    ///
+    /// # Cancel safety
+    /// Dropping the future after the request was sent releases whatever it may have acquired, in the background.
+    async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Box<dyn LockGuard>>>;
+
+    /// Acquires, waiting up to the options' wait budget.
+    ///
+    /// # Errors
+    /// [`Contended`](crate::LockError::Contended) when the budget is spent (or the attempt limit reached); otherwise
+    /// as [`try_acquire`](Self::try_acquire). Transient errors are retried within the budget.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire).
+    async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Box<dyn LockGuard>>;
+
+    /// What this implementation promises beyond the trait.
+    fn capabilities(&self) -> Capabilities;
+}
+
+/// Proof of holding a lock, until it is released, dropped, or lost.
+///
+/// Dropping a guard releases the lock in the background when a runtime is available (otherwise it expires at its
+/// TTL); call [`release`](Self::release) to release it now and learn the outcome.
+#[async_trait]
+pub trait LockGuard: Send + Sync + Debug {
+    /// The resource name.
+    fn resource(&self) -> &str;
+
+    /// The owner token of this acquisition.
+    fn token(&self) -> &Token;
+
+    /// The fencing token of this acquisition (`None` when fencing was turned off). Pass it to the protected
+    /// resource with every write.
+    fn fencing_token(&self) -> Option<FencingToken>;
+
+    /// The monotonic instant until which this holder may trust the lock: `ttl − elapsed − drift`, measured from
+    /// before the request that granted (or last extended) it.
+    fn valid_until(&self) -> Instant;
+
+    /// Validity left now (zero once lost).
+    fn remaining(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// A cloneable signal that turns lost when this lock is gone.
+    fn lost_signal(&self) -> LostSignal;
+
+    /// Whether the lock is lost (the validity deadline passed, an extension found it gone, or it was released).
+    fn is_lost(&self) -> bool {
+        self.lost_signal().is_lost()
+    }
+
+    /// Sets the lock's TTL to `ttl` from now if we still hold it; returns the new validity deadline.
+    ///
+    /// Never resurrects a lock: an extension after the validity deadline fails without touching the server, and
+    /// one that finds the key gone or taken fails and marks the guard lost.
+    ///
+    /// # Errors
+    /// [`Lost`](crate::LockError::Lost) as above; [`InvalidArgument`](crate::LockError::InvalidArgument) for a bad
+    /// TTL; backend errors (the lock stays valid until its current deadline).
+    async fn extend(&self, ttl: Duration) -> Result<Instant>;
+
+    /// Releases the lock (compare-and-delete by token) and says what it found.
+    ///
+    /// # Errors
+    /// Backend errors; the lock then expires at its TTL.
+    async fn release(self: Box<Self>) -> Result<ReleaseOutcome>;
+}
+
+#[async_trait]
+impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
+    async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Box<dyn LockGuard>>> {
+        (**self).try_acquire(resource, options).await
+    }
+    async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Box<dyn LockGuard>> {
+        (**self).acquire(resource, options).await
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+}

@@ -1,0 +1,159 @@
+//! The one error type of the workspace and its `Result` alias.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use crate::lost::LostReason;
+
+/// A boxed error from a backend's client, kept as the [`source`](std::error::Error::source) of a [`LockError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with [`LockError`] as its error.
+pub type Result<T, E = LockError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while taking, holding or giving back a lock.
+///
+/// The client error that caused a variant is kept as its [`source`](std::error::Error::source) and is not
+/// repeated in the `Display` text, so error reporters that walk the chain print each cause once.
+///
+/// ```
+/// use lock_core::LockError;
+/// use std::time::Duration;
+///
+/// let err = LockError::Contended { resource: "orders".into(), waited: Duration::from_millis(250) };
+/// assert!(err.is_retryable());
+/// assert!(!LockError::invalid("ttl must be positive").is_retryable());
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The caller passed something the lock cannot work with (empty resource name, zero or absurd TTL, …).
+    /// Raised before any I/O.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(Cow<'static, str>),
+
+    /// Another owner held the lock for the whole wait budget.
+    #[error("lock {resource:?} is held by another owner (waited {waited:?})")]
+    Contended {
+        /// The resource name as the caller gave it.
+        resource: String,
+        /// How long this call waited before giving up.
+        waited: Duration,
+    },
+
+    /// The server granted the lock, but its validity (`ttl − elapsed − drift`) was used up by the time the reply
+    /// arrived. The lock was released again.
+    #[error("lock {resource:?} was granted too late to be valid (the request took {elapsed:?})")]
+    ValidityExhausted {
+        /// The resource name as the caller gave it.
+        resource: String,
+        /// Time from before the request until the reply.
+        elapsed: Duration,
+    },
+
+    /// The lock is no longer held by this owner (expired, taken over, released, or renewal gave up).
+    #[error("lock {resource:?} is no longer held: {reason}")]
+    Lost {
+        /// The resource name as the caller gave it.
+        resource: String,
+        /// Why the holder lost it.
+        reason: LostReason,
+    },
+
+    /// A key the lock needs holds a value of another type (the server answered `WRONGTYPE`).
+    #[error("key {key:?} holds a value that is not a lock")]
+    WrongType {
+        /// The key that holds the foreign value.
+        key: String,
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// A network call did not complete within its deadline. A command may still have been applied; the lock
+    /// released what it may have acquired.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// The operation that timed out (`"acquire"`, `"release"`, `"extend"`, …).
+        operation: &'static str,
+        /// The deadline that passed.
+        after: Duration,
+    },
+
+    /// The server could not be reached, or the connection broke.
+    #[error("lock server unavailable")]
+    Unavailable {
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The server refused our credentials.
+    #[error("authentication with the lock server failed")]
+    Auth {
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// Fewer instances than the quorum granted the lock (Redlock).
+    #[error("quorum not reached: {granted} of {total} instances granted, {required} required")]
+    Quorum {
+        /// Instances that granted the lock.
+        granted: usize,
+        /// Instances needed.
+        required: usize,
+        /// Instances asked.
+        total: usize,
+    },
+
+    /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
+    /// running on this thread.
+    #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
+    NoRuntime(&'static str),
+
+    /// Any other error the server or client reported.
+    #[error("lock server error")]
+    Backend {
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl LockError {
+    /// Builds [`LockError::InvalidArgument`].
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        LockError::InvalidArgument(message.into())
+    }
+
+    /// Wraps a client error as [`LockError::Backend`].
+    pub fn backend(source: impl Into<BoxError>) -> Self {
+        LockError::Backend { source: source.into() }
+    }
+
+    /// Wraps a client error as [`LockError::Unavailable`].
+    pub fn unavailable(source: impl Into<BoxError>) -> Self {
+        LockError::Unavailable { source: source.into() }
+    }
+
+    /// Whether trying the same operation again later can succeed: contention, a too-slow grant, timeouts, an
+    /// unreachable server and a missed quorum are transient; bad input, foreign keys, failed authentication,
+    /// a lost lock and a missing runtime are not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            LockError::Contended { .. }
+                | LockError::ValidityExhausted { .. }
+                | LockError::Timeout { .. }
+                | LockError::Unavailable { .. }
+                | LockError::Quorum { .. }
+        )
+    }
+
+    /// Whether a request may have been applied by the server although no reply was read (so whatever it may
+    /// have acquired must be released by token).
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        matches!(self, LockError::Timeout { .. } | LockError::Unavailable { .. })
+    }
+}

@@ -1,0 +1,82 @@
+//! Cancel safety for acquire: the token of a request that may have been applied is released, never forgotten.
+//!
+//! From the moment an acquire request is sent until its reply is read, the server may hold our token. If the
+//! caller's future is dropped in that window (a `select!`, a timeout), or the reply is lost, the library still knows
+//! the token and releases it by compare-and-delete instead of leaving the lock to its TTL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::resource::LockKeys;
+use crate::store::LockStore;
+use crate::token::Token;
+
+/// An acquire in flight on one or more stores. Releases on drop unless [`disarm`](Self::disarm)ed.
+pub(crate) struct InFlight {
+    stores: Vec<Arc<dyn LockStore>>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl InFlight {
+    pub(crate) fn new(stores: Vec<Arc<dyn LockStore>>, keys: Arc<LockKeys>, token: Token, timeout: Duration) -> Self {
+        InFlight { stores, keys, token, timeout, armed: true }
+    }
+
+    pub(crate) fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// The outcome is known: nothing to clean up.
+    pub(crate) fn disarm(mut self) -> Token {
+        self.armed = false;
+        self.token.clone()
+    }
+
+    /// Releases what may have been acquired, waiting for it (bounded), so the next try does not find our own key.
+    pub(crate) async fn release_now(mut self) {
+        self.armed = false;
+        release_all(&self.stores, &self.keys, &self.token, self.timeout).await;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let stores = std::mem::take(&mut self.stores);
+        let keys = self.keys.clone();
+        let token = self.token.clone();
+        let timeout = self.timeout;
+        let spawned = crate::rt::spawn(async move { release_all(&stores, &keys, &token, timeout).await });
+        match spawned {
+            Some(task) => task.detach(),
+            None => tracing::warn!(
+                resource = self.keys.resource(),
+                "acquire cancelled without a runtime to release on; the lock expires at its TTL"
+            ),
+        }
+    }
+}
+
+/// Compare-and-delete `token` on every store concurrently; errors are logged (the TTL is the fallback).
+pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], keys: &LockKeys, token: &Token, timeout: Duration) {
+    let releases = stores.iter().map(|store| async move {
+        match crate::rt::timeout("release", timeout, store.release(keys, token)).await {
+            Ok(Ok(outcome)) => {
+                if outcome == crate::ReleaseOutcome::Released {
+                    if let Some(hub) = store.release_hub() {
+                        hub.wake_one(keys.channel());
+                    }
+                }
+            }
+            Ok(Err(err)) | Err(err) => {
+                tracing::debug!(resource = keys.resource(), error = %err, "best-effort release failed; TTL applies")
+            }
+        }
+    });
+    futures_util::future::join_all(releases).await;
+}

@@ -1,0 +1,68 @@
+//! Traits and client-independent algorithms for correct distributed locks on Redis.
+//!
+//! `lock-core` holds everything that does not depend on a Redis client:
+//!
+//! - the user-facing traits [`DistributedLock`] and [`LockGuard`] (object safe: hold an
+//!   `Arc<dyn DistributedLock>` and swap backends at runtime);
+//! - the backend interface [`LockStore`]: one atomic step per method, implemented by `lock-redis-rs`, `lock-fred`
+//!   and the in-memory [`MemoryStore`];
+//! - the single-instance [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter), waiting with
+//!   jittered backoff woken by release notifications, validity `ttl − elapsed − drift` from a monotonic clock
+//!   started before the request, compare-and-delete release and compare-and-extend;
+//! - [`LostSignal`], which tells the holder (and its work) when the lock is gone.
+//!
+//! ```
+//! use lock_core::{Lock, LockOptions, MemoryStore};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! let lock = Lock::new(MemoryStore::new());
+//! let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(2));
+//! let guard = lock.acquire("reports/daily", &opts).await?;
+//! let fence = guard.fencing_token();
+//! // Do the work; pass `fence` to whatever the lock protects; stop if `guard.is_lost()`.
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Runtimes
+//! Features pick the runtimes lock-core can sleep, time out and spawn on: `rt-tokio` (default), `rt-async-std`,
+//! `rt-smol`. tokio is used when a tokio runtime is current; otherwise async-std's or smol's executor with
+//! `async-io` timers. async-std is discontinued upstream; its support here means code that runs when the caller's
+//! executor is async-std. With no usable runtime, operations that must wait return [`LockError::NoRuntime`]
+//! instead of panicking, and a dropped guard is left to expire at its TTL.
+//!
+//! # Safety model
+//! A lease lock cannot by itself protect against a holder that pauses (GC, swap, `SIGSTOP`) past its validity:
+//! use the [`FencingToken`] of each acquisition at the protected resource, and watch the [`LostSignal`].
+#![deny(missing_docs)]
+
+mod distributed_lock;
+mod error;
+mod inflight;
+pub mod lease;
+mod lost;
+mod memory;
+mod notify;
+mod options;
+mod resource;
+mod rt;
+mod single;
+mod store;
+mod token;
+mod wait;
+
+pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
+pub use error::{BoxError, LockError, Result};
+pub use lost::{LostReason, LostSignal};
+pub use memory::MemoryStore;
+pub use notify::{ReleaseHub, ReleaseWatch, SubscriptionControl};
+pub use options::{validate_ttl, LockOptions, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+pub use rt::live_background_tasks;
+pub use single::{Guard, Lock, DEFAULT_OPERATION_TIMEOUT};
+pub use store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+pub use token::{FencingToken, Token};

@@ -1,0 +1,215 @@
+//! Release notifications: turning "the holder released" into a wake-up for one local waiter.
+//!
+//! Notifications are a hint, never a source of truth: pub/sub is at-most-once and a release can race a waiter's
+//! try. A waiter therefore always re-polls the server when woken, and also wakes at the holder's remaining TTL and
+//! at its backoff cap. The hub wakes **one** waiter per release (the one that has been listening longest), which
+//! avoids a thundering herd of retries; a woken waiter that gives up passes its wake-up on.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use event_listener::{Event, EventListener, IntoNotification};
+
+use crate::error::Result;
+
+/// How a [`ReleaseHub`] asks its backend to follow or stop following a channel.
+///
+/// A backend implements this over one shared subscriber connection. Calls for one channel arrive in order and
+/// must be applied in that order (a queue to one task does it).
+#[async_trait]
+pub trait SubscriptionControl: Send + Sync + fmt::Debug + 'static {
+    /// Starts delivering messages of `channel` to the hub; returns once the server confirmed.
+    async fn subscribe(&self, channel: &str) -> Result<()>;
+    /// Stops delivering messages of `channel` (fire and forget; called from `Drop`).
+    fn unsubscribe(&self, channel: &str);
+}
+
+/// For stores without a server (the in-memory one): nothing to subscribe to.
+#[derive(Debug)]
+struct Local;
+
+#[async_trait]
+impl SubscriptionControl for Local {
+    async fn subscribe(&self, _channel: &str) -> Result<()> {
+        Ok(())
+    }
+    fn unsubscribe(&self, _channel: &str) {}
+}
+
+struct Channel {
+    event: Event,
+    watchers: usize,
+}
+
+/// Per-store registry of waiters by release channel.
+///
+/// A backend creates one per store, hands it to lock-core through
+/// [`LockStore::release_hub`](crate::LockStore::release_hub), calls [`deliver`](Self::deliver) for every message
+/// its subscriber receives, and publishes [`origin`](Self::origin) as the payload of its releases so that the
+/// hub can ignore echoes of releases it already announced locally.
+pub struct ReleaseHub {
+    origin: String,
+    control: Box<dyn SubscriptionControl>,
+    channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
+}
+
+impl ReleaseHub {
+    /// A hub that follows channels through `control`.
+    pub fn new(control: impl SubscriptionControl) -> Arc<Self> {
+        Arc::new(ReleaseHub {
+            origin: format!("{:016x}", rand::random::<u64>()),
+            control: Box::new(control),
+            channels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A hub for an in-process store: releases are announced locally only.
+    pub fn local() -> Arc<Self> {
+        Self::new(Local)
+    }
+
+    /// The payload this store's releases publish, so the hub can skip its own echoes.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Arc<Mutex<Channel>>>> {
+        self.channels.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a waiter on `channel`; the first waiter of a channel subscribes (a failure is logged, not returned:
+    /// the waiter then polls).
+    pub async fn watch(self: &Arc<Self>, channel: &str) -> ReleaseWatch {
+        let (state, first) = {
+            let mut map = self.channels();
+            let state = map
+                .entry(channel.to_owned())
+                .or_insert_with(|| Arc::new(Mutex::new(Channel { event: Event::new(), watchers: 0 })))
+                .clone();
+            let first = {
+                let mut ch = lock(&state);
+                ch.watchers += 1;
+                ch.watchers == 1
+            };
+            (state, first)
+        };
+        // Built before the await so that a cancelled subscribe still unregisters.
+        let watch = ReleaseWatch { hub: self.clone(), channel: channel.to_owned(), state };
+        if first {
+            if let Err(err) = self.control.subscribe(channel).await {
+                tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
+            }
+        }
+        watch
+    }
+
+    /// Handles one message from the backend's subscriber.
+    pub fn deliver(&self, channel: &str, payload: &[u8]) {
+        if payload == self.origin.as_bytes() {
+            return;
+        }
+        self.wake_one(channel);
+    }
+
+    /// Wakes the longest-waiting local waiter on `channel`, if any.
+    pub fn wake_one(&self, channel: &str) {
+        let state = self.channels().get(channel).cloned();
+        if let Some(state) = state {
+            lock(&state).event.notify(1.additional());
+        }
+    }
+
+    /// Channels with at least one waiter (a backend resubscribes to these after reconnecting).
+    pub fn watched_channels(&self) -> Vec<String> {
+        self.channels().keys().cloned().collect()
+    }
+}
+
+fn lock(ch: &Mutex<Channel>) -> MutexGuard<'_, Channel> {
+    ch.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl fmt::Debug for ReleaseHub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseHub")
+            .field("origin", &self.origin)
+            .field("channels", &self.channels().len())
+            .field("control", &self.control)
+            .finish()
+    }
+}
+
+/// One waiter's registration on a channel; unsubscribes when the last one is dropped.
+pub struct ReleaseWatch {
+    hub: Arc<ReleaseHub>,
+    channel: String,
+    state: Arc<Mutex<Channel>>,
+}
+
+impl ReleaseWatch {
+    /// A listener for the next wake-up. Create it *before* polling the server, then await it, so a release that
+    /// lands between the poll and the await is not missed.
+    pub fn listen(&self) -> EventListener {
+        lock(&self.state).event.listen()
+    }
+}
+
+impl Drop for ReleaseWatch {
+    fn drop(&mut self) {
+        let mut map = self.hub.channels();
+        let last = {
+            let mut ch = lock(&self.state);
+            ch.watchers -= 1;
+            ch.watchers == 0
+        };
+        if last {
+            map.remove(&self.channel);
+            drop(map);
+            self.hub.control.unsubscribe(&self.channel);
+        }
+    }
+}
+
+impl fmt::Debug for ReleaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseWatch").field("channel", &self.channel).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn wakes_one_waiter_per_release_and_skips_own_echo() {
+        let hub = ReleaseHub::local();
+        let w1 = hub.watch("c").await;
+        let w2 = hub.watch("c").await;
+        let l1 = w1.listen();
+        let l2 = w2.listen();
+        hub.deliver("c", hub.origin().as_bytes());
+        hub.deliver("c", b"someone-else");
+        let first = tokio::time::timeout(Duration::from_millis(100), l1).await;
+        assert!(first.is_ok(), "the longest waiter is woken");
+        let second = tokio::time::timeout(Duration::from_millis(50), l2).await;
+        assert!(second.is_err(), "one release wakes one waiter");
+        drop((w1, w2));
+        assert!(hub.watched_channels().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_woken_listener_passes_the_wakeup_on() {
+        let hub = ReleaseHub::local();
+        let w1 = hub.watch("c").await;
+        let w2 = hub.watch("c").await;
+        let l1 = w1.listen();
+        let l2 = w2.listen();
+        hub.wake_one("c");
+        drop(l1);
+        let woke = tokio::time::timeout(Duration::from_millis(100), l2).await;
+        assert!(woke.is_ok(), "a dead waiter must not swallow the release");
+    }
+}

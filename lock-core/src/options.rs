@@ -1,0 +1,264 @@
+//! Per-acquisition options (TTL, wait budget, retry policy, fencing) and their validation.
+
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+
+/// The shortest TTL a lock accepts. Below it the drift allowance (`ttl·1% + 2 ms`) and one round trip leave no
+/// useful validity.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// The longest TTL a lock accepts. A lock meant to outlive its holder's crash by more than a day is a bug; hold
+/// long work with renewal instead.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The longest wait budget a lock accepts.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How one acquisition behaves: how long the lock lives, how long to wait for it, how to retry, and whether it
+/// carries a fencing token.
+///
+/// ```
+/// use lock_core::LockOptions;
+/// use std::time::Duration;
+///
+/// let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(500));
+/// assert_eq!(opts.ttl(), Duration::from_secs(5));
+/// assert!(opts.validate().is_ok());
+/// assert!(LockOptions::new(Duration::ZERO).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Duration,
+    retry: RetryPolicy,
+    fencing: bool,
+}
+
+impl Default for LockOptions {
+    /// TTL 10 s, wait budget 10 s, default retry policy, fencing on.
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(10),
+            wait: Duration::from_secs(10),
+            retry: RetryPolicy::default(),
+            fencing: true,
+        }
+    }
+}
+
+impl LockOptions {
+    /// Options with the given TTL and the other defaults.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions { ttl, ..Self::default() }
+    }
+
+    /// Sets the time-to-live of the lock on the server.
+    pub fn ttl_of(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Sets how long [`acquire`](crate::DistributedLock::acquire) may wait for a held lock. Zero means one try.
+    pub fn wait(mut self, budget: Duration) -> Self {
+        self.wait = budget;
+        self
+    }
+
+    /// Sets the retry policy used while waiting.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Turns fencing tokens on (the default) or off. Off, acquire is a plain `SET NX PX` and the backend keeps no
+    /// per-resource counter.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The time-to-live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The wait budget.
+    pub fn wait_budget(&self) -> Duration {
+        self.wait
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// Whether acquisitions carry fencing tokens.
+    pub fn fencing_enabled(&self) -> bool {
+        self.fencing
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming the first field out of range.
+    pub fn validate(&self) -> Result<()> {
+        validate_ttl(self.ttl)?;
+        if self.wait > MAX_WAIT {
+            return Err(LockError::invalid(format!("wait budget {:?} exceeds the maximum {MAX_WAIT:?}", self.wait)));
+        }
+        self.retry.validate()
+    }
+}
+
+/// Checks a TTL against [`MIN_TTL`] and [`MAX_TTL`].
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] when the TTL is zero, below the floor or above the ceiling.
+pub fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl.is_zero() {
+        return Err(LockError::invalid("ttl must be positive"));
+    }
+    if ttl < MIN_TTL {
+        return Err(LockError::invalid(format!("ttl {ttl:?} is below the minimum {MIN_TTL:?}")));
+    }
+    if ttl > MAX_TTL {
+        return Err(LockError::invalid(format!("ttl {ttl:?} exceeds the maximum {MAX_TTL:?}")));
+    }
+    Ok(())
+}
+
+/// How a waiting acquire spaces its tries: exponential backoff with full jitter between `min_delay` and
+/// `max_delay`, never sleeping past the wait deadline, and never sleeping after the last try.
+///
+/// The delays come from [`backon`]'s exponential builder. Release notifications (where the backend has them) and
+/// the holder's remaining TTL wake a waiter earlier; the backoff is the upper bound on how long a missed
+/// notification can delay it.
+///
+/// ```
+/// use lock_core::RetryPolicy;
+/// use std::time::Duration;
+///
+/// let p = RetryPolicy::default().max_delay(Duration::from_millis(20)).max_attempts(Some(50));
+/// assert!(p.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetryPolicy {
+    min_delay: Duration,
+    max_delay: Duration,
+    factor: f32,
+    max_attempts: Option<u32>,
+}
+
+impl Default for RetryPolicy {
+    /// 5 ms doubling up to 100 ms, jittered, attempts bounded only by the wait budget.
+    fn default() -> Self {
+        RetryPolicy {
+            min_delay: Duration::from_millis(5),
+            max_delay: Duration::from_millis(100),
+            factor: 2.0,
+            max_attempts: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Sets the first delay.
+    pub fn min_delay(mut self, d: Duration) -> Self {
+        self.min_delay = d;
+        self
+    }
+
+    /// Sets the cap on one delay.
+    pub fn max_delay(mut self, d: Duration) -> Self {
+        self.max_delay = d;
+        self
+    }
+
+    /// Sets the growth factor (≥ 1).
+    pub fn factor(mut self, f: f32) -> Self {
+        self.factor = f;
+        self
+    }
+
+    /// Limits the number of tries (the first one included); `None` leaves only the wait budget as a bound.
+    pub fn max_attempts(mut self, n: Option<u32>) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The limit on tries, if any.
+    pub fn attempt_limit(&self) -> Option<u32> {
+        self.max_attempts
+    }
+
+    /// Checks the fields.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a zero delay, `min_delay > max_delay`, a factor below 1 or not finite,
+    /// or a limit of zero attempts.
+    pub fn validate(&self) -> Result<()> {
+        if self.min_delay.is_zero() || self.min_delay > self.max_delay {
+            return Err(LockError::invalid("retry delays must satisfy 0 < min_delay <= max_delay"));
+        }
+        if self.max_delay > MAX_WAIT {
+            return Err(LockError::invalid("retry max_delay is absurdly large"));
+        }
+        if !self.factor.is_finite() || self.factor < 1.0 {
+            return Err(LockError::invalid("retry factor must be a finite number >= 1"));
+        }
+        if self.max_attempts == Some(0) {
+            return Err(LockError::invalid("max_attempts must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The sequence of jittered delays (validated policies only).
+    pub(crate) fn delays(&self) -> impl Iterator<Item = std::time::Duration> {
+        use backon::BackoffBuilder;
+        backon::ExponentialBuilder::new()
+            .with_min_delay(self.min_delay)
+            .with_max_delay(self.max_delay)
+            .with_factor(self.factor)
+            .with_jitter()
+            .without_max_times()
+            .build()
+            // backon's jitter adds up to one more delay; keep the cap a cap.
+            .map({
+                let cap = self.max_delay;
+                move |d| d.min(cap)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_millis(9)).is_err());
+        assert!(validate_ttl(MIN_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL).is_ok());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn delays_grow_and_stay_capped() {
+        let p = RetryPolicy::default().min_delay(Duration::from_millis(2)).max_delay(Duration::from_millis(40));
+        let d: Vec<Duration> = p.delays().take(20).collect();
+        assert_eq!(d.len(), 20);
+        assert!(d.iter().all(|x| *x >= Duration::from_millis(2) && *x <= Duration::from_millis(40)));
+        assert!(d[10..].iter().any(|x| *x >= Duration::from_millis(20)), "{d:?}");
+    }
+
+    #[test]
+    fn bad_policies_rejected() {
+        assert!(RetryPolicy::default().min_delay(Duration::ZERO).validate().is_err());
+        assert!(RetryPolicy::default().factor(0.5).validate().is_err());
+        assert!(RetryPolicy::default().factor(f32::NAN).validate().is_err());
+        assert!(RetryPolicy::default().max_attempts(Some(0)).validate().is_err());
+        assert!(LockOptions::default().wait(MAX_WAIT * 2).validate().is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! The runtime abstraction (crate-private): sleep, time out and spawn on whichever enabled runtime is current.
+//!
+//! tokio is used when a tokio runtime is current on this thread. Otherwise, with `rt-async-std` or `rt-smol`,
+//! timers come from `async-io` (the reactor async-std and smol share, which also runs outside their executors)
+//! and tasks go to async-std's or smol's global executor. With none of these, operations that need a runtime
+//! return [`LockError::NoRuntime`] instead of panicking.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::future::{AbortHandle, Abortable};
+
+use crate::error::{LockError, Result};
+
+#[derive(Clone, Debug)]
+pub(crate) enum Runtime {
+    #[cfg(feature = "rt-tokio")]
+    Tokio(tokio::runtime::Handle),
+    #[cfg(feature = "rt-async-std")]
+    AsyncStd,
+    // Unused when async-std is also enabled: its executor is preferred then.
+    #[cfg(feature = "rt-smol")]
+    #[allow(dead_code)]
+    Smol,
+}
+
+/// The runtime to use from this thread, if any.
+pub(crate) fn current() -> Option<Runtime> {
+    #[cfg(feature = "rt-tokio")]
+    if let Ok(handle) = tokio::runtime::Handle::try_current() {
+        return Some(Runtime::Tokio(handle));
+    }
+    #[cfg(feature = "rt-async-std")]
+    {
+        Some(Runtime::AsyncStd)
+    }
+    #[cfg(all(feature = "rt-smol", not(feature = "rt-async-std")))]
+    {
+        Some(Runtime::Smol)
+    }
+    #[cfg(not(any(feature = "rt-async-std", feature = "rt-smol")))]
+    {
+        None
+    }
+}
+
+/// Sleeps for `d`.
+///
+/// # Errors
+/// [`LockError::NoRuntime`] when no enabled runtime is available.
+#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+pub(crate) async fn sleep(d: Duration) -> Result<()> {
+    let Some(runtime) = current() else {
+        return Err(LockError::NoRuntime("sleep"));
+    };
+    match runtime {
+        #[cfg(feature = "rt-tokio")]
+        Runtime::Tokio(_) => tokio::time::sleep(d).await,
+        #[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
+        _ => {
+            async_io::Timer::after(d).await;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `fut` for at most `after`.
+///
+/// # Errors
+/// [`LockError::Timeout`] naming `operation` when the deadline passes first (the future is dropped), or
+/// [`LockError::NoRuntime`].
+#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+pub(crate) async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Result<F::Output> {
+    let Some(runtime) = current() else {
+        return Err(LockError::NoRuntime(operation));
+    };
+    match runtime {
+        #[cfg(feature = "rt-tokio")]
+        Runtime::Tokio(_) => {
+            tokio::time::timeout(after, fut).await.map_err(|_| LockError::Timeout { operation, after })
+        }
+        #[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
+        _ => {
+            use futures_util::future::{select, Either};
+            let fut = std::pin::pin!(fut);
+            match select(fut, async_io::Timer::after(after)).await {
+                Either::Left((out, _)) => Ok(out),
+                Either::Right(_) => Err(LockError::Timeout { operation, after }),
+            }
+        }
+    }
+}
+
+static LIVE_TASKS: AtomicUsize = AtomicUsize::new(0);
+
+/// Number of background tasks (best-effort releases, renewals) that lock-core has spawned and that have not yet
+/// finished or been cancelled. Tests use it to prove nothing leaks.
+pub fn live_background_tasks() -> usize {
+    LIVE_TASKS.load(Ordering::SeqCst)
+}
+
+/// Counts one live background task from creation until drop.
+struct LiveTask;
+
+impl LiveTask {
+    fn new() -> Self {
+        LIVE_TASKS.fetch_add(1, Ordering::SeqCst);
+        LiveTask
+    }
+}
+
+impl Drop for LiveTask {
+    fn drop(&mut self) {
+        LIVE_TASKS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A spawned task that is cancelled when this handle is dropped (unless [`detach`](Task::detach)ed).
+#[derive(Debug)]
+pub(crate) struct Task {
+    abort: Option<AbortHandle>,
+}
+
+impl Task {
+    /// Lets the task run to completion on its own.
+    pub(crate) fn detach(mut self) {
+        self.abort = None;
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        if let Some(abort) = self.abort.take() {
+            abort.abort();
+        }
+    }
+}
+
+/// Spawns `fut` on the current runtime; `None` when there is none.
+#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+pub(crate) fn spawn<F>(fut: F) -> Option<Task>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let runtime = current()?;
+    let (handle, registration) = AbortHandle::new_pair();
+    let live = LiveTask::new();
+    let task = async move {
+        let _live = live;
+        // An aborted task ends at its next poll; the abort wakes it.
+        let _ = Abortable::new(fut, registration).await;
+    };
+    match runtime {
+        #[cfg(feature = "rt-tokio")]
+        Runtime::Tokio(h) => drop(h.spawn(task)),
+        #[cfg(feature = "rt-async-std")]
+        Runtime::AsyncStd => drop(async_std::task::spawn(task)),
+        #[cfg(feature = "rt-smol")]
+        Runtime::Smol => smol::spawn(task).detach(),
+    }
+    Some(Task { abort: Some(handle) })
+}

@@ -1,0 +1,121 @@
+//! The backend interface: one atomic step per method, no waiting, no policy.
+//!
+//! Everything that decides (waiting, backoff, validity, fencing across instances, renewal) lives in lock-core and
+//! is written once on top of this trait. A backend translates each method into one round trip to its server.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::notify::ReleaseHub;
+use crate::resource::LockKeys;
+use crate::token::Token;
+
+/// One acquire request: set the lock key to `token` with `ttl` only if it is absent.
+#[derive(Clone, Copy, Debug)]
+pub struct AcquireRequest<'a> {
+    /// The keys of the lock.
+    pub keys: &'a LockKeys,
+    /// The owner token of this acquisition.
+    pub token: &'a Token,
+    /// Time-to-live, applied with millisecond precision (`PX`).
+    pub ttl: Duration,
+    /// Whether to advance the fencing counter in the same atomic step and return its new value.
+    pub fencing: bool,
+}
+
+/// What the server did with an [`AcquireRequest`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireReply {
+    /// The key was absent and now holds our token. `fence` is the counter after its increment (when fencing).
+    Acquired {
+        /// The new value of the resource's fencing counter, when fencing was requested.
+        fence: Option<u64>,
+    },
+    /// Someone else holds the key.
+    Held {
+        /// The holder's remaining time-to-live, when the server reports one.
+        ttl: Option<Duration>,
+    },
+}
+
+/// What a compare-and-delete found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReleaseOutcome {
+    /// The key held our token and is now deleted.
+    Released,
+    /// The key was gone: our lock had expired (nobody else held it at that moment).
+    AlreadyExpired,
+    /// The key holds another owner's token: ours expired and the lock was taken. It was left untouched.
+    OwnedByOther,
+}
+
+/// What a compare-and-extend found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ExtendReply {
+    /// The key held our token; its TTL is now the requested one.
+    Extended,
+    /// The key was gone. It was not recreated.
+    Absent,
+    /// The key holds another owner's token. It was left untouched.
+    OwnedByOther,
+}
+
+/// A lock backend: the atomic operations on one server (or one logical deployment such as a cluster).
+///
+/// Each method is one atomic step on the server and one round trip, and none of them waits for a lock.
+/// Implementations must:
+/// - bound every call with their own timeout and map client errors to [`LockError`](crate::LockError) with the
+///   client error as source (a foreign key type → [`WrongType`](crate::LockError::WrongType), unreachable →
+///   [`Unavailable`](crate::LockError::Unavailable), …);
+/// - keep fencing counters monotonic across server restarts when they claim to (see the Redis backends);
+/// - never hand a connection whose command was cancelled mid-flight back to a pool in an unknown state.
+///
+/// The conformance suite in `lock-testkit` checks all of it through [`Lock`](crate::Lock).
+#[async_trait]
+pub trait LockStore: Send + Sync + Debug + 'static {
+    /// Sets the lock key to the token with the TTL if absent and, with fencing, advances the fencing counter, in
+    /// one atomic step; otherwise reports the holder's remaining TTL.
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply>;
+
+    /// Deletes the lock key only if it holds `token`, and publishes a release notification when it did.
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome>;
+
+    /// Sets the lock key's TTL to `ttl` only if it holds `token`.
+    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply>;
+
+    /// Raises the fencing counter to at least `at_least`, only if the lock key still holds `token`; returns whether
+    /// it did. Redlock uses this to make fencing tokens monotonic across quorums.
+    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool>;
+
+    /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
+    /// Waiters without one poll with backoff (and at the holder's remaining TTL).
+    fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
+        None
+    }
+}
+
+#[async_trait]
+impl<S: LockStore + ?Sized> LockStore for Arc<S> {
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
+        (**self).acquire(request).await
+    }
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
+        (**self).release(keys, token).await
+    }
+    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
+        (**self).extend(keys, token, ttl).await
+    }
+    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
+        (**self).raise_fence(keys, token, at_least).await
+    }
+    fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
+        (**self).release_hub()
+    }
+}
