@@ -51,7 +51,7 @@ impl Drop for InFlight {
         let keys = self.keys.clone();
         let token = self.token.clone();
         let timeout = self.timeout;
-        let spawned = crate::rt::spawn(async move { release_all(&stores, &keys, &token, timeout).await });
+        let spawned = crate::rt::spawn_background(async move { release_all(&stores, &keys, &token, timeout).await });
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(

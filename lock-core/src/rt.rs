@@ -116,20 +116,21 @@ impl Drop for LiveTask {
     }
 }
 
-/// A spawned task that is cancelled when this handle is dropped (unless [`detach`](Task::detach)ed).
+/// A task spawned by [`spawn_background`]; cancelled when this handle is dropped (unless
+/// [`detach`](BackgroundTask::detach)ed).
 #[derive(Debug)]
-pub(crate) struct Task {
+pub struct BackgroundTask {
     abort: Option<AbortHandle>,
 }
 
-impl Task {
+impl BackgroundTask {
     /// Lets the task run to completion on its own.
-    pub(crate) fn detach(mut self) {
+    pub fn detach(mut self) {
         self.abort = None;
     }
 }
 
-impl Drop for Task {
+impl Drop for BackgroundTask {
     fn drop(&mut self) {
         if let Some(abort) = self.abort.take() {
             abort.abort();
@@ -137,9 +138,12 @@ impl Drop for Task {
     }
 }
 
-/// Spawns `fut` on the current runtime; `None` when there is none.
+/// Spawns `fut` on the current runtime (see the crate docs on runtimes); `None` when there is none.
+///
+/// For backends that need a background task (a subscriber connection, say) on whatever runtime the caller uses.
+/// The task counts in [`live_background_tasks`] until it ends or is cancelled.
 #[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
-pub(crate) fn spawn<F>(fut: F) -> Option<Task>
+pub fn spawn_background<F>(fut: F) -> Option<BackgroundTask>
 where
     F: Future<Output = ()> + Send + 'static,
 {
@@ -159,5 +163,5 @@ where
         #[cfg(feature = "rt-smol")]
         Runtime::Smol => smol::spawn(task).detach(),
     }
-    Some(Task { abort: Some(handle) })
+    Some(BackgroundTask { abort: Some(handle) })
 }

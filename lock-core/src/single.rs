@@ -310,7 +310,7 @@ impl Drop for Guard {
         let st = self.state.clone();
         st.lost.mark(LostReason::Released);
         let stores = vec![st.store.clone()];
-        let spawned = rt::spawn(async move {
+        let spawned = rt::spawn_background(async move {
             release_all(&stores, &st.keys, &st.token, st.operation_timeout).await;
         });
         match spawned {

@@ -1,0 +1,196 @@
+//! The Lua scripts every Redis backend runs, and the meaning of their replies: one copy for all clients.
+//!
+//! Redis 7.0 has no compare-and-delete command, so release and extend are scripts; acquire is a script so that
+//! setting the lock and advancing the fencing counter are one atomic step and one round trip. Every key a script
+//! touches is passed in `KEYS[]` (all share the `{resource}` hash tag, see [`LockKeys`](crate::LockKeys)), so the
+//! scripts run unchanged on Redis Cluster.
+//!
+//! Backends send them by `EVALSHA` and fall back to loading them when the server answers `NOSCRIPT` (after a
+//! restart, a failover or `SCRIPT FLUSH`).
+
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
+
+/// Acquire: `SET lock token NX PX ttl`; with fencing, advance the counter in the same step.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing.
+/// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
+/// server reports none). Errors with `WRONGTYPE` when either key holds a foreign value; that check runs before
+/// any write.
+///
+/// The fencing counter becomes `max(counter + 1, server time in µs)`. The time floor keeps tokens increasing
+/// when a server restarts without persistence and the counter key is gone: the next token starts above every
+/// token handed out before, as long as the server's clock does not step back and fewer than a million tokens per
+/// second are issued for one resource. The counter key has no TTL (one small string per resource).
+pub const ACQUIRE: &str = r#"
+local fencing = ARGV[3] == '1'
+local current = false
+if fencing then
+  current = redis.call('GET', KEYS[2])
+  if current and not tonumber(current) then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+  end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not fencing then
+    return {1}
+  end
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return {1, redis.call('INCRBY', KEYS[2], string.format('%d', step))}
+end
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+/// Release: delete the lock key only if it holds our token, and announce the release.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` release channel; `ARGV[1]` token, `ARGV[2]` the releasing store's origin
+/// (published as the payload). Reply: `1` released, `0` absent, `-1` held by another token.
+pub const RELEASE: &str = r#"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[2], ARGV[2])
+  return 1
+elseif value then
+  return -1
+end
+return 0
+"#;
+
+/// Extend: set the lock key's TTL only if it holds our token (never recreates it).
+///
+/// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` absent, `-1` held by
+/// another token.
+pub const EXTEND: &str = r#"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+elseif value then
+  return -1
+end
+return 0
+"#;
+
+/// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` the floor (decimal). Reply: `1` done, `0`
+/// not our lock.
+pub const RAISE_FENCE: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not current then
+  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+end
+local wanted = tonumber(ARGV[2])
+if current < wanted then
+  redis.call('INCRBY', KEYS[2], string.format('%d', wanted - current))
+end
+return 1
+"#;
+
+/// The TTL argument of [`ACQUIRE`] and [`EXTEND`]: whole milliseconds, at least 1.
+pub fn ttl_millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn unexpected(what: &str, reply: &[i64]) -> LockError {
+    LockError::backend(format!("unexpected reply to the {what} script: {reply:?}"))
+}
+
+/// Interprets the integers [`ACQUIRE`] returned.
+///
+/// # Errors
+/// [`LockError::Backend`] for a reply of another shape.
+pub fn parse_acquire(reply: &[i64], fencing: bool) -> Result<AcquireReply> {
+    match (reply, fencing) {
+        ([1, fence], true) => {
+            let fence = u64::try_from(*fence).map_err(|_| unexpected("acquire", reply))?;
+            Ok(AcquireReply::Acquired { fence: Some(fence) })
+        }
+        ([1], false) => Ok(AcquireReply::Acquired { fence: None }),
+        ([0, pttl], _) => {
+            let ttl = u64::try_from(*pttl).ok().map(Duration::from_millis);
+            Ok(AcquireReply::Held { ttl })
+        }
+        _ => Err(unexpected("acquire", reply)),
+    }
+}
+
+/// Interprets the integer [`RELEASE`] returned.
+///
+/// # Errors
+/// [`LockError::Backend`] for any other value.
+pub fn parse_release(reply: i64) -> Result<ReleaseOutcome> {
+    match reply {
+        1 => Ok(ReleaseOutcome::Released),
+        0 => Ok(ReleaseOutcome::AlreadyExpired),
+        -1 => Ok(ReleaseOutcome::OwnedByOther),
+        _ => Err(unexpected("release", &[reply])),
+    }
+}
+
+/// Interprets the integer [`EXTEND`] returned.
+///
+/// # Errors
+/// [`LockError::Backend`] for any other value.
+pub fn parse_extend(reply: i64) -> Result<ExtendReply> {
+    match reply {
+        1 => Ok(ExtendReply::Extended),
+        0 => Ok(ExtendReply::Absent),
+        -1 => Ok(ExtendReply::OwnedByOther),
+        _ => Err(unexpected("extend", &[reply])),
+    }
+}
+
+/// Interprets the integer [`RAISE_FENCE`] returned.
+///
+/// # Errors
+/// [`LockError::Backend`] for any other value.
+pub fn parse_raise_fence(reply: i64) -> Result<bool> {
+    match reply {
+        1 => Ok(true),
+        0 => Ok(false),
+        _ => Err(unexpected("raise-fence", &[reply])),
+    }
+}
+
+/// Whether a server error message is Redis's `WRONGTYPE` (from a command or from our scripts).
+pub fn is_wrongtype(message: &str) -> bool {
+    message.contains("WRONGTYPE")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_parse() {
+        assert_eq!(parse_acquire(&[1, 7], true).unwrap(), AcquireReply::Acquired { fence: Some(7) });
+        assert_eq!(parse_acquire(&[1], false).unwrap(), AcquireReply::Acquired { fence: None });
+        assert_eq!(
+            parse_acquire(&[0, 1500], true).unwrap(),
+            AcquireReply::Held { ttl: Some(Duration::from_millis(1500)) }
+        );
+        assert_eq!(parse_acquire(&[0, -1], false).unwrap(), AcquireReply::Held { ttl: None });
+        assert!(parse_acquire(&[1], true).is_err());
+        assert!(parse_acquire(&[2, 1], true).is_err());
+        assert_eq!(parse_release(-1).unwrap(), ReleaseOutcome::OwnedByOther);
+        assert!(parse_release(5).is_err());
+        assert_eq!(parse_extend(0).unwrap(), ExtendReply::Absent);
+        assert_eq!(ttl_millis(Duration::from_micros(10)), 1);
+        assert_eq!(ttl_millis(Duration::from_millis(1500)), 1500);
+    }
+}
