@@ -49,7 +49,10 @@ pub(crate) fn current() -> Option<Runtime> {
 ///
 /// # Errors
 /// [`LockError::NoRuntime`] when no enabled runtime is available.
-#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+#[cfg_attr(
+    not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
+    allow(unreachable_code, unused_variables)
+)]
 pub(crate) async fn sleep(d: Duration) -> Result<()> {
     let Some(runtime) = current() else {
         return Err(LockError::NoRuntime("sleep"));
@@ -70,7 +73,10 @@ pub(crate) async fn sleep(d: Duration) -> Result<()> {
 /// # Errors
 /// [`LockError::Timeout`] naming `operation` when the deadline passes first (the future is dropped), or
 /// [`LockError::NoRuntime`].
-#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+#[cfg_attr(
+    not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
+    allow(unreachable_code, unused_variables)
+)]
 pub(crate) async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Result<F::Output> {
     let Some(runtime) = current() else {
         return Err(LockError::NoRuntime(operation));
@@ -142,7 +148,10 @@ impl Drop for BackgroundTask {
 ///
 /// For backends that need a background task (a subscriber connection, say) on whatever runtime the caller uses.
 /// The task counts in [`live_background_tasks`] until it ends or is cancelled.
-#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unreachable_code, unused_variables))]
+#[cfg_attr(
+    not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
+    allow(unreachable_code, unused_variables)
+)]
 pub fn spawn_background<F>(fut: F) -> Option<BackgroundTask>
 where
     F: Future<Output = ()> + Send + 'static,

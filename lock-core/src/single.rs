@@ -118,8 +118,7 @@ impl Lock {
     /// One try: one round trip.
     async fn attempt(&self, keys: &Arc<LockKeys>, options: &LockOptions) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
-        let inflight =
-            InFlight::new(vec![self.store.clone()], keys.clone(), Token::generate(), self.operation_timeout);
+        let inflight = InFlight::new(vec![self.store.clone()], keys.clone(), Token::generate(), self.operation_timeout);
         // The validity clock starts before the request leaves.
         let started = Instant::now();
         let request = AcquireRequest { keys, token: inflight.token(), ttl, fencing: options.fencing_enabled() };
