@@ -1,1 +1,125 @@
-//! placeholder
+//! Test support for lock backends: the conformance suite, real `redis-server` fixtures, and a
+//! mutual-exclusion checker.
+//!
+//! A backend proves itself with one macro call in its own `tests/` directory (the shape of object_store's shared
+//! test functions): start whatever the backend needs, wrap the lock in a [`Subject`], and let
+//! [`conformance_tests!`] write one `#[test]` per case.
+//!
+//! ```no_run
+//! // tests/conformance.rs of a third-party backend
+//! use lock_core::Lock;
+//! use lock_testkit::{conformance_tests, RedisServer, Subject};
+//!
+//! async fn subject() -> Subject {
+//!     let server = RedisServer::start().expect("redis-server");
+//!     let store = lock_core::MemoryStore::new(); // your store, connected to `server.url()`
+//!     Subject::new(Lock::new(store)).keep(server)
+//! }
+//!
+//! conformance_tests!(tokio, subject());
+//! # fn main() {}
+//! ```
+//!
+//! The first argument picks the runtime the cases run on: `tokio` (multi-threaded), `async_std` or `smol`.
+#![deny(missing_docs)]
+
+pub mod checker;
+pub mod conformance;
+mod resp;
+pub mod runtime;
+mod server;
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use lock_core::DistributedLock;
+
+pub use checker::{Checker, Hold, Report};
+pub use resp::Reply;
+pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
+
+/// The lock under test, plus whatever must live as long as the test (servers, clients).
+pub struct Subject {
+    lock: Arc<dyn DistributedLock>,
+    keep: Vec<Box<dyn Any + Send>>,
+}
+
+impl Subject {
+    /// Wraps the lock under test.
+    pub fn new(lock: impl DistributedLock + 'static) -> Self {
+        Self::from_arc(Arc::new(lock))
+    }
+
+    /// Wraps a shared lock under test.
+    pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
+        Subject { lock, keep: Vec::new() }
+    }
+
+    /// Keeps `value` alive until the test ends (a [`RedisServer`], say).
+    pub fn keep(mut self, value: impl Any + Send) -> Self {
+        self.keep.push(Box::new(value));
+        self
+    }
+
+    /// The lock under test.
+    pub fn lock(&self) -> &dyn DistributedLock {
+        &*self.lock
+    }
+
+    /// The lock under test, shared.
+    pub fn shared(&self) -> Arc<dyn DistributedLock> {
+        self.lock.clone()
+    }
+}
+
+impl fmt::Debug for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subject").field("lock", &self.lock).field("kept", &self.keep.len()).finish()
+    }
+}
+
+/// Writes one `#[test]` per conformance case.
+///
+/// `conformance_tests!(RUNTIME, SUBJECT)`: `RUNTIME` is `tokio`, `async_std` or `smol` (see [`runtime`]);
+/// `SUBJECT` is an expression that evaluates, inside the runtime, to a future of [`Subject`]. It is evaluated
+/// once per case, so each case gets its own subject (for example its own server). Every case is bounded by
+/// [`runtime::CASE_TIMEOUT`].
+#[macro_export]
+macro_rules! conformance_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::conformance_tests!(@cases $runtime, $subject;
+            try_acquire_on_held_lock,
+            exclusive_under_contention,
+            waiter_acquires_after_release,
+            wait_budget_exhausted_is_typed,
+            attempt_limit_is_respected,
+            stale_release_never_deletes_new_holder,
+            release_outcomes,
+            ttl_expiry_frees_lock,
+            extend_keeps_lock,
+            extend_after_expiry_never_resurrects,
+            validity_ends_before_server_expiry,
+            fencing_tokens_strictly_increase,
+            fencing_can_be_turned_off,
+            invalid_inputs_rejected,
+            any_resource_name_works,
+            dropped_guard_is_freed,
+            cancelled_acquire_leaves_no_lock,
+            lost_signal_fires_at_validity_deadline,
+            release_marks_lost,
+            owner_tokens_are_unique,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}

@@ -1,0 +1,23 @@
+//! The whole conformance suite against the in-memory backend, on each supported runtime.
+
+use lock_core::{Lock, MemoryStore};
+use lock_testkit::{conformance_tests, Subject};
+
+async fn subject() -> Subject {
+    Subject::new(Lock::new(MemoryStore::new()))
+}
+
+mod tokio_runtime {
+    use super::*;
+    conformance_tests!(tokio, subject());
+}
+
+mod async_std_runtime {
+    use super::*;
+    conformance_tests!(async_std, subject());
+}
+
+mod smol_runtime {
+    use super::*;
+    conformance_tests!(smol, subject());
+}

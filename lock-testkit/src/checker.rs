@@ -1,0 +1,125 @@
+//! A mutual-exclusion checker: records who believed they held a lock when, and finds overlaps and fencing
+//! regressions.
+//!
+//! One machine has one monotonic clock shared by every thread and process, so intervals recorded with
+//! [`Instant`] by concurrent holders can be compared directly.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// One holder's belief: it held the lock from `start` to `end`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    /// Who held it (the owner token, or any label).
+    pub owner: String,
+    /// The fencing token of the acquisition, if any.
+    pub fence: Option<u64>,
+    /// When the acquire returned.
+    pub start: Instant,
+    /// When the holder stopped relying on the lock: the start of its release, or its validity deadline if that
+    /// came first.
+    pub end: Instant,
+}
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Holds recorded.
+    pub holds: usize,
+    /// Pairs of holds whose intervals intersect.
+    pub overlaps: Vec<(Hold, Hold)>,
+    /// Pairs where a later hold carried a fencing token not greater than an earlier one's.
+    pub fence_regressions: Vec<(Hold, Hold)>,
+}
+
+impl Report {
+    /// No overlap and no fencing regression.
+    pub fn is_clean(&self) -> bool {
+        self.overlaps.is_empty() && self.fence_regressions.is_empty()
+    }
+}
+
+/// Collects [`Hold`]s from any number of tasks and checks them.
+///
+/// ```
+/// use lock_testkit::{Checker, Hold};
+/// use std::time::{Duration, Instant};
+///
+/// let c = Checker::new();
+/// let t = Instant::now();
+/// let ms = Duration::from_millis;
+/// c.record(Hold { owner: "a".into(), fence: Some(1), start: t, end: t + ms(10) });
+/// c.record(Hold { owner: "b".into(), fence: Some(2), start: t + ms(10), end: t + ms(20) });
+/// assert!(c.report().is_clean());
+/// c.record(Hold { owner: "c".into(), fence: Some(3), start: t + ms(15), end: t + ms(30) });
+/// assert_eq!(c.report().overlaps.len(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct Checker {
+    holds: Mutex<Vec<Hold>>,
+}
+
+impl Checker {
+    /// An empty checker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one hold.
+    pub fn record(&self, hold: Hold) {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).push(hold);
+    }
+
+    /// Checks everything recorded so far.
+    pub fn report(&self) -> Report {
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        holds.sort_by_key(|h| h.start);
+        let mut report = Report { holds: holds.len(), ..Report::default() };
+        let mut latest_end: Option<&Hold> = None;
+        let mut highest_fence: Option<&Hold> = None;
+        for hold in &holds {
+            if let Some(prev) = latest_end {
+                if hold.start < prev.end {
+                    report.overlaps.push((prev.clone(), hold.clone()));
+                }
+            }
+            if latest_end.is_none_or(|prev| hold.end > prev.end) {
+                latest_end = Some(hold);
+            }
+            if let Some(fence) = hold.fence {
+                if let Some(prev) = highest_fence {
+                    if prev.fence.is_some_and(|p| fence <= p) {
+                        report.fence_regressions.push((prev.clone(), hold.clone()));
+                    }
+                }
+                if highest_fence.is_none_or(|prev| prev.fence < Some(fence)) {
+                    highest_fence = Some(hold);
+                }
+            }
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn finds_fence_regressions_and_contained_overlaps() {
+        let c = Checker::new();
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        c.record(Hold { owner: "a".into(), fence: Some(5), start: t, end: t + ms(100) });
+        // Entirely inside a's interval, and a lower fence.
+        c.record(Hold { owner: "b".into(), fence: Some(4), start: t + ms(10), end: t + ms(20) });
+        // After b but still inside a.
+        c.record(Hold { owner: "c".into(), fence: Some(6), start: t + ms(30), end: t + ms(40) });
+        let r = c.report();
+        assert_eq!(r.holds, 3);
+        assert_eq!(r.overlaps.len(), 2);
+        assert_eq!(r.fence_regressions.len(), 1);
+        assert!(!r.is_clean());
+    }
+}

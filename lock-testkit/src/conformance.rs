@@ -1,0 +1,461 @@
+//! The conformance suite: one public async function per case, each taking the [`Subject`] under test.
+//!
+//! [`conformance_tests!`](crate::conformance_tests) writes one `#[test]` per case. Every case uses fresh
+//! resource names, so cases run in parallel against one server. Each case says what it proves in its doc.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{join_all, select, Either};
+use lock_core::{DistributedLock, LockError, LockGuard, LockOptions, LostReason, ReleaseOutcome, RetryPolicy};
+
+use crate::checker::{Checker, Hold};
+use crate::runtime::sleep;
+use crate::Subject;
+
+fn fresh(case: &str) -> String {
+    format!("conformance:{case}:{:016x}", rand::random::<u64>())
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
+    LockOptions::new(ms(ttl_ms)).wait(ms(wait_ms))
+}
+
+#[track_caller]
+fn ok<T, E: Debug>(r: Result<T, E>, what: &str) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{what}: unexpected error {e:?}"),
+    }
+}
+
+#[track_caller]
+fn some<T>(o: Option<T>, what: &str) -> T {
+    match o {
+        Some(v) => v,
+        None => panic!("{what}: expected the lock to be granted, it was held"),
+    }
+}
+
+async fn try_get(lock: &dyn DistributedLock, resource: &str, o: &LockOptions) -> Option<Box<dyn LockGuard>> {
+    ok(lock.try_acquire(resource, o).await, "try_acquire")
+}
+
+/// A free lock is granted, a held one is not (no waiting), and release frees it.
+pub async fn try_acquire_on_held_lock(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("try");
+    let a = some(try_get(lock, &r, &opts(5000, 0)).await, "first try");
+    assert!(try_get(lock, &r, &opts(5000, 0)).await.is_none(), "a held lock must not be granted twice");
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+    let b = some(try_get(lock, &r, &opts(5000, 0)).await, "try after release");
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// 16 contenders × 8 acquisitions on one resource: the checker finds no overlapping holds and no fencing
+/// regression, and every acquisition succeeds within its budget.
+pub async fn exclusive_under_contention(s: &Subject) {
+    const CONTENDERS: usize = 16;
+    const ROUNDS: usize = 8;
+    let lock = s.lock();
+    let r = fresh("contention");
+    let checker = Arc::new(Checker::new());
+    let o = opts(3000, 20_000);
+    let contenders = (0..CONTENDERS).map(|_| {
+        let (r, o, checker) = (r.clone(), o.clone(), checker.clone());
+        async move {
+            for _ in 0..ROUNDS {
+                let g = ok(lock.acquire(&r, &o).await, "acquire under contention");
+                let start = Instant::now();
+                sleep(ms(1)).await;
+                let end = Instant::now().min(g.valid_until());
+                checker.record(Hold {
+                    owner: g.token().to_string(),
+                    fence: g.fencing_token().map(|f| f.get()),
+                    start,
+                    end,
+                });
+                assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+            }
+        }
+    });
+    join_all(contenders).await;
+    let report = checker.report();
+    assert_eq!(report.holds, CONTENDERS * ROUNDS);
+    assert!(report.overlaps.is_empty(), "overlapping holds: {:?}", report.overlaps);
+    if lock.capabilities().fencing {
+        assert!(report.fence_regressions.is_empty(), "fencing regressions: {:?}", report.fence_regressions);
+    }
+}
+
+/// A waiter gets the lock after the holder releases, not before, and promptly.
+pub async fn waiter_acquires_after_release(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("waiter");
+    let a = some(try_get(lock, &r, &opts(10_000, 0)).await, "holder");
+    let a_fence = a.fencing_token();
+    let waiter = async {
+        let g = ok(lock.acquire(&r, &opts(10_000, 5_000)).await, "waiter");
+        (Instant::now(), g)
+    };
+    let holder = async {
+        sleep(ms(150)).await;
+        let released_at = Instant::now();
+        assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+        released_at
+    };
+    let ((acquired_at, b), released_at) = futures_util::future::join(waiter, holder).await;
+    assert!(acquired_at >= released_at, "waiter acquired before the holder released");
+    let gap = acquired_at - released_at;
+    assert!(gap < ms(1000), "waiter took {gap:?} after the release");
+    if let (Some(fa), Some(fb)) = (a_fence, b.fencing_token()) {
+        assert!(fb > fa);
+    }
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// An exhausted wait budget gives `Contended` within the budget plus a small slack, and no later.
+pub async fn wait_budget_exhausted_is_typed(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("budget");
+    let a = some(try_get(lock, &r, &opts(10_000, 0)).await, "holder");
+    let t0 = Instant::now();
+    let err = lock.acquire(&r, &opts(10_000, 300)).await.err();
+    let took = t0.elapsed();
+    assert!(matches!(err, Some(LockError::Contended { .. })), "expected Contended, got {err:?}");
+    assert!(took >= ms(299), "gave up early after {took:?}");
+    assert!(took <= ms(300 + 700), "gave up late after {took:?}");
+    assert!(err.as_ref().is_some_and(LockError::is_retryable));
+    // A zero budget is one try.
+    let t0 = Instant::now();
+    let err = lock.acquire(&r, &opts(10_000, 0)).await.err();
+    assert!(matches!(err, Some(LockError::Contended { .. })), "expected Contended, got {err:?}");
+    assert!(t0.elapsed() < ms(500));
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// An attempt limit ends the wait before the budget does.
+pub async fn attempt_limit_is_respected(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("attempts");
+    let a = some(try_get(lock, &r, &opts(10_000, 0)).await, "holder");
+    let policy = RetryPolicy::default().min_delay(ms(20)).max_delay(ms(20)).max_attempts(Some(3));
+    let t0 = Instant::now();
+    let err = lock.acquire(&r, &opts(10_000, 10_000).retry(policy)).await.err();
+    assert!(matches!(err, Some(LockError::Contended { .. })), "expected Contended, got {err:?}");
+    let took = t0.elapsed();
+    assert!(took >= ms(39), "3 tries with 20 ms pauses took only {took:?}");
+    assert!(took < ms(2_000), "3 tries took {took:?}");
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// A holder whose lock expired and was taken by someone else cannot release (or extend) the new holder's lock.
+pub async fn stale_release_never_deletes_new_holder(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("stale");
+    let a = some(try_get(lock, &r, &opts(100, 0)).await, "first holder");
+    sleep(ms(200)).await;
+    let b = some(try_get(lock, &r, &opts(10_000, 0)).await, "second holder after expiry");
+    assert!(a.extend(ms(10_000)).await.is_err(), "a stale holder must not extend");
+    assert_eq!(ok(a.release().await, "stale release"), ReleaseOutcome::OwnedByOther);
+    assert!(try_get(lock, &r, &opts(10_000, 0)).await.is_none(), "the new holder's lock must survive");
+    ok(b.extend(ms(10_000)).await, "new holder extends");
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Release says what it found: released, or already expired.
+pub async fn release_outcomes(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("outcomes");
+    let a = some(try_get(lock, &r, &opts(5_000, 0)).await, "holder");
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+    let b = some(try_get(lock, &r, &opts(50, 0)).await, "short holder");
+    sleep(ms(150)).await;
+    assert_eq!(ok(b.release().await, "release after expiry"), ReleaseOutcome::AlreadyExpired);
+}
+
+/// A lock nobody releases becomes free when its TTL passes, not before.
+pub async fn ttl_expiry_frees_lock(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("ttl");
+    let a = some(try_get(lock, &r, &opts(300, 0)).await, "holder");
+    sleep(ms(100)).await;
+    assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none(), "freed before its TTL");
+    sleep(ms(300)).await;
+    let b = some(try_get(lock, &r, &opts(5_000, 0)).await, "after TTL");
+    assert!(a.is_lost());
+    assert_eq!(ok(a.release().await, "stale release"), ReleaseOutcome::OwnedByOther);
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Extending a held lock moves its deadline and keeps others out past the original TTL.
+pub async fn extend_keeps_lock(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("extend");
+    let a = some(try_get(lock, &r, &opts(300, 0)).await, "holder");
+    let first_deadline = a.valid_until();
+    sleep(ms(150)).await;
+    let extended = ok(a.extend(ms(2_000)).await, "extend");
+    assert!(extended > first_deadline);
+    assert_eq!(a.valid_until(), extended);
+    sleep(ms(350)).await;
+    assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none(), "an extended lock was taken");
+    assert!(!a.is_lost());
+    assert!(a.extend(Duration::ZERO).await.is_err_and(|e| matches!(e, LockError::InvalidArgument(_))));
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Extending after expiry fails with `Lost` and never brings the lock back, whether or not someone took it.
+pub async fn extend_after_expiry_never_resurrects(s: &Subject) {
+    let lock = s.lock();
+    // Nobody took it.
+    let r = fresh("resurrect-free");
+    let a = some(try_get(lock, &r, &opts(100, 0)).await, "holder");
+    sleep(ms(200)).await;
+    let err = a.extend(ms(10_000)).await.err();
+    assert!(matches!(err, Some(LockError::Lost { .. })), "expected Lost, got {err:?}");
+    let b = some(try_get(lock, &r, &opts(5_000, 0)).await, "the key must not have been recreated");
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+    drop(a);
+    // Someone took it.
+    let r = fresh("resurrect-taken");
+    let a = some(try_get(lock, &r, &opts(100, 0)).await, "holder");
+    sleep(ms(200)).await;
+    let b = some(try_get(lock, &r, &opts(5_000, 0)).await, "new holder");
+    assert!(matches!(a.extend(ms(10_000)).await, Err(LockError::Lost { .. })));
+    assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none(), "the new holder must keep the lock");
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// The holder's validity deadline is never later than the moment the server lets someone else in, and never
+/// later than request start + TTL.
+pub async fn validity_ends_before_server_expiry(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("validity");
+    let ttl = ms(300);
+    let before = Instant::now();
+    let a = some(try_get(lock, &r, &LockOptions::new(ttl).wait(Duration::ZERO)).await, "holder");
+    let valid_until = a.valid_until();
+    assert!(valid_until <= before + ttl, "validity must count from before the request");
+    let polling_since = Instant::now();
+    let b = loop {
+        if let Some(g) = try_get(lock, &r, &opts(5_000, 0)).await {
+            break g;
+        }
+        assert!(polling_since.elapsed() < ms(5_000), "the lock never expired");
+        sleep(ms(2)).await;
+    };
+    let granted_at = Instant::now();
+    assert!(valid_until <= granted_at, "holder believed it held the lock until after another owner got it");
+    assert!(a.is_lost(), "the holder must see its lock as lost once another owner has it");
+    drop(a);
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Fencing tokens strictly increase across acquisitions of one resource: after release, after expiry, and
+/// across resources they are independent.
+pub async fn fencing_tokens_strictly_increase(s: &Subject) {
+    let lock = s.lock();
+    if !lock.capabilities().fencing {
+        return;
+    }
+    let r = fresh("fencing");
+    let mut last = None;
+    for i in 0..20 {
+        let g = some(try_get(lock, &r, &opts(5_000, 0)).await, "acquire");
+        let fence = g.fencing_token().unwrap_or_else(|| panic!("fencing is on by default (acquisition {i})"));
+        assert!(last.is_none_or(|l| fence > l), "fence {fence} after {last:?}");
+        last = Some(fence);
+        assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+    }
+    let short = some(try_get(lock, &r, &opts(50, 0)).await, "short holder");
+    let short_fence = short.fencing_token();
+    sleep(ms(120)).await;
+    let next = some(try_get(lock, &r, &opts(5_000, 0)).await, "after expiry");
+    assert!(next.fencing_token() > short_fence && short_fence > last);
+    drop(short);
+    assert_eq!(ok(next.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// With fencing off there is no token and the lock is just as exclusive.
+pub async fn fencing_can_be_turned_off(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("nofence");
+    let o = opts(5_000, 0).fencing(false);
+    let a = some(try_get(lock, &r, &o).await, "holder");
+    assert_eq!(a.fencing_token(), None);
+    assert!(try_get(lock, &r, &o).await.is_none());
+    assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none());
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Bad input is a typed `InvalidArgument`, returned at once.
+pub async fn invalid_inputs_rejected(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("invalid");
+    let cases: Vec<(&str, String, LockOptions)> = vec![
+        ("empty resource", String::new(), opts(1_000, 0)),
+        ("zero ttl", r.clone(), LockOptions::new(Duration::ZERO)),
+        ("ttl below floor", r.clone(), LockOptions::new(ms(1))),
+        ("absurd ttl", r.clone(), LockOptions::new(Duration::from_secs(400 * 24 * 3600))),
+        ("absurd wait", r.clone(), opts(1_000, 0).wait(Duration::from_secs(400 * 24 * 3600))),
+        ("bad retry", r.clone(), opts(1_000, 100).retry(RetryPolicy::default().factor(0.5))),
+    ];
+    for (what, resource, o) in cases {
+        let t0 = Instant::now();
+        let e1 = lock.try_acquire(&resource, &o).await.err();
+        let e2 = lock.acquire(&resource, &o).await.err();
+        assert!(matches!(e1, Some(LockError::InvalidArgument(_))), "{what}: try_acquire gave {e1:?}");
+        assert!(matches!(e2, Some(LockError::InvalidArgument(_))), "{what}: acquire gave {e2:?}");
+        assert!(t0.elapsed() < ms(100), "{what}: rejecting took {:?}", t0.elapsed());
+    }
+    // None of them took the lock.
+    let g = some(try_get(lock, &r, &opts(1_000, 0)).await, "valid acquire after invalid ones");
+    assert!(matches!(g.extend(ms(1)).await, Err(LockError::InvalidArgument(_))));
+    assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Any non-empty UTF-8 name works, and names that differ only in escaping are different locks.
+pub async fn any_resource_name_works(s: &Subject) {
+    let lock = s.lock();
+    let base = fresh("names");
+    let names = [
+        "with spaces and\ttabs",
+        "{braced}",
+        "}{",
+        "}",
+        "{",
+        "a}b",
+        "a%7Db",
+        "colons:in:it",
+        "lock:{x}:fence",
+        "emoji 🦀🔒",
+        "percent %",
+    ];
+    let mut held = Vec::new();
+    for name in names {
+        let r = format!("{base}:{name}");
+        let g = some(try_get(lock, &r, &opts(5_000, 0)).await, name);
+        assert_eq!(g.resource(), r);
+        assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none(), "{name:?} granted twice");
+        held.push(g);
+    }
+    for g in held {
+        assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+    }
+}
+
+/// A guard dropped without release frees the lock promptly (or at its TTL where the implementation says it
+/// cannot release on drop).
+pub async fn dropped_guard_is_freed(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("dropped");
+    let prompt = lock.capabilities().release_on_drop;
+    let ttl = if prompt { ms(30_000) } else { ms(300) };
+    let a = some(try_get(lock, &r, &LockOptions::new(ttl)).await, "holder");
+    let signal = a.lost_signal();
+    let t0 = Instant::now();
+    drop(a);
+    assert_eq!(signal.reason(), Some(LostReason::Released));
+    let b = ok(lock.acquire(&r, &opts(5_000, 3_000)).await, "acquire after drop");
+    if prompt {
+        assert!(t0.elapsed() < ms(2_000), "release on drop took {:?}", t0.elapsed());
+    }
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// An acquire future dropped at a random point (while its request is in flight, or while it waits for a holder
+/// that releases at a random moment) leaves no lock behind for longer than a short bound, far below its 30 s TTL:
+/// the library releases the token it sent.
+pub async fn cancelled_acquire_leaves_no_lock(s: &Subject) {
+    let lock = s.lock();
+    let mut cancelled = 0;
+    for i in 0..40u64 {
+        let r = fresh(&format!("cancel{i}"));
+        let holder = if i % 2 == 0 { Some(some(try_get(lock, &r, &opts(30_000, 0)).await, "holder")) } else { None };
+        let cut = Duration::from_micros(rand::random::<u64>() % 3_000);
+        let release_after = Duration::from_micros(rand::random::<u64>() % 3_000);
+        let o = opts(30_000, 5_000);
+        let contender = async {
+            match select(Box::pin(lock.acquire(&r, &o)), Box::pin(sleep(cut))).await {
+                Either::Left((result, _)) => Some(ok(result, "uncancelled acquire")),
+                Either::Right(((), pending)) => {
+                    // Cancel: drop the acquire future wherever it stopped.
+                    drop(pending);
+                    None
+                }
+            }
+        };
+        let releaser = async {
+            if let Some(h) = holder {
+                sleep(release_after).await;
+                assert_eq!(ok(h.release().await, "holder release"), ReleaseOutcome::Released);
+            }
+        };
+        let (won, ()) = futures_util::future::join(contender, releaser).await;
+        match won {
+            Some(g) => assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released),
+            None => {
+                cancelled += 1;
+                let t0 = Instant::now();
+                let g = ok(lock.acquire(&r, &opts(5_000, 3_000)).await, "acquire after a cancelled acquire");
+                assert!(t0.elapsed() < ms(3_000));
+                assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+            }
+        }
+    }
+    assert!(cancelled > 0, "no acquire was cancelled; the case proved nothing");
+}
+
+/// Without renewal, the lost signal fires at the validity deadline: not before, and not much after.
+pub async fn lost_signal_fires_at_validity_deadline(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("lost");
+    let a = some(try_get(lock, &r, &opts(200, 0)).await, "holder");
+    let signal = a.lost_signal();
+    assert!(!signal.is_lost());
+    let reason = signal.lost().await;
+    let now = Instant::now();
+    assert_eq!(reason, LostReason::Expired);
+    assert!(now >= a.valid_until(), "lost signal fired before the deadline");
+    assert!(now - a.valid_until() < ms(100), "lost signal fired {:?} late", now - a.valid_until());
+    assert!(a.is_lost());
+    assert_eq!(a.remaining(), Duration::ZERO);
+    assert!(matches!(a.extend(ms(1_000)).await, Err(LockError::Lost { .. })));
+}
+
+/// Releasing turns every clone of the lost signal lost, so work holding a clone stops.
+pub async fn release_marks_lost(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("release-lost");
+    let a = some(try_get(lock, &r, &opts(5_000, 0)).await, "holder");
+    let signal = a.lost_signal();
+    let waiter = async { signal.lost().await };
+    let releaser = async {
+        sleep(ms(20)).await;
+        ok(a.release().await, "release")
+    };
+    let (reason, outcome) = futures_util::future::join(waiter, releaser).await;
+    assert_eq!(outcome, ReleaseOutcome::Released);
+    assert_eq!(reason, LostReason::Released);
+}
+
+/// Every acquisition gets its own owner token of at least 128 random bits.
+pub async fn owner_tokens_are_unique(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("tokens");
+    let mut seen = HashSet::new();
+    for _ in 0..50 {
+        let g = some(try_get(lock, &r, &opts(5_000, 0)).await, "acquire");
+        let t = g.token().as_str().to_owned();
+        assert!(t.len() >= 32, "token {t:?} is shorter than 128 bits of hex");
+        assert!(seen.insert(t), "token reused");
+        assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+    }
+}

@@ -1,0 +1,311 @@
+//! Real `redis-server` processes on free loopback ports, for tests and benchmarks.
+//!
+//! Each server gets its own temporary directory and port, is killed when its [`RedisServer`] is dropped (also
+//! when the test panics), and on Linux also when the test process dies (`PR_SET_PDEATHSIG`), so a SIGKILLed
+//! test run leaves no server behind.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::resp::{self, Reply};
+
+/// How long a server may take to answer its first PING.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on each [`RedisServer::command`].
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tries with a new port when another process took the one we picked.
+const PORT_ATTEMPTS: usize = 8;
+
+/// Why a server could not be started or reached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// `redis-server` is not on `PATH`.
+    #[error("redis-server is not installed or not on PATH (Debian/Ubuntu: `apt-get install redis-server`)")]
+    NotInstalled,
+    /// The process could not be started, or did not answer PING in time.
+    #[error("redis-server did not start: {reason}")]
+    Start {
+        /// What went wrong, with the tail of the server's log.
+        reason: String,
+    },
+    /// I/O with the server failed.
+    #[error("I/O with redis-server failed")]
+    Io(#[from] io::Error),
+}
+
+/// Durability settings of a test server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Persistence {
+    /// `--save "" --appendonly no`: a restart loses everything (the default).
+    #[default]
+    None,
+    /// `--appendonly yes --appendfsync always`: a restart keeps every acknowledged write.
+    AppendFsyncAlways,
+}
+
+/// Options for [`RedisServer`].
+#[derive(Clone, Debug, Default)]
+pub struct RedisServerBuilder {
+    persistence: Persistence,
+    extra: Vec<String>,
+}
+
+impl RedisServerBuilder {
+    /// Sets the durability.
+    pub fn persistence(mut self, p: Persistence) -> Self {
+        self.persistence = p;
+        self
+    }
+
+    /// Adds one `--name value` configuration argument.
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.extra.push(format!("--{name}"));
+        self.extra.push(value.to_owned());
+        self
+    }
+
+    /// Starts the server.
+    ///
+    /// # Errors
+    /// [`ServerError::NotInstalled`] without `redis-server`; [`ServerError::Start`] when it does not come up.
+    pub fn start(self) -> Result<RedisServer, ServerError> {
+        let binary = find_binary("redis-server").ok_or(ServerError::NotInstalled)?;
+        let mut last = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let dir = tempfile::Builder::new().prefix("lock-testkit-redis-").tempdir()?;
+            let port = free_port()?;
+            let mut server =
+                RedisServer { binary: binary.clone(), options: self.clone(), port, dir, child: None, paused: false };
+            match server.launch() {
+                Ok(()) => return Ok(server),
+                Err(err) => last = Some(err),
+            }
+        }
+        Err(last.unwrap_or(ServerError::Start { reason: "no free port".into() }))
+    }
+}
+
+/// One `redis-server` process on `127.0.0.1` and a free port.
+///
+/// ```no_run
+/// let server = lock_testkit::RedisServer::start()?;
+/// println!("connect to {}", server.url());
+/// assert_eq!(server.command(&["PING"])?.as_text().as_deref(), Some("PONG"));
+/// # Ok::<(), lock_testkit::ServerError>(())
+/// ```
+#[derive(Debug)]
+pub struct RedisServer {
+    binary: PathBuf,
+    options: RedisServerBuilder,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence. Blocks the calling thread until the server answers PING (a few
+    /// milliseconds).
+    ///
+    /// # Errors
+    /// As [`RedisServerBuilder::start`].
+    pub fn start() -> Result<Self, ServerError> {
+        RedisServerBuilder::default().start()
+    }
+
+    /// Options for a server with other settings.
+    pub fn builder() -> RedisServerBuilder {
+        RedisServerBuilder::default()
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The server's working directory (where an append-only file lives).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends one command on a fresh connection and returns the reply.
+    ///
+    /// # Errors
+    /// [`ServerError::Io`] when the server cannot be reached within 5 s.
+    pub fn command(&self, args: &[&str]) -> Result<Reply, ServerError> {
+        Ok(resp::command(self.addr(), args, COMMAND_TIMEOUT)?)
+    }
+
+    /// Kills the process with SIGKILL (no shutdown, no final save).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.paused {
+                signal(&child, libc::SIGCONT);
+                self.paused = false;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Freezes the process (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGSTOP);
+            self.paused = true;
+        }
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub fn resume(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGCONT);
+            self.paused = false;
+        }
+    }
+
+    /// Kills the process and starts a new one on the same port and directory. Without persistence the data is
+    /// gone; with [`Persistence::AppendFsyncAlways`] it is reloaded.
+    ///
+    /// # Errors
+    /// [`ServerError::Start`] when the new process does not come up (for example, the port was taken meanwhile).
+    pub fn restart(&mut self) -> Result<(), ServerError> {
+        self.kill();
+        self.launch()
+    }
+
+    fn launch(&mut self) -> Result<(), ServerError> {
+        let dir = self.dir.path().to_owned();
+        let log = dir.join("redis.log");
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(["--save", ""]);
+        match self.options.persistence {
+            Persistence::None => cmd.args(["--appendonly", "no"]),
+            Persistence::AppendFsyncAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
+        };
+        cmd.args(&self.options.extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let mut child = spawn_tied_to_process(cmd)?;
+        let started = Instant::now();
+        loop {
+            if let Ok(reply) = resp::command(self.addr(), &["PING"], Duration::from_millis(200)) {
+                if reply == Reply::Status("PONG".into()) {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+            }
+            let exited = child.try_wait()?.is_some();
+            if exited || started.elapsed() > STARTUP_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: String = tail.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+                return Err(ServerError::Start { reason: format!("port {}: {tail}", self.port) });
+            }
+            // Synchronous by design (test setup); the server is up within a few milliseconds.
+            std::thread::park_timeout(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn signal(child: &Child, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: sending a signal to our own child process, which we have not reaped yet.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// Looks `name` up on `PATH`, then in the usual system directories.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin", "/usr/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// Spawns from one long-lived thread: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, and
+/// test threads exit early; this thread lives as long as the process.
+fn spawn_tied_to_process(cmd: Command) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("lock-testkit-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    set_parent_death_signal(&mut cmd);
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|err| tracing::warn!(%err, "no spawner thread"));
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    let sent = spawner.lock().unwrap_or_else(|p| p.into_inner()).send((cmd, reply_tx));
+    if let Err(mpsc::SendError((mut cmd, _))) = sent {
+        // No spawner thread: spawn here, without the death signal.
+        return cmd.spawn();
+    }
+    reply_rx.recv().map_err(|_| io::Error::other("spawner thread gone"))?
+}
+
+#[cfg(target_os = "linux")]
+fn set_parent_death_signal(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches only the child's own process attributes.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_parent_death_signal(_cmd: &mut Command) {}
