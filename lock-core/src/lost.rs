@@ -68,12 +68,14 @@ struct Shared {
 struct State {
     valid_until: Instant,
     reason: Option<LostReason>,
+    /// What passing the deadline means: `Expired`, or `RenewalFailed` while a watchdog renews the lock.
+    on_deadline: LostReason,
 }
 
 impl LostSignal {
     pub(crate) fn new(valid_until: Instant) -> Self {
         LostSignal {
-            shared: Arc::new(Shared { state: Mutex::new(State { valid_until, reason: None }), event: Event::new() }),
+            shared: Arc::new(Shared { state: Mutex::new(State { valid_until, reason: None, on_deadline: LostReason::Expired }), event: Event::new() }),
         }
     }
 
@@ -124,6 +126,11 @@ impl LostSignal {
         }
     }
 
+    /// Reports a passed deadline as a failed renewal (a watchdog is responsible for this lock).
+    pub(crate) fn renewed_by_watchdog(&self) {
+        self.state().on_deadline = LostReason::RenewalFailed;
+    }
+
     /// Marks the lock lost; the first reason sticks. Returns whether this call was the one that marked it.
     pub(crate) fn mark(&self, reason: LostReason) -> bool {
         let marked = {
@@ -157,8 +164,8 @@ fn check(st: &mut State, now: Instant) -> Result<Instant, LostReason> {
         return Err(reason);
     }
     if now >= st.valid_until {
-        st.reason = Some(LostReason::Expired);
-        return Err(LostReason::Expired);
+        st.reason = Some(st.on_deadline);
+        return Err(st.on_deadline);
     }
     Ok(st.valid_until)
 }
@@ -175,12 +182,12 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    #[test]
-    fn expires_at_deadline_and_stays_lost() {
+    #[tokio::test]
+    async fn expires_at_deadline_and_stays_lost() {
         let s = LostSignal::new(Instant::now() + Duration::from_millis(20));
         assert!(!s.is_lost());
         assert!(s.prolong(Instant::now() + Duration::from_millis(40)).is_ok());
-        std::thread::sleep(Duration::from_millis(60));
+        tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(s.reason(), Some(LostReason::Expired));
         assert_eq!(s.prolong(Instant::now() + Duration::from_secs(10)), Err(LostReason::Expired));
         assert!(s.is_lost());

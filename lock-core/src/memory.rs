@@ -72,7 +72,7 @@ impl MemoryStore {
         // Every critical section leaves the maps consistent, so a poisoned lock is still usable.
         let mut st = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         st.operations += 1;
-        if st.operations % SWEEP_EVERY == 0 {
+        if st.operations.is_multiple_of(SWEEP_EVERY) {
             let now = Instant::now();
             st.locks.retain(|_, e| e.expires > now);
         }

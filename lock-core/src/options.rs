@@ -33,6 +33,7 @@ pub struct LockOptions {
     wait: Duration,
     retry: RetryPolicy,
     fencing: bool,
+    renew: Option<RenewPolicy>,
 }
 
 impl Default for LockOptions {
@@ -43,6 +44,7 @@ impl Default for LockOptions {
             wait: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             fencing: true,
+            renew: None,
         }
     }
 }
@@ -78,6 +80,20 @@ impl LockOptions {
         self
     }
 
+    /// Keeps the lock alive in the background while the guard lives: a watchdog owned by the guard extends it by
+    /// the TTL every [`RenewPolicy::interval`] (default TTL/3), stops before release, and turns the guard's
+    /// [`LostSignal`](crate::LostSignal) lost when renewal finds the lock gone, cannot reach the server before the
+    /// validity deadline, or reaches the policy's maximum hold. Off by default.
+    pub fn auto_renew(mut self, policy: RenewPolicy) -> Self {
+        self.renew = Some(policy);
+        self
+    }
+
+    /// The renewal policy, when auto-renewal is on.
+    pub fn renew_policy(&self) -> Option<&RenewPolicy> {
+        self.renew.as_ref()
+    }
+
     /// The time-to-live.
     pub fn ttl(&self) -> Duration {
         self.ttl
@@ -107,7 +123,78 @@ impl LockOptions {
         if self.wait > MAX_WAIT {
             return Err(LockError::invalid(format!("wait budget {:?} exceeds the maximum {MAX_WAIT:?}", self.wait)));
         }
+        if let Some(renew) = &self.renew {
+            renew.validate(self.ttl)?;
+        }
         self.retry.validate()
+    }
+}
+
+/// How the watchdog of an auto-renewed lock behaves (see [`LockOptions::auto_renew`]).
+///
+/// ```
+/// use lock_core::{LockOptions, RenewPolicy};
+/// use std::time::Duration;
+///
+/// let opts = LockOptions::new(Duration::from_secs(30))
+///     .auto_renew(RenewPolicy::default().max_hold(Duration::from_secs(600)));
+/// assert!(opts.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RenewPolicy {
+    interval: Option<Duration>,
+    max_hold: Option<Duration>,
+    max_renewals: Option<u32>,
+}
+
+impl RenewPolicy {
+    /// Sets how often to extend (default: TTL/3, so two renewals can fail before the lock expires).
+    pub fn every(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// Stops renewing, and turns the guard lost, this long after the acquisition.
+    pub fn max_hold(mut self, limit: Duration) -> Self {
+        self.max_hold = Some(limit);
+        self
+    }
+
+    /// Stops renewing, and turns the guard lost, after this many renewals.
+    pub fn max_renewals(mut self, limit: u32) -> Self {
+        self.max_renewals = Some(limit);
+        self
+    }
+
+    /// The renewal interval for a lock with `ttl`.
+    pub fn interval(&self, ttl: Duration) -> Duration {
+        self.interval.unwrap_or(ttl / 3)
+    }
+
+    /// The maximum hold, if any.
+    pub fn hold_limit(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The maximum number of renewals, if any.
+    pub fn renewal_limit(&self) -> Option<u32> {
+        self.max_renewals
+    }
+
+    /// Checks the policy against the lock's TTL.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] when the interval is zero or not shorter than the TTL (the lock would lapse
+    /// between renewals), or the maximum hold is zero.
+    pub fn validate(&self, ttl: Duration) -> Result<()> {
+        let interval = self.interval(ttl);
+        if interval.is_zero() || interval >= ttl {
+            return Err(LockError::invalid(format!("renewal interval {interval:?} must be in (0, ttl {ttl:?})")));
+        }
+        if self.max_hold.is_some_and(|h| h.is_zero()) {
+            return Err(LockError::invalid("max_hold must be positive"));
+        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,8 @@
 //! The single-instance lock: one [`LockStore`], `SET NX PX` semantics, fencing, waiting, validity.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -9,13 +10,15 @@ use tracing::Instrument;
 
 use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
-use crate::inflight::{release_all, InFlight};
+use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
 use crate::options::{validate_ttl, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::rt::BackgroundTask;
 use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::{FencingToken, Token};
 use crate::wait::{until_acquired, Attempt};
+use crate::watchdog::{self, Renewable};
 use crate::{lease, rt};
 
 /// The default bound on one call to the store (acquire, release or extend), on top of the backend's own timeouts.
@@ -88,7 +91,11 @@ impl Lock {
         if self.operation_timeout.is_zero() {
             return Err(LockError::invalid("operation timeout must be positive"));
         }
-        Ok(Arc::new(LockKeys::new(&self.prefix, resource)?))
+        let keys = LockKeys::new(&self.prefix, resource)?;
+        if options.renew_policy().is_some() && rt::current().is_none() {
+            return Err(LockError::NoRuntime("auto-renewal"));
+        }
+        Ok(Arc::new(keys))
     }
 
     /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
@@ -137,7 +144,7 @@ impl Lock {
                 }
                 let token = inflight.disarm();
                 tracing::debug!(resource = keys.resource(), fence, "lock acquired");
-                Ok(Attempt::Acquired(Guard::new(GuardState {
+                let state = Arc::new(GuardState {
                     store: self.store.clone(),
                     keys: keys.clone(),
                     token,
@@ -145,7 +152,15 @@ impl Lock {
                     operation_timeout: self.operation_timeout,
                     lost: LostSignal::new(valid_until),
                     extending: futures_util::lock::Mutex::new(()),
-                })))
+                    stopping: AtomicBool::new(false),
+                    watchdog: Mutex::new(None),
+                });
+                if let Some(policy) = options.renew_policy() {
+                    let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
+                    let task = watchdog::start(weak, ttl, policy, started);
+                    *state.watchdog.lock().unwrap_or_else(|p| p.into_inner()) = task;
+                }
+                Ok(Attempt::Acquired(Guard { state, released: false }))
             }
             Ok(AcquireReply::Held { ttl: holder_ttl }) => {
                 inflight.disarm();
@@ -196,15 +211,87 @@ struct GuardState {
     fence: Option<FencingToken>,
     operation_timeout: Duration,
     lost: LostSignal,
-    /// Extensions are serialized so the deadline always matches the last TTL the server applied.
+    /// Extensions are serialized so the deadline always matches the last TTL the server applied; release takes it
+    /// too, so no extension is in flight when the release is sent.
     extending: futures_util::lock::Mutex<()>,
+    /// Set before release: no extension starts after it.
+    stopping: AtomicBool,
+    watchdog: Mutex<Option<BackgroundTask>>,
+}
+
+impl GuardState {
+    fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost { resource: self.keys.resource().to_owned(), reason }
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        validate_ttl(ttl)?;
+        let _serial = self.extending.lock().await;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        if let Some(reason) = self.lost.reason() {
+            return Err(self.lost_error(reason));
+        }
+        let started = Instant::now();
+        let reply =
+            rt::timeout("extend", self.operation_timeout, self.store.extend(&self.keys, &self.token, ttl)).await;
+        match reply.and_then(|r| r)? {
+            ExtendReply::Extended => {
+                let until = lease::valid_until(started, ttl);
+                self.lost.prolong(until).map_err(|reason| self.lost_error(reason))?;
+                tracing::trace!(resource = self.keys.resource(), ?ttl, "lock extended");
+                Ok(until)
+            }
+            ExtendReply::Absent | ExtendReply::OwnedByOther => {
+                if self.lost.mark(LostReason::NotHeld) {
+                    tracing::warn!(resource = self.keys.resource(), "lock lost: extension found it gone");
+                }
+                Err(self.lost_error(LostReason::NotHeld))
+            }
+        }
+    }
+
+    /// Stops the watchdog and marks the lock released (synchronous part of release and drop).
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.lost.mark(LostReason::Released);
+        drop(self.watchdog.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// Compare-and-delete, after any extension in flight has finished.
+    async fn release(&self) -> Result<ReleaseOutcome> {
+        let _serial = self.extending.lock().await;
+        let reply = rt::timeout("release", self.operation_timeout, self.store.release(&self.keys, &self.token)).await;
+        let outcome = reply.and_then(|r| r)?;
+        if outcome == ReleaseOutcome::Released {
+            if let Some(hub) = self.store.release_hub() {
+                hub.wake_one(self.keys.channel());
+            }
+        }
+        tracing::debug!(resource = self.keys.resource(), ?outcome, "lock released");
+        Ok(outcome)
+    }
+}
+
+#[async_trait]
+impl Renewable for GuardState {
+    async fn renew(&self, ttl: Duration) -> Result<Instant> {
+        self.extend(ttl).await
+    }
+    fn lost_signal(&self) -> &LostSignal {
+        &self.lost
+    }
+    fn resource(&self) -> &str {
+        self.keys.resource()
+    }
 }
 
 /// A held single-instance lock.
 ///
 /// Release it with [`release`](Self::release). Dropping it instead releases in the background when a runtime is
 /// current (tokio, or async-std/smol with their features), and otherwise leaves the lock to expire at its TTL; in
-/// both cases its [`LostSignal`] turns lost at once.
+/// both cases its [`LostSignal`] turns lost at once and its renewal watchdog (if any) stops.
 #[must_use = "dropping a guard releases the lock in the background; call `release().await` to know the outcome"]
 pub struct Guard {
     state: Arc<GuardState>,
@@ -212,10 +299,6 @@ pub struct Guard {
 }
 
 impl Guard {
-    fn new(state: GuardState) -> Self {
-        Guard { state: Arc::new(state), released: false }
-    }
-
     /// The resource name.
     pub fn resource(&self) -> &str {
         self.state.keys.resource()
@@ -256,48 +339,17 @@ impl Guard {
     /// # Errors
     /// As [`LockGuard::extend`].
     pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
-        validate_ttl(ttl)?;
-        let st = &self.state;
-        let _serial = st.extending.lock().await;
-        let lost = |reason| LockError::Lost { resource: st.keys.resource().to_owned(), reason };
-        if let Some(reason) = st.lost.reason() {
-            return Err(lost(reason));
-        }
-        let started = Instant::now();
-        let reply = rt::timeout("extend", st.operation_timeout, st.store.extend(&st.keys, &st.token, ttl)).await;
-        match reply.and_then(|r| r)? {
-            ExtendReply::Extended => {
-                let until = lease::valid_until(started, ttl);
-                st.lost.prolong(until).map_err(lost)?;
-                tracing::trace!(resource = st.keys.resource(), ?ttl, "lock extended");
-                Ok(until)
-            }
-            ExtendReply::Absent | ExtendReply::OwnedByOther => {
-                if st.lost.mark(LostReason::NotHeld) {
-                    tracing::warn!(resource = st.keys.resource(), "lock lost: extension found it gone");
-                }
-                Err(lost(LostReason::NotHeld))
-            }
-        }
+        self.state.extend(ttl).await
     }
 
-    /// Releases the lock now (compare-and-delete by token). See [`LockGuard::release`].
+    /// Stops renewal, then releases the lock now (compare-and-delete by token). See [`LockGuard::release`].
     ///
     /// # Errors
     /// As [`LockGuard::release`].
     pub async fn release(mut self) -> Result<ReleaseOutcome> {
         self.released = true;
-        let st = &self.state;
-        st.lost.mark(LostReason::Released);
-        let reply = rt::timeout("release", st.operation_timeout, st.store.release(&st.keys, &st.token)).await;
-        let outcome = reply.and_then(|r| r)?;
-        if outcome == ReleaseOutcome::Released {
-            if let Some(hub) = st.store.release_hub() {
-                hub.wake_one(st.keys.channel());
-            }
-        }
-        tracing::debug!(resource = st.keys.resource(), ?outcome, "lock released");
-        Ok(outcome)
+        self.state.stop();
+        self.state.release().await
     }
 }
 
@@ -306,11 +358,12 @@ impl Drop for Guard {
         if self.released {
             return;
         }
-        let st = self.state.clone();
-        st.lost.mark(LostReason::Released);
-        let stores = vec![st.store.clone()];
+        self.state.stop();
+        let state = self.state.clone();
         let spawned = rt::spawn_background(async move {
-            release_all(&stores, &st.keys, &st.token, st.operation_timeout).await;
+            if let Err(err) = state.release().await {
+                tracing::debug!(resource = state.keys.resource(), error = %err, "release on drop failed; TTL applies");
+            }
         });
         match spawned {
             Some(task) => task.detach(),

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore,
-    ReleaseHub, ReleaseOutcome, RetryPolicy, Token,
+    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, LostReason,
+    MemoryStore, ReleaseHub, ReleaseOutcome, RenewPolicy, RetryPolicy, Token,
 };
 
 /// What the wrapper does to acquire requests.
@@ -22,6 +22,10 @@ struct Faults {
     unavailable: AtomicUsize,
     /// Hide the release hub (a backend without notifications).
     no_hub: AtomicBool,
+    /// Fail every extend with `Unavailable` (a partition after acquire).
+    extend_unavailable: AtomicBool,
+    /// Extends that reached the store.
+    extends: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -61,6 +65,10 @@ impl LockStore for Faulty {
     }
     async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> lock_core::Result<ExtendReply> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.faults.extends.fetch_add(1, Ordering::SeqCst);
+        if self.faults.extend_unavailable.load(Ordering::SeqCst) {
+            return Err(LockError::unavailable(std::io::Error::other("partitioned")));
+        }
         self.inner.extend(keys, token, ttl).await
     }
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> lock_core::Result<bool> {
@@ -189,4 +197,67 @@ async fn dropped_guards_leave_no_background_tasks() {
     eventually("all dropped guards released", || inner.held_count() == 0).await;
     // Other tests in this binary spawn too; ours must all have finished.
     eventually("background tasks finished", || lock_core::live_background_tasks() == 0).await;
+}
+
+fn renewing(ttl_ms: u64) -> LockOptions {
+    LockOptions::new(ms(ttl_ms)).auto_renew(RenewPolicy::default())
+}
+
+#[tokio::test]
+async fn renewal_stops_before_release_and_after_drop() {
+    let (lock, inner, faults, _) = faulty();
+    let g = lock.try_acquire("renew-release", &renewing(90)).await.unwrap().unwrap();
+    eventually("a few renewals", || faults.extends.load(Ordering::SeqCst) >= 3).await;
+    g.release().await.unwrap();
+    let after_release = faults.extends.load(Ordering::SeqCst);
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(faults.extends.load(Ordering::SeqCst), after_release, "renewal continued after release");
+
+    let g = lock.try_acquire("renew-drop", &renewing(90)).await.unwrap().unwrap();
+    eventually("a renewal", || faults.extends.load(Ordering::SeqCst) > after_release).await;
+    drop(g);
+    let after_drop = faults.extends.load(Ordering::SeqCst);
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(faults.extends.load(Ordering::SeqCst), after_drop, "renewal continued after drop");
+    eventually("dropped lock released", || inner.held_count() == 0).await;
+}
+
+#[tokio::test]
+async fn failing_renewals_report_loss_at_the_validity_deadline_not_after() {
+    let (lock, _, faults, _) = faulty();
+    let g = lock.try_acquire("renew-partition", &renewing(150)).await.unwrap().unwrap();
+    faults.extend_unavailable.store(true, Ordering::SeqCst);
+    let reason = g.lost_signal().lost().await;
+    let now = Instant::now();
+    assert_eq!(reason, LostReason::RenewalFailed);
+    assert!(now >= g.valid_until(), "reported before the deadline although the lock might still be held");
+    assert!(now - g.valid_until() < ms(30), "reported {:?} after the deadline", now - g.valid_until());
+    assert!(faults.extends.load(Ordering::SeqCst) >= 2, "renewal should retry before giving up");
+}
+
+#[tokio::test]
+async fn a_key_deleted_behind_the_holders_back_is_lost_at_the_next_renewal() {
+    let (lock, inner, _, _) = faulty();
+    let g = lock.try_acquire("renew-deleted", &renewing(300)).await.unwrap().unwrap();
+    assert_eq!(inner.release(g.keys(), g.token()).await.unwrap(), ReleaseOutcome::Released);
+    let t0 = Instant::now();
+    assert_eq!(g.lost_signal().lost().await, LostReason::NotHeld);
+    assert!(t0.elapsed() < ms(150), "noticed only after {:?} (renewal every 100 ms)", t0.elapsed());
+}
+
+#[tokio::test]
+async fn a_thousand_renewing_guards_all_stay_held() {
+    let (lock, inner, faults, _) = faulty();
+    let mut guards = Vec::new();
+    for i in 0..1_000 {
+        guards.push(lock.try_acquire(&format!("many{i}"), &renewing(300)).await.unwrap().unwrap());
+    }
+    tokio::time::sleep(ms(700)).await;
+    assert!(guards.iter().all(|g| !g.is_lost()), "a renewing guard was lost");
+    assert_eq!(inner.held_count(), 1_000);
+    assert!(faults.extends.load(Ordering::SeqCst) >= 5_000, "expected ~6 renewals per guard");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert_eq!(inner.held_count(), 0);
 }

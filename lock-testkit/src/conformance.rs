@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, select, Either};
-use lock_core::{DistributedLock, LockError, LockGuard, LockOptions, LostReason, ReleaseOutcome, RetryPolicy};
+use lock_core::{
+    DistributedLock, DistributedLockExt, LockError, LockGuard, LockOptions, LostReason, ReleaseOutcome, RenewPolicy,
+    RetryPolicy,
+};
 
 use crate::checker::{Checker, Hold};
 use crate::runtime::sleep;
@@ -458,4 +461,102 @@ pub async fn owner_tokens_are_unique(s: &Subject) {
         assert!(seen.insert(t), "token reused");
         assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
     }
+}
+
+/// With auto-renewal, work lasting 10× the TTL keeps the lock the whole time: a contender polling throughout
+/// never gets it, the checker sees no overlap, and the holder is never told it lost the lock.
+pub async fn auto_renewal_outlives_ttl(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("renew");
+    let ttl = ms(150);
+    let a = some(try_get(lock, &r, &LockOptions::new(ttl).auto_renew(RenewPolicy::default())).await, "holder");
+    let checker = Checker::new();
+    let start = Instant::now();
+    let mut polls = 0;
+    while start.elapsed() < ttl * 10 {
+        if let Some(intruder) = try_get(lock, &r, &opts(1_000, 0)).await {
+            checker.record(Hold { owner: "intruder".into(), fence: None, start: Instant::now(), end: Instant::now() });
+            drop(intruder);
+        }
+        polls += 1;
+        sleep(ms(20)).await;
+    }
+    assert!(!a.is_lost(), "a renewed lock was reported lost: {:?}", a.lost_signal().reason());
+    checker.record(Hold { owner: "holder".into(), fence: None, start, end: Instant::now().min(a.valid_until()) });
+    let report = checker.report();
+    assert!(report.overlaps.is_empty(), "another owner got a renewed lock: {:?}", report.overlaps);
+    assert!(polls > 20);
+    assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);
+    // Released means free, and the watchdog is gone: a short lock taken now expires on time.
+    let b = some(try_get(lock, &r, &opts(100, 0)).await, "after release");
+    sleep(ms(250)).await;
+    let c = some(try_get(lock, &r, &opts(1_000, 0)).await, "a stopped watchdog must not keep the key alive");
+    drop(b);
+    assert_eq!(ok(c.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// A maximum hold stops renewal and turns the guard lost at that moment (never after its validity), after which
+/// a waiter gets the lock.
+pub async fn max_hold_stops_renewal(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("maxhold");
+    let policy = RenewPolicy::default().max_hold(ms(400));
+    let t0 = Instant::now();
+    let a = some(try_get(lock, &r, &LockOptions::new(ms(150)).auto_renew(policy)).await, "holder");
+    let signal = a.lost_signal();
+    let reason = signal.lost().await;
+    let at = t0.elapsed();
+    assert_eq!(reason, LostReason::MaxHoldReached);
+    assert!(at >= ms(390) && at < ms(700), "max hold of 400 ms fired after {at:?}");
+    assert!(Instant::now() <= a.valid_until() + ms(20), "lost fired after the validity deadline");
+    let b = ok(lock.acquire(&r, &opts(1_000, 2_000)).await, "waiter after max hold");
+    assert!(t0.elapsed() < ms(400 + 150 + 600), "waiter got the lock only after {:?}", t0.elapsed());
+    drop(a);
+    assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Scoped locking runs the work with the fencing token and returns its output, and the lock is free afterwards.
+pub async fn scoped_work_returns_output(s: &Subject) {
+    let lock = s.lock();
+    let r = fresh("scoped");
+    let out = lock
+        .with_lock(&r, &opts(1_000, 1_000), |ctx| async move {
+            assert!(!ctx.lost.is_lost());
+            sleep(ms(20)).await;
+            (ctx.resource, ctx.fencing_token)
+        })
+        .await;
+    let (resource, fence) = ok(out, "with_lock");
+    assert_eq!(resource, r);
+    if lock.capabilities().fencing {
+        assert!(fence.is_some());
+    }
+    let g = some(try_get(lock, &r, &opts(1_000, 0)).await, "free after scoped work");
+    assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Scoped work is cancelled (its future dropped) when the lock is lost, and the call returns `Lost`.
+pub async fn scoped_work_cancelled_on_loss(s: &Subject) {
+    struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let lock = s.lock();
+    let r = fresh("scoped-lost");
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = DropFlag(dropped.clone());
+    let o = LockOptions::new(ms(150)).wait(ms(1_000)).auto_renew(RenewPolicy::default().max_hold(ms(300)));
+    let t0 = Instant::now();
+    let out = lock
+        .with_lock(&r, &o, |_ctx| async move {
+            let _flag = flag;
+            sleep(ms(10_000)).await;
+            "finished"
+        })
+        .await;
+    assert!(matches!(out, Err(LockError::Lost { reason: LostReason::MaxHoldReached, .. })), "got {out:?}");
+    assert!(t0.elapsed() < ms(2_000), "work was not cancelled promptly: {:?}", t0.elapsed());
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst), "the work future was not dropped");
 }

@@ -109,6 +109,10 @@ macro_rules! conformance_tests {
             lost_signal_fires_at_validity_deadline,
             release_marks_lost,
             owner_tokens_are_unique,
+            auto_renewal_outlives_ttl,
+            max_hold_stops_renewal,
+            scoped_work_returns_output,
+            scoped_work_cancelled_on_loss,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

@@ -1,0 +1,90 @@
+//! Scoped locking: run a piece of async work while holding a lock, and stop it the moment the lock is lost.
+
+use std::future::Future;
+
+use async_trait::async_trait;
+use futures_util::future::{select, Either};
+
+use crate::distributed_lock::DistributedLock;
+use crate::error::{LockError, Result};
+use crate::lost::LostSignal;
+use crate::options::{LockOptions, RenewPolicy};
+use crate::token::FencingToken;
+
+/// What the work inside [`DistributedLockExt::with_lock`] gets to know about its lock.
+#[derive(Clone, Debug)]
+pub struct LockContext {
+    /// The resource name.
+    pub resource: String,
+    /// The fencing token to pass to the protected resource (`None` when fencing is off).
+    pub fencing_token: Option<FencingToken>,
+    /// Turns lost if the lock is lost while the work runs (the work is also cancelled then).
+    pub lost: LostSignal,
+}
+
+/// Scoped locking for every [`DistributedLock`], including `dyn DistributedLock`.
+#[async_trait]
+pub trait DistributedLockExt: DistributedLock {
+    /// Acquires `resource` (waiting up to the options' budget), runs `work` while renewing the lock, and releases
+    /// it afterwards.
+    ///
+    /// Renewal is on even if `options` did not ask for it (with the default [`RenewPolicy`] then). If the lock is
+    /// lost while `work` runs (renewal found it gone, could not reach the server in time, or hit the maximum hold)
+    /// `work` is dropped at its next await point and the call returns [`LockError::Lost`].
+    ///
+    /// ```
+    /// use lock_core::{DistributedLockExt, Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let total = lock
+    ///     .with_lock("ledger", &LockOptions::new(Duration::from_secs(3)), |ctx| async move {
+    ///         // write with ctx.fencing_token ...
+    ///         ctx.fencing_token.map_or(0, |f| f.get())
+    ///     })
+    ///     .await?;
+    /// assert_eq!(total, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`acquire`](DistributedLock::acquire), and [`LockError::Lost`] when the lock was lost during the
+    /// work. A failed release after the work finished is logged, not returned (the lock expires at its TTL and the
+    /// work's output is not thrown away).
+    async fn with_lock<F, Fut, T>(&self, resource: &str, options: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let options = match options.renew_policy() {
+            Some(_) => options.clone(),
+            None => options.clone().auto_renew(RenewPolicy::default()),
+        };
+        let guard = self.acquire(resource, &options).await?;
+        let lost = guard.lost_signal();
+        let ctx =
+            LockContext { resource: resource.to_owned(), fencing_token: guard.fencing_token(), lost: lost.clone() };
+        // The work future is dropped at the end of this block, before the release is sent.
+        let output = {
+            let work = std::pin::pin!(work(ctx));
+            let lost_now = std::pin::pin!(lost.lost());
+            match select(work, lost_now).await {
+                Either::Left((output, _)) => Ok(output),
+                Either::Right((reason, _)) => {
+                    tracing::warn!(resource, %reason, "lock lost during scoped work; work cancelled");
+                    Err(LockError::Lost { resource: resource.to_owned(), reason })
+                }
+            }
+        };
+        if let Err(err) = guard.release().await {
+            tracing::warn!(resource, error = %err, "release after scoped work failed; the lock expires at its TTL");
+        }
+        output
+    }
+}
+
+impl<T: DistributedLock + ?Sized> DistributedLockExt for T {}

@@ -1,0 +1,114 @@
+//! The renewal watchdog: one small task per auto-renewed guard that extends the lock before it expires.
+//!
+//! The task belongs to the guard: release and drop stop it first (release also waits for an extension in flight,
+//! so no extension is sent after the release). It holds only a weak reference, so it can never keep a guard's
+//! state alive. It sleeps on the runtime's timer (tokio's wheel, or async-io's single timer thread), so a
+//! thousand renewing guards cost a thousand parked futures, not a thousand threads.
+//!
+//! It turns the guard lost:
+//! - when an extension finds the key gone or taken ([`LostReason::NotHeld`], marked by the extension itself);
+//! - when extensions keep failing until the validity deadline ([`LostReason::RenewalFailed`], at the deadline);
+//! - when the maximum hold time or renewal count is reached ([`LostReason::MaxHoldReached`]).
+
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::future::{select, Either};
+
+use crate::error::{LockError, Result};
+use crate::lost::{LostReason, LostSignal};
+use crate::options::RenewPolicy;
+use crate::rt::{self, BackgroundTask};
+
+/// Shortest pause between retries of a failed renewal.
+const MIN_RETRY: Duration = Duration::from_millis(5);
+
+/// A held lock the watchdog can extend.
+#[async_trait]
+pub(crate) trait Renewable: Send + Sync + 'static {
+    /// Extends by `ttl`; on success the lost signal's deadline has moved.
+    async fn renew(&self, ttl: Duration) -> Result<Instant>;
+    /// The holder's lost signal.
+    fn lost_signal(&self) -> &LostSignal;
+    /// For logs.
+    fn resource(&self) -> &str;
+}
+
+/// Starts the watchdog for a lock acquired (request started) at `acquired_at`; `None` without a runtime.
+pub(crate) fn start(
+    target: Weak<dyn Renewable>,
+    ttl: Duration,
+    policy: &RenewPolicy,
+    acquired_at: Instant,
+) -> Option<BackgroundTask> {
+    if let Some(t) = target.upgrade() {
+        t.lost_signal().renewed_by_watchdog();
+    }
+    let interval = policy.interval(ttl);
+    let hold_until = policy.hold_limit().map(|limit| acquired_at + limit);
+    let max_renewals = policy.renewal_limit();
+    rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at))
+}
+
+async fn run(
+    target: Weak<dyn Renewable>,
+    ttl: Duration,
+    interval: Duration,
+    hold_until: Option<Instant>,
+    max_renewals: Option<u32>,
+    acquired_at: Instant,
+) {
+    let Some(lost) = target.upgrade().map(|t| t.lost_signal().clone()) else { return };
+    let mut renewals: u32 = 0;
+    let mut next = acquired_at + interval;
+    loop {
+        let deadline = lost.valid_until();
+        let wake = [Some(next), hold_until, Some(deadline)].into_iter().flatten().min().unwrap_or(deadline);
+        let pause = wake.saturating_duration_since(Instant::now());
+        let slept = async {
+            if rt::sleep(pause).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        // The timer is polled first so that, at the validity deadline, a failing renewal is reported as such.
+        if let Either::Right(_) = select(std::pin::pin!(slept), std::pin::pin!(lost.lost())).await {
+            return;
+        }
+        let now = Instant::now();
+        if hold_until.is_some_and(|h| now >= h) || max_renewals.is_some_and(|m| renewals >= m) {
+            if lost.mark(LostReason::MaxHoldReached) {
+                tracing::info!(renewals, "lock renewal stopped: maximum hold reached");
+            }
+            return;
+        }
+        if now >= lost.valid_until() {
+            if lost.mark(LostReason::RenewalFailed) {
+                tracing::warn!("lock lost: renewal did not succeed before the validity deadline");
+            }
+            return;
+        }
+        if now < next {
+            continue;
+        }
+        let Some(target) = target.upgrade() else { return };
+        let started = Instant::now();
+        match target.renew(ttl).await {
+            Ok(_) => {
+                renewals = renewals.saturating_add(1);
+                next = started + interval;
+            }
+            Err(LockError::Lost { .. }) => return,
+            Err(err) if err.is_retryable() => {
+                let left = lost.valid_until().saturating_duration_since(Instant::now());
+                tracing::debug!(resource = target.resource(), error = %err, ?left, "lock renewal failed; retrying");
+                next = Instant::now() + (left / 4).clamp(MIN_RETRY, interval.max(MIN_RETRY));
+            }
+            Err(err) => {
+                tracing::warn!(resource = target.resource(), error = %err, "lock renewal failed permanently");
+                lost.mark(LostReason::RenewalFailed);
+                return;
+            }
+        }
+    }
+}
