@@ -75,7 +75,10 @@ struct State {
 impl LostSignal {
     pub(crate) fn new(valid_until: Instant) -> Self {
         LostSignal {
-            shared: Arc::new(Shared { state: Mutex::new(State { valid_until, reason: None, on_deadline: LostReason::Expired }), event: Event::new() }),
+            shared: Arc::new(Shared {
+                state: Mutex::new(State { valid_until, reason: None, on_deadline: LostReason::Expired }),
+                event: Event::new(),
+            }),
         }
     }
 

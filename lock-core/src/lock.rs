@@ -1,0 +1,645 @@
+//! The lock itself: acquire, extend and release over one [`LockStore`] or a quorum of independent ones.
+//!
+//! With one instance this is the classic single-Redis lock (one round trip per operation). With several it is
+//! Redlock (see [`Redlock`](crate::Redlock) for the algorithm, the fencing argument and the limits). Both share
+//! every line of waiting, validity, cancellation, renewal and loss handling.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tracing::Instrument;
+
+use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
+use crate::error::{LockError, Result};
+use crate::inflight::InFlight;
+use crate::lost::{LostReason, LostSignal};
+use crate::options::{validate_ttl, LockOptions};
+use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::rt::BackgroundTask;
+use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+use crate::token::{FencingToken, Token};
+use crate::wait::{until_acquired, Attempt};
+use crate::watchdog::{self, Renewable};
+use crate::{lease, rt};
+
+/// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The lock server(s) a [`Lock`] runs on, and how many must agree.
+pub(crate) struct Instances {
+    pub(crate) stores: Vec<Arc<dyn LockStore>>,
+    pub(crate) quorum: usize,
+    /// Bound on one call to one instance when there are several (default: a fraction of the TTL).
+    pub(crate) instance_timeout: Option<Duration>,
+}
+
+impl Instances {
+    fn n(&self) -> usize {
+        self.stores.len()
+    }
+
+    /// How long one call to one instance may take for a lock with `ttl`.
+    fn call_timeout(&self, ttl: Duration, operation_timeout: Duration) -> Duration {
+        if self.n() == 1 {
+            return operation_timeout;
+        }
+        let default = (ttl / 20).max(Duration::from_millis(10)).min(ttl / 2);
+        self.instance_timeout.unwrap_or(default).min(operation_timeout)
+    }
+}
+
+/// A distributed lock over one [`LockStore`] ([`Lock::new`]) or a quorum of independent ones
+/// ([`Redlock`](crate::Redlock)).
+///
+/// Cheap to clone (clones share the stores). Implements [`DistributedLock`]; its inherent methods return the
+/// concrete [`Guard`].
+///
+/// ```
+/// use lock_core::{Lock, LockOptions, MemoryStore, ReleaseOutcome};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// let lock = Lock::new(MemoryStore::new()).with_key_prefix("billing:lock:");
+/// let guard = lock.acquire("customer-7", &LockOptions::new(Duration::from_secs(2))).await?;
+/// let fence = guard.fencing_token().expect("fencing is on by default");
+/// // ... write to the protected resource, passing `fence` along ...
+/// # let _ = fence;
+/// assert_eq!(guard.release().await?, ReleaseOutcome::Released);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    instances: Arc<Instances>,
+    prefix: Arc<str>,
+    operation_timeout: Duration,
+}
+
+impl Lock {
+    /// A lock on one store with the default key prefix (`lock:`) and operation timeout.
+    pub fn new(store: impl LockStore) -> Self {
+        Self::from_arc(Arc::new(store))
+    }
+
+    /// A lock on one shared store.
+    pub fn from_arc(store: Arc<dyn LockStore>) -> Self {
+        Self::with_instances(Instances { stores: vec![store], quorum: 1, instance_timeout: None })
+    }
+
+    pub(crate) fn with_instances(instances: Instances) -> Self {
+        Lock {
+            instances: Arc::new(instances),
+            prefix: DEFAULT_PREFIX.into(),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+        }
+    }
+
+    /// Sets the prefix of every key this lock touches. A prefix containing `{` or `}` makes every acquisition fail
+    /// with [`LockError::InvalidArgument`].
+    pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into().into();
+        self
+    }
+
+    /// Bounds each call to a store (default [`DEFAULT_OPERATION_TIMEOUT`]).
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// The stores this lock runs on (one, or the Redlock instances in order).
+    pub fn stores(&self) -> &[Arc<dyn LockStore>] {
+        &self.instances.stores
+    }
+
+    /// How many stores must agree (1 for a single-instance lock).
+    pub fn quorum(&self) -> usize {
+        self.instances.quorum
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<LockKeys>> {
+        options.validate()?;
+        validate_prefix(&self.prefix)?;
+        if self.operation_timeout.is_zero() {
+            return Err(LockError::invalid("operation timeout must be positive"));
+        }
+        let keys = LockKeys::new(&self.prefix, resource)?;
+        if options.renew_policy().is_some() && rt::current().is_none() {
+            return Err(LockError::NoRuntime("auto-renewal"));
+        }
+        Ok(Arc::new(keys))
+    }
+
+    /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`]; with several instances, [`LockError::Quorum`] when too few answered.
+    pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
+        let keys = self.prepare(resource, options)?;
+        let span = tracing::debug_span!("lock.try_acquire", resource, ttl = ?options.ttl());
+        match self.attempt(&keys, options).instrument(span).await? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Acquires, waiting up to the options' wait budget. See [`DistributedLock::acquire`].
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire`].
+    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
+        let keys = self.prepare(resource, options)?;
+        let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait_budget());
+        // Any instance's release notification is a good enough hint; the wait loop re-polls all of them.
+        let hub = self.instances.stores.iter().find_map(|s| s.release_hub()).map(|hub| (hub, keys.channel()));
+        until_acquired(resource, options, hub, || self.attempt(&keys, options)).instrument(span).await
+    }
+
+    /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing) one fence write-back.
+    async fn attempt(&self, keys: &Arc<LockKeys>, options: &LockOptions) -> Result<Attempt<Guard>> {
+        let ttl = options.ttl();
+        let inst = &self.instances;
+        let n = inst.n();
+        let call_timeout = inst.call_timeout(ttl, self.operation_timeout);
+        let inflight = InFlight::new(inst.stores.clone(), keys.clone(), Token::generate(), call_timeout);
+        // The validity clock starts before the first request leaves.
+        let started = Instant::now();
+        let request = AcquireRequest { keys, token: inflight.token(), ttl, fencing: options.fencing_enabled() };
+        let mut replies: FuturesUnordered<_> = inst
+            .stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| async move {
+                (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
+            })
+            .collect();
+        let mut tally = Tally::default();
+        while let Some((i, reply)) = replies.next().await {
+            tally.add(i, reply);
+            // Decide as soon as the outcome is known; never wait for the slowest instance.
+            if tally.granted.len() >= inst.quorum || tally.granted.len() + replies.len() < inst.quorum {
+                break;
+            }
+        }
+        let answered = n - replies.len();
+        drop(replies);
+
+        if tally.granted.len() < inst.quorum {
+            // Granted somewhere, unanswered, or failed in a way that may hide an applied SET (a timeout, a dropped
+            // connection): give it back everywhere. "Held" and definite errors mean nothing of ours exists.
+            let maybe_ours =
+                !tally.granted.is_empty() || answered < n || tally.errors.iter().any(LockError::outcome_unknown);
+            if maybe_ours {
+                inflight.release_now().await;
+            } else {
+                inflight.disarm();
+            }
+            return tally.failure(keys.resource(), inst.quorum, n, answered);
+        }
+
+        let mut fence = tally.granted.iter().filter_map(|(_, f)| *f).max();
+        if n > 1 {
+            if let Some(highest) = fence {
+                // See the Redlock docs: t = max over the quorum + 1, written back to a quorum before use.
+                let t = highest.saturating_add(1);
+                let raised = raise_fences(inst, keys, inflight.token(), t, call_timeout, &tally.granted).await;
+                if raised < inst.quorum {
+                    inflight.release_now().await;
+                    return Err(LockError::Quorum { granted: raised, required: inst.quorum, total: n });
+                }
+                fence = Some(t);
+            }
+        }
+
+        let valid_until = lease::valid_until(started, ttl);
+        let now = Instant::now();
+        if now >= valid_until {
+            inflight.release_now().await;
+            tracing::debug!(resource = keys.resource(), "grant arrived after its validity; given back");
+            return Err(LockError::ValidityExhausted { resource: keys.resource().to_owned(), elapsed: now - started });
+        }
+        let token = inflight.disarm();
+        let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
+        tracing::debug!(resource = keys.resource(), fence, instances = ?held_on, "lock acquired");
+        let state = Arc::new(GuardState {
+            instances: inst.clone(),
+            call_timeout,
+            keys: keys.clone(),
+            token,
+            fence: fence.map(FencingToken::new),
+            lost: LostSignal::new(valid_until),
+            held_on: Mutex::new(held_on),
+            extending: futures_util::lock::Mutex::new(()),
+            stopping: AtomicBool::new(false),
+            watchdog: Mutex::new(None),
+        });
+        if let Some(policy) = options.renew_policy() {
+            let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
+            let task = watchdog::start(weak, ttl, policy, started);
+            *lock_mutex(&state.watchdog) = task;
+        }
+        Ok(Attempt::Acquired(Guard { state, released: false }))
+    }
+}
+
+/// Replies of one acquire fan-out.
+#[derive(Default)]
+struct Tally {
+    granted: Vec<(usize, Option<u64>)>,
+    held: usize,
+    holder_ttl: Option<Duration>,
+    errors: Vec<LockError>,
+}
+
+impl Tally {
+    fn add(&mut self, instance: usize, reply: Result<AcquireReply>) {
+        match reply {
+            Ok(AcquireReply::Acquired { fence }) => self.granted.push((instance, fence)),
+            Ok(AcquireReply::Held { ttl }) => {
+                self.held += 1;
+                self.holder_ttl = match (self.holder_ttl, ttl) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Err(err) => {
+                tracing::debug!(instance, error = %err, "acquire failed on an instance");
+                self.errors.push(err);
+            }
+        }
+    }
+
+    /// Why an attempt without quorum failed: contention (retry later), or errors.
+    fn failure<G>(mut self, resource: &str, quorum: usize, n: usize, answered: usize) -> Result<Attempt<G>> {
+        if self.held > n - quorum {
+            tracing::trace!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl });
+        }
+        if n == 1 {
+            if let Some(err) = self.errors.pop() {
+                return Err(err);
+            }
+        }
+        // A foreign key type or bad credentials will not fix themselves: say so rather than "no quorum".
+        if let Some(pos) = self.errors.iter().position(|e| !e.is_retryable()) {
+            return Err(self.errors.swap_remove(pos));
+        }
+        tracing::debug!(resource, granted = self.granted.len(), answered, quorum, "no quorum");
+        Err(LockError::Quorum { granted: self.granted.len(), required: quorum, total: n })
+    }
+}
+
+/// Writes the fencing floor `t` back to the instances that granted; returns how many accepted it.
+async fn raise_fences(
+    inst: &Instances,
+    keys: &LockKeys,
+    token: &Token,
+    t: u64,
+    call_timeout: Duration,
+    granted: &[(usize, Option<u64>)],
+) -> usize {
+    let raises = granted.iter().filter_map(|(i, _)| inst.stores.get(*i)).map(|store| async move {
+        matches!(rt::timeout("raise-fence", call_timeout, store.raise_fence(keys, token, t)).await, Ok(Ok(true)))
+    });
+    futures_util::future::join_all(raises).await.into_iter().filter(|ok| *ok).count()
+}
+
+fn lock_mutex<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section leaves the value consistent, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("stores", &self.instances.stores)
+            .field("quorum", &self.instances.quorum)
+            .field("prefix", &self.prefix)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for Lock {
+    async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Box<dyn LockGuard>>> {
+        Ok(Lock::try_acquire(self, resource, options).await?.map(|g| Box::new(g) as Box<dyn LockGuard>))
+    }
+
+    async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Box<dyn LockGuard>> {
+        Ok(Box::new(Lock::acquire(self, resource, options).await?))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(true, true)
+    }
+}
+
+/// Counts of what a release found on each instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseReport {
+    /// Instances where our key was deleted.
+    pub released: usize,
+    /// Instances where the key was already gone.
+    pub expired: usize,
+    /// Instances where another owner's key was found (and left alone).
+    pub owned_by_other: usize,
+    /// Instances that did not answer.
+    pub failed: usize,
+}
+
+impl ReleaseReport {
+    /// The outcome as one value: `Released` if our key was deleted on a quorum (or anywhere, when no other owner
+    /// was seen), `OwnedByOther` if another owner holds it somewhere, else `AlreadyExpired`.
+    pub fn outcome(&self, quorum: usize) -> ReleaseOutcome {
+        if self.released >= quorum {
+            ReleaseOutcome::Released
+        } else if self.owned_by_other > 0 {
+            ReleaseOutcome::OwnedByOther
+        } else if self.released > 0 {
+            ReleaseOutcome::Released
+        } else {
+            ReleaseOutcome::AlreadyExpired
+        }
+    }
+}
+
+struct GuardState {
+    instances: Arc<Instances>,
+    call_timeout: Duration,
+    keys: Arc<LockKeys>,
+    token: Token,
+    fence: Option<FencingToken>,
+    lost: LostSignal,
+    /// Instances where our key was last confirmed (granted, or extended).
+    held_on: Mutex<Vec<usize>>,
+    /// Extensions are serialized so the deadline always matches the last TTL the servers applied; release takes it
+    /// too, so no extension is in flight when the release is sent.
+    extending: futures_util::lock::Mutex<()>,
+    /// Set before release: no extension starts after it.
+    stopping: AtomicBool,
+    watchdog: Mutex<Option<BackgroundTask>>,
+}
+
+impl GuardState {
+    fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost { resource: self.keys.resource().to_owned(), reason }
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        validate_ttl(ttl)?;
+        let _serial = self.extending.lock().await;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        if let Some(reason) = self.lost.reason() {
+            return Err(self.lost_error(reason));
+        }
+        let inst = &self.instances;
+        let (n, quorum) = (inst.n(), inst.quorum);
+        let started = Instant::now();
+        let mut replies: FuturesUnordered<_> = inst
+            .stores
+            .iter()
+            .enumerate()
+            .map(|(i, store)| async move {
+                let reply = rt::timeout("extend", self.call_timeout, store.extend(&self.keys, &self.token, ttl)).await;
+                (i, reply.and_then(|r| r))
+            })
+            .collect();
+        let (mut extended, mut gone, mut errors) = (Vec::new(), 0, Vec::new());
+        while let Some((i, reply)) = replies.next().await {
+            match reply {
+                Ok(ExtendReply::Extended) => extended.push(i),
+                Ok(_) => gone += 1,
+                Err(err) => errors.push(err),
+            }
+            if extended.len() >= quorum || gone > n - quorum {
+                break;
+            }
+        }
+        drop(replies);
+        if extended.len() >= quorum {
+            let until = lease::valid_until(started, ttl);
+            self.lost.prolong(until).map_err(|reason| self.lost_error(reason))?;
+            *lock_mutex(&self.held_on) = extended;
+            tracing::trace!(resource = self.keys.resource(), ?ttl, "lock extended");
+            return Ok(until);
+        }
+        if gone > n - quorum {
+            if self.lost.mark(LostReason::NotHeld) {
+                tracing::warn!(resource = self.keys.resource(), "lock lost: extension found it gone");
+            }
+            return Err(self.lost_error(LostReason::NotHeld));
+        }
+        match errors.pop() {
+            Some(err) if n == 1 => Err(err),
+            _ => Err(LockError::Quorum { granted: extended.len(), required: quorum, total: n }),
+        }
+    }
+
+    /// Stops the watchdog and marks the lock released (synchronous part of release and drop).
+    fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.lost.mark(LostReason::Released);
+        drop(lock_mutex(&self.watchdog).take());
+    }
+
+    /// Compare-and-delete on every instance, after any extension in flight has finished.
+    async fn release(&self) -> Result<ReleaseReport> {
+        let _serial = self.extending.lock().await;
+        let releases = self.instances.stores.iter().map(|store| async move {
+            let reply = rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token)).await;
+            let reply = reply.and_then(|r| r);
+            if matches!(reply, Ok(ReleaseOutcome::Released)) {
+                if let Some(hub) = store.release_hub() {
+                    hub.wake_one(self.keys.channel());
+                }
+            }
+            reply
+        });
+        let mut report = ReleaseReport::default();
+        let mut last_error = None;
+        for reply in futures_util::future::join_all(releases).await {
+            match reply {
+                Ok(ReleaseOutcome::Released) => report.released += 1,
+                Ok(ReleaseOutcome::OwnedByOther) => report.owned_by_other += 1,
+                Ok(_) => report.expired += 1,
+                Err(err) => {
+                    report.failed += 1;
+                    last_error = Some(err);
+                }
+            }
+        }
+        tracing::debug!(resource = self.keys.resource(), ?report, "lock released");
+        match last_error {
+            Some(err) if report.failed == self.instances.n() => Err(err),
+            _ => Ok(report),
+        }
+    }
+}
+
+#[async_trait]
+impl Renewable for GuardState {
+    async fn renew(&self, ttl: Duration) -> Result<Instant> {
+        self.extend(ttl).await
+    }
+    fn lost_signal(&self) -> &LostSignal {
+        &self.lost
+    }
+    fn resource(&self) -> &str {
+        self.keys.resource()
+    }
+}
+
+/// A held lock.
+///
+/// Release it with [`release`](Self::release). Dropping it instead releases in the background when a runtime is
+/// current (tokio, or async-std/smol with their features), and otherwise leaves the lock to expire at its TTL; in
+/// both cases its [`LostSignal`] turns lost at once and its renewal watchdog (if any) stops.
+#[must_use = "dropping a guard releases the lock in the background; call `release().await` to know the outcome"]
+pub struct Guard {
+    state: Arc<GuardState>,
+    released: bool,
+}
+
+impl Guard {
+    /// The resource name.
+    pub fn resource(&self) -> &str {
+        self.state.keys.resource()
+    }
+
+    /// The keys this lock holds.
+    pub fn keys(&self) -> &LockKeys {
+        &self.state.keys
+    }
+
+    /// The owner token.
+    pub fn token(&self) -> &Token {
+        &self.state.token
+    }
+
+    /// The fencing token (`None` when fencing was off).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.state.fence
+    }
+
+    /// The local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.state.lost.valid_until()
+    }
+
+    /// A cloneable lost signal.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.state.lost.clone()
+    }
+
+    /// Whether the lock is lost.
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.is_lost()
+    }
+
+    /// Indices (into [`Lock::stores`]) of the instances where the lock was last confirmed: those that granted it,
+    /// then those that accepted the latest extension.
+    pub fn held_instances(&self) -> Vec<usize> {
+        lock_mutex(&self.state.held_on).clone()
+    }
+
+    /// Sets the TTL to `ttl` from now if still held (on a quorum). See [`LockGuard::extend`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::extend`]; with several instances, [`LockError::Quorum`] when too few answered (the lock
+    /// stays valid until its current deadline).
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        self.state.extend(ttl).await
+    }
+
+    /// Stops renewal, then releases the lock on every instance now. See [`LockGuard::release`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::release`] (an error only when no instance answered).
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        let quorum = self.state.instances.quorum;
+        Ok(self.release_report().await?.outcome(quorum))
+    }
+
+    /// Like [`release`](Self::release), with the count of what each instance found.
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    pub async fn release_report(mut self) -> Result<ReleaseReport> {
+        self.released = true;
+        self.state.stop();
+        self.state.release().await
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.state.stop();
+        let state = self.state.clone();
+        let spawned = rt::spawn_background(async move {
+            if let Err(err) = state.release().await {
+                tracing::debug!(resource = state.keys.resource(), error = %err, "release on drop failed; TTL applies");
+            }
+        });
+        match spawned {
+            Some(task) => task.detach(),
+            None => tracing::warn!(
+                resource = self.state.keys.resource(),
+                "guard dropped without a runtime to release on; the lock expires at its TTL"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("resource", &self.resource())
+            .field("token", &self.state.token)
+            .field("fence", &self.state.fence)
+            .field("held_on", &self.held_instances())
+            .field("lost", &self.state.lost)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl LockGuard for Guard {
+    fn resource(&self) -> &str {
+        Guard::resource(self)
+    }
+    fn token(&self) -> &Token {
+        Guard::token(self)
+    }
+    fn fencing_token(&self) -> Option<FencingToken> {
+        Guard::fencing_token(self)
+    }
+    fn valid_until(&self) -> Instant {
+        Guard::valid_until(self)
+    }
+    fn lost_signal(&self) -> LostSignal {
+        Guard::lost_signal(self)
+    }
+    async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        Guard::extend(self, ttl).await
+    }
+    async fn release(self: Box<Self>) -> Result<ReleaseOutcome> {
+        Guard::release(*self).await
+    }
+}

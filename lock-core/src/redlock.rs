@@ -1,0 +1,114 @@
+//! Redlock: one lock over N independent Redis instances, with fencing tokens that stay monotonic across quorums.
+//!
+//! # Algorithm
+//! Follows the published Redlock description, with the fixes its critics asked for:
+//!
+//! 1. Start a monotonic clock, then send the acquire (same random token, same TTL) to **all N instances
+//!    concurrently**, each bounded by a per-instance timeout that is a small fraction of the TTL (default 5 %, at
+//!    least 10 ms, at most half the TTL), so a slow or paused instance cannot stall the attempt.
+//! 2. Decide as soon as the outcome is known: held once a quorum (default ⌊N/2⌋+1, never less than a majority)
+//!    granted; failed once a quorum is impossible. The slowest instance is never waited for.
+//! 3. Validity = `ttl − elapsed − drift`, elapsed from before the first request. A grant with no validity left is
+//!    released and reported as [`ValidityExhausted`](crate::LockError::ValidityExhausted).
+//! 4. On failure, release on **all N** instances, including those that did not answer (a SET can be applied while
+//!    its reply is lost), then retry after a jittered delay inside the caller's wait budget.
+//! 5. Extend on all instances (compare-and-extend, which never recreates a key); it succeeds only with a quorum and
+//!    only inside the current validity. When the key is gone from enough instances that no quorum can confirm it,
+//!    the guard turns lost. Release goes to all instances; [`Guard::release_report`](crate::Guard::release_report)
+//!    says what each found.
+//!
+//! # Fencing tokens across quorums
+//! Per-instance counters are not monotonic across quorums: two successive holders may be granted by different
+//! majorities whose counters differ. This implementation makes them monotonic:
+//!
+//! - The acquire script advances each instance's counter and returns it. The client takes
+//!   `t = max(counters of its quorum) + 1`.
+//! - Before reporting success it writes `t` back (`counter := max(counter, t)`) to the instances that granted,
+//!   **only where the key still holds its token**, and requires a quorum of those write-backs.
+//!
+//! Why a later holder H₂ gets a larger token than an earlier holder H₁: H₁'s write-back quorum W₁ and H₂'s grant
+//! quorum Q₂ are both majorities, so they share an instance j. On j, H₁'s write-back succeeded while H₁'s key was
+//! present; H₂'s SET succeeded only once that key was gone (expired or released, and never recreated, since
+//! extension cannot recreate a key). So on j the write-back happened before H₂'s acquire, which then advanced
+//! j's counter to at least `t₁ + 1`; hence `t₂ = max(Q₂) + 1 > t₁`.
+//!
+//! # Assumptions and limits (read these)
+//! - Instances keep their counters and keys across restarts (`appendonly yes` with `appendfsync always`), **or**
+//!   a restarted instance stays down for longer than the longest TTL in use. An instance that restarts empty inside
+//!   a holder's quorum can grant the same lock to a second client (the published Redlock limit); the time floor of
+//!   the counter keeps fencing tokens from going backwards even then, so a fenced resource still rejects the stale
+//!   holder.
+//! - Clocks: only the rate of each instance's clock matters (TTL expiry), bounded by the drift allowance
+//!   (1 % + 2 ms). The client uses a monotonic clock.
+//! - Like every lease lock, a client that pauses past its validity may act on a lock it lost; fencing tokens
+//!   checked by the protected resource are the defence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+use crate::lock::{Instances, Lock};
+use crate::store::LockStore;
+
+/// Builds a [`Lock`] over N independent instances (see the [module docs](self) for the algorithm and its limits).
+///
+/// ```
+/// use lock_core::{LockOptions, MemoryStore, Redlock, LockStore};
+/// use std::{sync::Arc, time::Duration};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// let stores: Vec<Arc<dyn LockStore>> = (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn LockStore>).collect();
+/// let lock = Redlock::new(stores).build()?;
+/// let guard = lock.acquire("payments", &LockOptions::new(Duration::from_secs(5))).await?;
+/// assert!(guard.held_instances().len() >= 2);
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Redlock {
+    stores: Vec<Arc<dyn LockStore>>,
+    quorum: Option<usize>,
+    instance_timeout: Option<Duration>,
+}
+
+impl Redlock {
+    /// Redlock over `stores` (independent servers, in any mix of backends).
+    pub fn new(stores: Vec<Arc<dyn LockStore>>) -> Self {
+        Redlock { stores, quorum: None, instance_timeout: None }
+    }
+
+    /// Requires `quorum` instances instead of ⌊N/2⌋+1 (it may be larger, never smaller than a majority).
+    pub fn quorum(mut self, quorum: usize) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// Bounds each call to one instance (default: 5 % of the TTL, at least 10 ms, at most half the TTL).
+    pub fn instance_timeout(mut self, timeout: Duration) -> Self {
+        self.instance_timeout = Some(timeout);
+        self
+    }
+
+    /// The lock.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] without instances, with a quorum below a majority or above N, or with a zero
+    /// instance timeout.
+    pub fn build(self) -> Result<Lock> {
+        let n = self.stores.len();
+        if n == 0 {
+            return Err(LockError::invalid("Redlock needs at least one instance"));
+        }
+        let majority = n / 2 + 1;
+        let quorum = self.quorum.unwrap_or(majority);
+        if quorum < majority || quorum > n {
+            return Err(LockError::invalid(format!("quorum {quorum} must be between a majority ({majority}) and {n}")));
+        }
+        if self.instance_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(LockError::invalid("instance timeout must be positive"));
+        }
+        Ok(Lock::with_instances(Instances { stores: self.stores, quorum, instance_timeout: self.instance_timeout }))
+    }
+}
