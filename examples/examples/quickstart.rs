@@ -7,6 +7,7 @@
 //!
 //! Backend choice: `REDIS_URL` set → that Redis server; otherwise a throwaway local `redis-server` if one is
 //! installed; otherwise the in-memory backend. The program says which it used.
+#![allow(clippy::print_stdout)] // an example talks to its user
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

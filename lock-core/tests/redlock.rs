@@ -1,5 +1,6 @@
 //! Redlock's quorum logic over in-memory instances that can be switched to failing or hanging. (The same
 //! properties are checked against real redis-server processes in the backend crates.)
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
