@@ -1,1 +1,70 @@
-//! placeholder
+//! A distributed lock on Redis over the [`fred`] client and its connection pool, with the semantics of `lock-core`.
+//!
+//! ```no_run
+//! use lock_fred::lock_core::{Lock, LockOptions};
+//! use lock_fred::FredStore;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> lock_fred::lock_core::Result<()> {
+//! let store = FredStore::connect("redis://127.0.0.1:6379").await?;
+//! let lock = Lock::new(store);
+//! let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(2));
+//! let guard = lock.acquire("reports/daily", &opts).await?;
+//! let fence = guard.fencing_token();
+//! // ... do the work, passing `fence` to the resource the lock protects ...
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! This crate only translates lock-core's [`LockStore`](lock_core::LockStore) interface to fred: waiting, validity,
+//! renewal and fencing rules all live in [`lock_core`], and the Lua scripts are [`lock_core::scripts`], the same
+//! text the `lock-redis-rs` backend sends. Both backends therefore interoperate on the same keys.
+//!
+//! # Runtime: tokio only
+//! fred requires tokio (its connections and tasks run on it), so this crate offers no other runtime and has no
+//! runtime features. Create and use a [`FredStore`] inside a tokio runtime.
+//!
+//! # What goes over the wire
+//! - acquire: one `EVALSHA` of [`ACQUIRE`](lock_core::scripts::ACQUIRE) (`SET NX PX` plus the fencing counter);
+//! - release: one `EVALSHA` of [`RELEASE`](lock_core::scripts::RELEASE) (compare-and-delete, then `PUBLISH` on the
+//!   resource's release channel);
+//! - extend: one `EVALSHA` of [`EXTEND`](lock_core::scripts::EXTEND) (compare-and-`PEXPIRE`).
+//!
+//! A lock cycle is therefore two round trips. When the server answers `NOSCRIPT` (after a restart, a failover or
+//! `SCRIPT FLUSH`) fred's [`evalsha_with_reload`](fred::types::scripts::Script::evalsha_with_reload) loads the
+//! script and repeats the call.
+//!
+//! Waiters are woken by release notifications received on **one** shared fred
+//! [`SubscriberClient`](fred::clients::SubscriberClient) per store; notifications are only a hint (a waiter always
+//! re-polls the server, and polls with backoff if notifications are unavailable). No pooled connection is held while
+//! waiting.
+//!
+//! # Keys
+//! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the
+//! channel `lock:{r}:released` (see [`LockKeys`](lock_core::LockKeys)). The fencing counter is one small key per
+//! resource **with no TTL**, so that fencing tokens keep increasing across acquisitions; turn fencing off with
+//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing) and acquire never creates it.
+//!
+//! # Deployments
+//! fred's [`Config`](fred::prelude::Config) is passed through untouched, including Sentinel
+//! ([`ServerConfig::Sentinel`](fred::prelude::ServerConfig)) and Cluster configurations: all keys of one lock share
+//! a hash tag and are listed in `KEYS[]`, so the scripts run on one cluster slot.
+//!
+//! # Errors
+//! fred errors become [`LockError`](lock_core::LockError)s with the fred error as their source: `WRONGTYPE` →
+//! `WrongType`, I/O, connection and cancellation errors → `Unavailable`, timeouts → `Timeout`, authentication →
+//! `Auth`, anything else → `Backend`. Every call is bounded by the store's command timeout
+//! ([`FredStoreBuilder::command_timeout`]).
+#![deny(missing_docs)]
+
+mod error;
+mod store;
+mod subscriber;
+
+pub use store::{FredStore, FredStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE};
+
+pub use fred;
+pub use lock_core;

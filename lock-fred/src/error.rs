@@ -1,0 +1,45 @@
+//! fred errors → [`LockError`], keeping the fred error as the source.
+
+use std::time::Duration;
+
+use fred::error::{Error, ErrorKind};
+use lock_core::{scripts, LockError, LockKeys};
+
+/// fred 10.1 reports a command it could not write because no connection was up with `ErrorKind::Unknown` and one
+/// of these messages (seen right after a server restart, while the client reconnects).
+const NOT_CONNECTED: [&str; 2] = ["Failed to route command.", "Too many failed write attempts."];
+
+/// Maps the error of a script call on `keys`.
+pub(crate) fn from_script(err: Error, operation: &'static str, after: Duration, keys: &LockKeys) -> LockError {
+    if scripts::is_wrongtype(err.details()) {
+        // lock-core's scripts name the fencing counter when it is the foreign value; every other WRONGTYPE
+        // (including Redis's own, which names no key) concerns the lock key.
+        let key = if err.details().contains(keys.fence()) { keys.fence() } else { keys.lock() };
+        return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
+    }
+    from_fred(err, operation, after)
+}
+
+/// Maps an error that is not about a particular key (connecting, subscribing, or the tail of [`from_script`]).
+pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) -> LockError {
+    match err.kind() {
+        ErrorKind::Timeout => {
+            // `LockError::Timeout` carries no source; keep fred's text in the logs.
+            tracing::debug!(operation, error = %err, "fred command timed out");
+            LockError::Timeout { operation, after }
+        }
+        // No connection to write to, a connection that broke, or a command dropped with its connection: all
+        // transient from the lock's point of view. `Backpressure` (only with `max_command_buffer_len`) is an
+        // overloaded client, equally worth retrying.
+        ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Routing | ErrorKind::Backpressure => {
+            LockError::unavailable(err)
+        }
+        ErrorKind::Unknown if NOT_CONNECTED.contains(&err.details()) => LockError::unavailable(err),
+        ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
+        // A URL or configuration fred rejects before any I/O is the caller's input, not a server failure.
+        ErrorKind::Url | ErrorKind::Config => {
+            LockError::invalid(format!("fred rejected the configuration: {}", err.details()))
+        }
+        _ => LockError::backend(err),
+    }
+}

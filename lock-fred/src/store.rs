@@ -1,0 +1,414 @@
+//! [`FredStore`]: lock-core's [`LockStore`] over a fred [`Pool`], and its builder.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::clients::SubscriberClient;
+use fred::interfaces::{ClientLike, EventInterface};
+use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, Value};
+use fred::types::scripts::Script;
+use fred::types::ConnectHandle;
+use lock_core::{
+    scripts, AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome,
+    Result, Token,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::error;
+use crate::subscriber::{apply_subscriptions, deliver_messages, Subscriptions};
+
+/// The bound on one store call unless [`FredStoreBuilder::command_timeout`] says otherwise.
+///
+/// Below lock-core's [`DEFAULT_OPERATION_TIMEOUT`](lock_core::DEFAULT_OPERATION_TIMEOUT), so that with default
+/// settings the store's own, more precise error ([`Unavailable`](LockError::Unavailable) when fred knows the
+/// connection is down) arrives before the lock's generic timeout.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Clients in a pool the store builds itself. Each fred client is one multiplexed connection, so a few suffice.
+pub const DEFAULT_POOL_SIZE: usize = 4;
+
+/// lock-core's scripts as fred scripts: the text is lock-core's, only the SHA-1 is computed here (once per process).
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    extend: Script,
+    raise_fence: Script,
+}
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: Script::from_lua(scripts::ACQUIRE),
+    release: Script::from_lua(scripts::RELEASE),
+    extend: Script::from_lua(scripts::EXTEND),
+    raise_fence: Script::from_lua(scripts::RAISE_FENCE),
+});
+
+/// A [`LockStore`] on one Redis deployment (standalone, Sentinel or Cluster) through a fred [`Pool`].
+///
+/// Cheap to clone; clones share the pool, the subscriber and the [`ReleaseHub`]. When the last clone is dropped
+/// the store's background tasks stop and the subscriber (and a pool the store built itself) disconnect.
+///
+/// ```no_run
+/// use lock_fred::{FredStore, FredStoreBuilder};
+/// use std::time::Duration;
+///
+/// # #[tokio::main]
+/// # async fn main() -> lock_fred::lock_core::Result<()> {
+/// let quick = FredStore::connect("redis://127.0.0.1:6379").await?;
+/// let tuned = FredStoreBuilder::from_url("redis://127.0.0.1:6379")?
+///     .pool_size(8)
+///     .command_timeout(Duration::from_millis(300))
+///     .build()
+///     .await?;
+/// # let _ = (quick, tuned);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct FredStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    subscriber: SubscriberClient,
+    hub: Arc<ReleaseHub>,
+    command_timeout: Duration,
+    /// Whether the pool was built here (and is ours to disconnect) or handed in by the caller.
+    owns_pool: bool,
+    connections: Vec<ConnectHandle>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl FredStore {
+    /// Connects a pool of [`DEFAULT_POOL_SIZE`] clients and a subscriber to the server at `url` (any URL fred's
+    /// [`Config::from_url`] accepts, including `redis-sentinel://` and `redis-cluster://`).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a URL fred rejects; [`LockError::Unavailable`],
+    /// [`LockError::Timeout`] or [`LockError::Auth`] when the first connection fails.
+    pub async fn connect(url: &str) -> Result<Self> {
+        FredStoreBuilder::from_url(url)?.build().await
+    }
+
+    /// A store over a pool the caller already connected (`init()`ed). The store adds its own subscriber client,
+    /// built from the pool's configuration; the pool's settings are left as they are. See
+    /// [`FredStoreBuilder::from_pool`] to choose the command timeout.
+    ///
+    /// # Errors
+    /// As [`FredStoreBuilder::build`].
+    pub async fn from_pool(pool: Pool) -> Result<Self> {
+        FredStoreBuilder::from_pool(pool).build().await
+    }
+
+    /// The pool that runs the lock scripts.
+    pub fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// The client that receives release notifications (one per store).
+    pub fn subscriber(&self) -> &SubscriberClient {
+        &self.inner.subscriber
+    }
+
+    /// The bound on each call to the server.
+    pub fn command_timeout(&self) -> Duration {
+        self.inner.command_timeout
+    }
+
+    /// Runs one of lock-core's scripts: one `EVALSHA` (plus `SCRIPT LOAD` and a second `EVALSHA` after `NOSCRIPT`).
+    async fn eval(
+        &self,
+        operation: &'static str,
+        script: &Script,
+        keys: &LockKeys,
+        script_keys: Vec<&str>,
+        args: Vec<String>,
+    ) -> Result<Value> {
+        let client = self.inner.pool.next_connected();
+        let after = self.inner.command_timeout;
+        // fred's own default command timeout normally fires first; this bound also holds for a caller's pool that
+        // has none. Dropping the call is safe for the connection: fred's router still reads the reply and discards
+        // it, so no connection is left out of step.
+        match tokio::time::timeout(after, script.evalsha_with_reload::<Value, _, _>(client, script_keys, args)).await {
+            Err(_) => Err(LockError::Timeout { operation, after }),
+            Ok(reply) => reply.map_err(|err| error::from_script(err, operation, after, keys)),
+        }
+    }
+}
+
+fn unexpected(operation: &str, reply: &Value) -> LockError {
+    LockError::backend(format!("unexpected reply to the {operation} script: {reply:?}"))
+}
+
+/// The integer a release, extend or raise-fence script returns.
+fn integer(operation: &str, reply: Value) -> Result<i64> {
+    match reply {
+        Value::Integer(n) => Ok(n),
+        other => Err(unexpected(operation, &other)),
+    }
+}
+
+/// The integers the acquire script returns.
+fn integers(operation: &str, reply: Value) -> Result<Vec<i64>> {
+    let parsed = match &reply {
+        Value::Array(items) => items.iter().map(|v| if let Value::Integer(n) = v { Some(*n) } else { None }).collect(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| unexpected(operation, &reply))
+}
+
+#[async_trait]
+impl LockStore for FredStore {
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
+        let keys = request.keys;
+        let args = vec![
+            request.token.as_str().to_owned(),
+            scripts::ttl_millis(request.ttl).to_string(),
+            if request.fencing { "1" } else { "0" }.to_owned(),
+        ];
+        let reply = self.eval("acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
+        scripts::parse_acquire(&integers("acquire", reply)?, request.fencing)
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
+        // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
+        let args = vec![token.as_str().to_owned(), self.inner.hub.origin().to_owned()];
+        let reply = self.eval("release", &SCRIPTS.release, keys, vec![keys.lock(), keys.channel()], args).await?;
+        scripts::parse_release(integer("release", reply)?)
+    }
+
+    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
+        let args = vec![token.as_str().to_owned(), scripts::ttl_millis(ttl).to_string()];
+        let reply = self.eval("extend", &SCRIPTS.extend, keys, vec![keys.lock()], args).await?;
+        scripts::parse_extend(integer("extend", reply)?)
+    }
+
+    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
+        let args = vec![token.as_str().to_owned(), at_least.to_string()];
+        let reply = self.eval("raise-fence", &SCRIPTS.raise_fence, keys, vec![keys.lock(), keys.fence()], args).await?;
+        scripts::parse_raise_fence(integer("raise-fence", reply)?)
+    }
+
+    fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
+        Some(&self.inner.hub)
+    }
+}
+
+impl fmt::Debug for FredStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FredStore")
+            .field("pool", &self.inner.pool)
+            .field("subscriber", &self.inner.subscriber.id())
+            .field("command_timeout", &self.inner.command_timeout)
+            .field("hub", &self.inner.hub)
+            .finish()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        let connections = std::mem::take(&mut self.connections);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to say goodbye on: stop the connection tasks outright.
+            connections.iter().for_each(JoinHandle::abort);
+            return;
+        };
+        let subscriber = self.subscriber.clone();
+        let pool = self.owns_pool.then(|| self.pool.clone());
+        let timeout = self.command_timeout;
+        runtime.spawn(async move {
+            // QUIT lets the server close the connections cleanly and ends fred's reconnect loops; bounded because
+            // a dead server never answers.
+            let quit = async {
+                let _ = subscriber.quit().await;
+                if let Some(pool) = pool {
+                    let _ = pool.quit().await;
+                }
+            };
+            let _ = tokio::time::timeout(timeout, quit).await;
+            connections.iter().for_each(JoinHandle::abort);
+        });
+    }
+}
+
+enum Source {
+    Config(Box<Config>),
+    Builder(Box<Builder>),
+    Pool(Pool),
+}
+
+/// Builds a [`FredStore`] from a URL, a fred [`Config`] or [`Builder`], or an existing [`Pool`].
+///
+/// What the builder sets on fred, and why:
+///
+/// | source | pool | command timeout | reconnect policy | `max_command_attempts` | connect/internal timeouts |
+/// |---|---|---|---|---|---|
+/// | URL, [`Config`] | built, [`pool_size`](Self::pool_size) clients | set | exponential, forever | 1 | = command timeout |
+/// | [`Builder`] | built, [`pool_size`](Self::pool_size) clients | set | yours | yours | yours |
+/// | [`Pool`] | yours, untouched | bounded by the store only | yours | yours | yours |
+///
+/// One attempt per command matters for a lock: if fred resends an acquire whose connection broke after the
+/// server applied it, the second reply says "held" (by us) and the lock stays taken until its TTL; a resent release
+/// reports the lock as already expired. With one attempt the broken call fails as
+/// [`Unavailable`](LockError::Unavailable) and lock-core releases by token whatever may have been acquired.
+///
+/// The subscriber client is always the store's own, built from the pool's configuration, with the command timeout
+/// and (when the pool has none) the reconnect policy above.
+#[must_use = "a builder does nothing until `build().await`"]
+pub struct FredStoreBuilder {
+    source: Source,
+    pool_size: usize,
+    command_timeout: Duration,
+}
+
+impl FredStoreBuilder {
+    /// Starts from a URL (see [`Config::from_url`]).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] when fred cannot parse the URL.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let config = Config::from_url(url).map_err(|err| error::from_fred(err, "connect", DEFAULT_COMMAND_TIMEOUT))?;
+        Ok(Self::from_config(config))
+    }
+
+    /// Starts from a fred [`Config`] (server, credentials, TLS, Sentinel or Cluster), used as given.
+    pub fn from_config(config: Config) -> Self {
+        Self::with_source(Source::Config(Box::new(config)))
+    }
+
+    /// Starts from a fred [`Builder`]. Its performance, connection and reconnect settings are kept, except the
+    /// default command timeout, which becomes [`command_timeout`](Self::command_timeout).
+    pub fn from_builder(builder: Builder) -> Self {
+        Self::with_source(Source::Builder(Box::new(builder)))
+    }
+
+    /// Starts from a pool the caller built and connected; its settings are not changed.
+    /// [`pool_size`](Self::pool_size) does not apply.
+    pub fn from_pool(pool: Pool) -> Self {
+        Self::with_source(Source::Pool(pool))
+    }
+
+    fn with_source(source: Source) -> Self {
+        FredStoreBuilder { source, pool_size: DEFAULT_POOL_SIZE, command_timeout: DEFAULT_COMMAND_TIMEOUT }
+    }
+
+    /// Sets the number of clients (connections) in a pool the store builds (default [`DEFAULT_POOL_SIZE`]).
+    pub fn pool_size(mut self, clients: usize) -> Self {
+        self.pool_size = clients;
+        self
+    }
+
+    /// Sets the bound on each call to the server (default [`DEFAULT_COMMAND_TIMEOUT`]).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Connects the pool (unless given one) and the subscriber, and starts the notification tasks.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a zero pool size or command timeout, or a configuration fred rejects;
+    /// [`LockError::Unavailable`], [`LockError::Timeout`] or [`LockError::Auth`] when a first connection fails
+    /// (fred bounds each connection attempt by its connect timeout).
+    pub async fn build(self) -> Result<FredStore> {
+        let FredStoreBuilder { source, pool_size, command_timeout: timeout } = self;
+        if timeout.is_zero() {
+            return Err(LockError::invalid("command timeout must be positive"));
+        }
+        if pool_size == 0 {
+            return Err(LockError::invalid("pool size must be at least 1"));
+        }
+        let mut builder = match source {
+            Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
+            Source::Builder(builder) => *builder,
+            Source::Config(config) => {
+                let mut builder = Builder::from_config(*config);
+                builder.set_policy(default_policy()).with_connection_config(|c| {
+                    c.max_command_attempts = 1;
+                    c.connection_timeout = timeout;
+                    c.internal_command_timeout = timeout;
+                });
+                builder
+            }
+        };
+        builder.with_performance_config(|p| p.default_command_timeout = timeout);
+        let pool = builder.build_pool(pool_size).map_err(|err| error::from_fred(err, "connect", timeout))?;
+        let connection = pool.init().await.map_err(|err| error::from_fred(err, "connect", timeout))?;
+        start(pool, true, vec![connection], timeout).await
+    }
+}
+
+/// Reconnect policy of pools built from a URL or [`Config`], and of a subscriber whose pool has none: retry
+/// forever (a lock server that comes back must be usable again), from 10 ms up to 1 s apart.
+fn default_policy() -> ReconnectPolicy {
+    ReconnectPolicy::new_exponential(0, 10, 1_000, 2)
+}
+
+/// Connects the store's subscriber next to `pool` and starts the notification tasks.
+async fn start(
+    pool: Pool,
+    owns_pool: bool,
+    mut connections: Vec<ConnectHandle>,
+    timeout: Duration,
+) -> Result<FredStore> {
+    let subscriber = subscriber_for(&pool, timeout);
+    // Taken before subscribing to anything: a broadcast receiver only sees messages sent after it exists.
+    let messages = subscriber.message_rx();
+    match subscriber.init().await {
+        Ok(connection) => connections.push(connection),
+        Err(err) => {
+            if owns_pool {
+                let _ = tokio::time::timeout(timeout, pool.quit()).await;
+            }
+            connections.iter().for_each(JoinHandle::abort);
+            return Err(error::from_fred(err, "connect", timeout));
+        }
+    }
+    let (ops, requests) = mpsc::unbounded_channel();
+    let hub = ReleaseHub::new(Subscriptions::new(ops, timeout));
+    // Plain tokio tasks (fred runs only on tokio anyway), aborted when the store's last clone drops.
+    let tasks = vec![
+        tokio::spawn(apply_subscriptions(subscriber.clone(), requests)),
+        tokio::spawn(deliver_messages(messages, hub.clone())),
+    ];
+    Ok(FredStore {
+        inner: Arc::new(Inner { pool, subscriber, hub, command_timeout: timeout, owns_pool, connections, tasks }),
+    })
+}
+
+/// The store's own subscriber, configured like the pool's clients except: it fails fast on its first connection
+/// (so `build` reports a server it cannot reach instead of waiting), none of its timeouts exceeds the command
+/// timeout, and it reconnects even when the pool was given no policy.
+fn subscriber_for(pool: &Pool, timeout: Duration) -> SubscriberClient {
+    let client = pool.next();
+    let mut config = client.client_config();
+    config.fail_fast = true;
+    let mut performance = client.perf_config();
+    performance.default_command_timeout = timeout;
+    let mut connection = client.connection_config().clone();
+    connection.connection_timeout = connection.connection_timeout.min(timeout);
+    connection.internal_command_timeout = connection.internal_command_timeout.min(timeout);
+    let policy = client.client_reconnect_policy().unwrap_or_else(default_policy);
+    SubscriberClient::new(config, Some(performance), Some(connection), Some(policy))
+}
+
+impl fmt::Debug for FredStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match &self.source {
+            Source::Config(_) => "config",
+            Source::Builder(_) => "builder",
+            Source::Pool(_) => "pool",
+        };
+        f.debug_struct("FredStoreBuilder")
+            .field("source", &source)
+            .field("pool_size", &self.pool_size)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,132 @@
+//! Release notifications: one fred [`SubscriberClient`] per store feeding lock-core's [`ReleaseHub`].
+//!
+//! Two tasks share the subscriber: one applies subscribe/unsubscribe requests in the order the hub issued them
+//! (the [`SubscriptionControl`] contract) and resubscribes after reconnects; the other hands every message to the
+//! hub. They are separate so that a slow `SUBSCRIBE` never delays the delivery of a release.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::clients::SubscriberClient;
+use fred::error::Error as FredError;
+use fred::interfaces::{EventInterface, PubsubInterface};
+use fred::types::Message;
+use lock_core::{LockError, ReleaseHub, Result, SubscriptionControl};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::error;
+
+/// A request to the task that owns the subscriptions.
+pub(crate) enum Op {
+    Subscribe(String, oneshot::Sender<Result<(), FredError>>),
+    Unsubscribe(String),
+}
+
+/// The hub's handle on the subscriber: queues requests to [`apply_subscriptions`].
+#[derive(Debug)]
+pub(crate) struct Subscriptions {
+    ops: mpsc::UnboundedSender<Op>,
+    timeout: Duration,
+}
+
+impl Subscriptions {
+    pub(crate) fn new(ops: mpsc::UnboundedSender<Op>, timeout: Duration) -> Self {
+        Subscriptions { ops, timeout }
+    }
+}
+
+fn shut_down() -> LockError {
+    LockError::unavailable("the store's release subscriber has shut down")
+}
+
+#[async_trait]
+impl SubscriptionControl for Subscriptions {
+    async fn subscribe(&self, channel: &str) -> Result<()> {
+        let (done, confirmed) = oneshot::channel();
+        self.ops.send(Op::Subscribe(channel.to_owned(), done)).map_err(|_| shut_down())?;
+        // Bounded here too: the request may queue behind others while the server is unreachable, and a waiter
+        // must not start late because of a hint. A request that times out is still applied, in order.
+        match tokio::time::timeout(self.timeout, confirmed).await {
+            Err(_) => Err(LockError::Timeout { operation: "subscribe", after: self.timeout }),
+            Ok(Err(_)) => Err(shut_down()),
+            Ok(Ok(reply)) => reply.map_err(|err| error::from_fred(err, "subscribe", self.timeout)),
+        }
+    }
+
+    fn unsubscribe(&self, channel: &str) {
+        // Fails only once the store is gone, and its subscriber with it.
+        let _ = self.ops.send(Op::Unsubscribe(channel.to_owned()));
+    }
+}
+
+/// Applies subscription requests one at a time, in order, and restores them after every reconnect.
+pub(crate) async fn apply_subscriptions(subscriber: SubscriberClient, mut ops: mpsc::UnboundedReceiver<Op>) {
+    // The channels waiters want, confirmed or not. fred's `manage_subscriptions` would resubscribe only confirmed
+    // channels, and from another task that can race an unsubscribe; doing it here keeps one order for everything.
+    let mut wanted = BTreeSet::new();
+    let mut reconnects = subscriber.reconnect_rx();
+    loop {
+        tokio::select! {
+            op = ops.recv() => match op {
+                Some(Op::Subscribe(channel, done)) => {
+                    wanted.insert(channel.clone());
+                    // The waiter may have stopped waiting for the confirmation; that is fine.
+                    let _ = done.send(subscriber.subscribe(channel).await);
+                }
+                Some(Op::Unsubscribe(channel)) => {
+                    wanted.remove(&channel);
+                    if let Err(err) = subscriber.unsubscribe(channel.clone()).await {
+                        tracing::debug!(channel, error = %err, "unsubscribe failed; a reconnect will drop it");
+                    }
+                }
+                // The hub (and the store) is gone.
+                None => break,
+            },
+            event = reconnects.recv() => match event {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    // A new connection starts with no subscriptions.
+                    if !wanted.is_empty() {
+                        let channels: Vec<String> = wanted.iter().cloned().collect();
+                        if let Err(err) = subscriber.subscribe(channels).await {
+                            tracing::warn!(error = %err, "resubscribing after reconnect failed; waiters poll");
+                        }
+                    }
+                }
+                // The subscriber quit.
+                Err(RecvError::Closed) => break,
+            },
+        }
+    }
+}
+
+/// Hands every message the subscriber receives to the hub.
+pub(crate) async fn deliver_messages(mut messages: broadcast::Receiver<Message>, hub: Arc<ReleaseHub>) {
+    loop {
+        match messages.recv().await {
+            Ok(message) => {
+                // The payload is the releasing store's origin (hex text); fred gives it as a string or bytes.
+                let text;
+                let payload = match message.value.as_bytes() {
+                    Some(bytes) => bytes,
+                    None => {
+                        text = message.value.as_str().unwrap_or_default();
+                        text.as_bytes()
+                    }
+                };
+                hub.deliver(&message.channel, payload);
+            }
+            Err(RecvError::Lagged(missed)) => {
+                // Some releases were dropped from fred's buffer: wake one waiter per channel to re-poll rather
+                // than let them sleep out their backoff.
+                tracing::debug!(missed, "release notifications lagged; waking waiters to re-poll");
+                for channel in hub.watched_channels() {
+                    hub.wake_one(&channel);
+                }
+            }
+            Err(RecvError::Closed) => break,
+        }
+    }
+}

@@ -1,0 +1,438 @@
+//! Behaviour specific to the fred backend, each against its own real `redis-server`: script reloading, restarts,
+//! foreign key types, unreachable servers, round trips per lock cycle, and release notifications.
+
+// The tests print what they measure (timings, INFO commandstats) for the record.
+#![allow(clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::error::Error as _;
+use std::time::{Duration, Instant};
+
+use lock_fred::lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, RetryPolicy, Token};
+use lock_fred::{FredStore, FredStoreBuilder};
+use lock_testkit::{RedisServer, Reply};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
+}
+
+async fn store(server: &RedisServer) -> FredStore {
+    FredStore::connect(&server.url()).await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+}
+
+#[track_caller]
+fn command(server: &RedisServer, args: &[&str]) -> Reply {
+    match server.command(args) {
+        Ok(reply) if !reply.is_error() => reply,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+/// `INFO commandstats` as command name → calls.
+fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
+    let info = command(server, &["INFO", "commandstats"]).as_text().unwrap_or_default();
+    println!("{info}");
+    info.lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| {
+            let (name, stats) = line.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+fn keys(name: &str) -> LockKeys {
+    LockKeys::new("lock:", name).unwrap_or_else(|err| panic!("keys: {err}"))
+}
+
+#[track_caller]
+fn fence_of(guard: &lock_fred::lock_core::Guard) -> u64 {
+    guard.fencing_token().map(|f| f.get()).unwrap_or_else(|| panic!("fencing is on by default"))
+}
+
+fn is_fred_source(err: &LockError) -> bool {
+    err.source().is_some_and(|source| source.downcast_ref::<lock_fred::fred::error::Error>().is_some())
+}
+
+/// `SCRIPT FLUSH` between acquire, extend and release is invisible to the caller: every call reloads its script.
+#[tokio::test]
+async fn noscript_after_script_flush_is_invisible() {
+    let server = server();
+    let lock = Lock::new(store(&server).await);
+    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+
+    command(&server, &["SCRIPT", "FLUSH"]);
+    let guard = lock.acquire("flush", &opts).await.unwrap_or_else(|err| panic!("acquire after flush: {err:?}"));
+    let first = fence_of(&guard);
+    command(&server, &["SCRIPT", "FLUSH"]);
+    guard.extend(ms(5_000)).await.unwrap_or_else(|err| panic!("extend after flush: {err:?}"));
+    command(&server, &["SCRIPT", "FLUSH"]);
+    assert_eq!(
+        guard.release().await.unwrap_or_else(|err| panic!("release after flush: {err:?}")),
+        ReleaseOutcome::Released
+    );
+    command(&server, &["SCRIPT", "FLUSH"]);
+    let again = lock.acquire("flush", &opts).await.unwrap_or_else(|err| panic!("second acquire after flush: {err:?}"));
+    assert!(fence_of(&again) > first);
+    again.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+
+    // Proof that the flushes bit: each of the four scripts calls after a flush had to load its script again.
+    let calls = command_calls(&server);
+    assert!(calls.get("script|load").copied().unwrap_or(0) >= 4, "{calls:?}");
+}
+
+/// A restart without persistence loses the fencing counter; the next token is still larger than every earlier one
+/// (the counter's floor is the server's clock), and the store reconnects by itself.
+#[tokio::test]
+async fn fence_after_restart_exceeds_fence_before() {
+    let mut server = server();
+    let lock = Lock::new(store(&server).await);
+    let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+    let mut before = 0;
+    for _ in 0..3 {
+        let guard = lock.acquire("restart", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
+        before = before.max(fence_of(&guard));
+        guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+    }
+
+    server.restart().unwrap_or_else(|err| panic!("restart: {err}"));
+    assert_eq!(command(&server, &["EXISTS", keys("restart").fence()]).as_int(), Some(0), "data survived");
+
+    // The wait budget covers the reconnect: transient errors are retried like contention.
+    let started = Instant::now();
+    let guard = lock.acquire("restart", &opts).await.unwrap_or_else(|err| panic!("acquire after restart: {err:?}"));
+    let after = fence_of(&guard);
+    println!("fence before restart {before}, after {after}, reconnected in {:?}", started.elapsed());
+    assert!(after > before, "fence went back from {before} to {after}");
+    guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+}
+
+/// A foreign value on the lock key or the fencing counter is `WrongType` naming that key, with fred's error as
+/// source, from acquire, extend, release and raise-fence alike.
+#[tokio::test]
+async fn wrongtype_is_typed_and_names_the_key() {
+    let server = server();
+    let store = store(&server).await;
+    let lock = Lock::new(store.clone());
+    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    let token = Token::generate();
+
+    let hash = keys("hash");
+    command(&server, &["HSET", hash.lock(), "field", "value"]);
+    let expect_lock_key = |what: &str, result: Result<(), LockError>| match result {
+        Err(ref err @ LockError::WrongType { ref key, .. }) => {
+            assert_eq!(key, hash.lock(), "{what}");
+            assert!(is_fred_source(err), "{what}: source is not fred's error: {err:?}");
+        }
+        other => panic!("{what}: expected WrongType, got {other:?}"),
+    };
+    expect_lock_key("acquire", lock.try_acquire("hash", &opts).await.map(|_| ()));
+    expect_lock_key("extend", store.extend(&hash, &token, ms(1_000)).await.map(|_| ()));
+    expect_lock_key("release", store.release(&hash, &token).await.map(|_| ()));
+    expect_lock_key("raise_fence", store.raise_fence(&hash, &token, 7).await.map(|_| ()));
+
+    let counter = keys("counter");
+    command(&server, &["SET", counter.fence(), "not-a-number"]);
+    match lock.try_acquire("counter", &opts).await {
+        Err(LockError::WrongType { key, .. }) => assert_eq!(key, counter.fence()),
+        other => panic!("expected WrongType on the fencing counter, got {other:?}"),
+    }
+    // The check runs before any write: the lock key was not set.
+    assert_eq!(command(&server, &["EXISTS", counter.lock()]).as_int(), Some(0));
+    // Without fencing the counter is not read, so the lock works.
+    let guard = lock
+        .try_acquire("counter", &opts.clone().fencing(false))
+        .await
+        .unwrap_or_else(|err| panic!("acquire without fencing: {err:?}"))
+        .unwrap_or_else(|| panic!("lock should be free"));
+    guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+}
+
+/// A killed server makes every call fail as `Unavailable` or `Timeout` within the store's bound, never a hang; a
+/// store cannot be created against it either.
+#[tokio::test]
+async fn killed_server_is_unavailable_within_bound() {
+    let mut server = server();
+    let timeout = ms(300);
+    let store = FredStoreBuilder::from_url(&server.url())
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .command_timeout(timeout)
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("connect: {err:?}"));
+    // The lock's own bound is far away, so what ends the calls below is the store's.
+    let lock = Lock::new(store.clone()).with_operation_timeout(ms(30_000));
+    let url = server.url();
+    server.kill();
+
+    let bound = timeout * 3;
+    let keys = keys("down");
+    let token = Token::generate();
+    for what in ["acquire", "extend", "release"] {
+        let started = Instant::now();
+        let result = match what {
+            "acquire" => lock.try_acquire("down", &LockOptions::new(ms(5_000))).await.map(|_| ()),
+            "extend" => store.extend(&keys, &token, ms(1_000)).await.map(|_| ()),
+            _ => store.release(&keys, &token).await.map(|_| ()),
+        };
+        let elapsed = started.elapsed();
+        println!("{what} against a dead server: {result:?} after {elapsed:?}");
+        assert!(matches!(result, Err(LockError::Unavailable { .. } | LockError::Timeout { .. })), "{what}: {result:?}");
+        assert!(elapsed < bound, "{what} took {elapsed:?}");
+    }
+
+    let started = Instant::now();
+    let result = FredStoreBuilder::from_url(&url)
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .command_timeout(timeout)
+        .build()
+        .await;
+    println!("connect to a dead server: {result:?} after {:?}", started.elapsed());
+    assert!(matches!(result, Err(LockError::Unavailable { .. } | LockError::Timeout { .. })), "{result:?}");
+    assert!(started.elapsed() < bound);
+}
+
+/// A frozen server (SIGSTOP: the connection stays open, nothing answers) is a `Timeout` at the store's bound; the
+/// store works again once it thaws.
+#[tokio::test]
+async fn paused_server_times_out_then_recovers() {
+    let mut server = server();
+    let timeout = ms(300);
+    let store = FredStoreBuilder::from_url(&server.url())
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .command_timeout(timeout)
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("connect: {err:?}"));
+    let lock = Lock::new(store).with_operation_timeout(ms(30_000));
+    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+
+    server.pause();
+    let started = Instant::now();
+    let result = lock.try_acquire("paused", &opts).await;
+    let elapsed = started.elapsed();
+    server.resume();
+    println!("acquire against a paused server: {result:?} after {elapsed:?}");
+    assert!(matches!(result, Err(LockError::Timeout { operation: "acquire", .. })), "{result:?}");
+    // The timed-out acquire is followed by lock-core's release by token, bounded as well.
+    assert!(elapsed < timeout * 3, "took {elapsed:?}");
+
+    let guard = lock
+        .try_acquire("after-pause", &opts)
+        .await
+        .unwrap_or_else(|err| panic!("acquire after resume: {err:?}"))
+        .unwrap_or_else(|| panic!("fresh lock should be free"));
+    guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+}
+
+/// 100 acquire+release cycles with fencing: exactly 200 `EVALSHA` reach the server, and no other command from the
+/// client (the scripts' own `GET`/`SET`/`DEL`/… are listed by Redis under their names too, and allowed).
+#[tokio::test]
+async fn one_lock_cycle_is_two_evalsha() {
+    const CYCLES: u64 = 100;
+    // Commands the scripts run inside the server; they are not round trips.
+    const INSIDE_SCRIPTS: [&str; 8] = ["get", "set", "del", "publish", "incrby", "time", "type", "pttl"];
+    // The probe's own commands.
+    const PROBE: [&str; 2] = ["config|resetstat", "info"];
+
+    let server = server();
+    let lock = Lock::new(store(&server).await);
+    // Warm up: the first call on a fresh server loads the scripts.
+    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    for name in ["warm", "warm"] {
+        let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
+        guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+    }
+
+    command(&server, &["CONFIG", "RESETSTAT"]);
+    for i in 0..CYCLES {
+        let guard = lock.acquire(&format!("cycle-{i}"), &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
+        assert!(guard.fencing_token().is_some());
+        assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
+    }
+    let calls = command_calls(&server);
+    assert_eq!(calls.get("evalsha").copied(), Some(2 * CYCLES), "{calls:?}");
+    let ours: Vec<_> = calls
+        .keys()
+        .filter(|name| {
+            *name != "evalsha" && !INSIDE_SCRIPTS.contains(&name.as_str()) && !PROBE.contains(&name.as_str())
+        })
+        .collect();
+    assert!(ours.is_empty(), "unexpected client commands: {ours:?}");
+    println!("round trips per lock cycle (try_acquire + release): {}", calls["evalsha"] / CYCLES);
+}
+
+/// The same cycles through `acquire` with a wait budget (uncontended). Reports what lock-core's waiting adds on
+/// the subscriber connection; the pool side must still be exactly two `EVALSHA` per cycle.
+#[tokio::test]
+async fn waiting_acquire_cycle_round_trips() {
+    const CYCLES: u64 = 100;
+    let server = server();
+    let lock = Lock::new(store(&server).await);
+    let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+    let warm = lock.acquire("warm", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
+    warm.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+
+    command(&server, &["CONFIG", "RESETSTAT"]);
+    for i in 0..CYCLES {
+        let guard = lock.acquire(&format!("cycle-{i}"), &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
+        guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+    }
+    // Unsubscribes are fire-and-forget; give the last one time to land before reading the stats.
+    tokio::time::sleep(ms(100)).await;
+    let calls = command_calls(&server);
+    assert_eq!(calls.get("evalsha").copied(), Some(2 * CYCLES), "{calls:?}");
+    assert_eq!(calls.get("script|load"), None, "{calls:?}");
+    let subscribe = calls.get("subscribe").copied().unwrap_or(0);
+    let unsubscribe = calls.get("unsubscribe").copied().unwrap_or(0);
+    println!("per waiting acquire+release cycle: 2 EVALSHA, {subscribe} SUBSCRIBE and {unsubscribe} UNSUBSCRIBE in {CYCLES} cycles");
+    // At most one subscription per acquire, and every one is undone.
+    assert!(subscribe <= CYCLES && unsubscribe == subscribe, "{calls:?}");
+}
+
+/// Holder and waiter on different stores (different processes, in effect): the release's notification wakes the
+/// waiter long before its next backoff try.
+#[tokio::test]
+async fn release_wakes_a_waiter_on_another_store_promptly() {
+    let server = server();
+    let holder = Lock::new(store(&server).await);
+    let waiter = Lock::new(store(&server).await);
+    let guard = holder
+        .acquire("wake", &LockOptions::new(ms(10_000)).wait(Duration::ZERO))
+        .await
+        .unwrap_or_else(|err| panic!("holder: {err:?}"));
+
+    // With the backoff pinned at 500 ms, only a notification can wake the waiter within 200 ms of the release.
+    let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
+    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire("wake", &opts).await.unwrap_or_else(|err| panic!("waiter: {err:?}"));
+        let acquired = Instant::now();
+        guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+        acquired
+    });
+    // Let the waiter subscribe, try once and go to sleep.
+    tokio::time::sleep(ms(150)).await;
+    let released = Instant::now();
+    assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
+    let acquired = waiting.await.unwrap_or_else(|err| panic!("waiter task: {err}"));
+    let delay = acquired.saturating_duration_since(released);
+    println!("waiter acquired {delay:?} after the release");
+    assert!(delay < ms(200), "waiter took {delay:?}: the notification did not wake it");
+}
+
+/// After the subscriber connection is killed, the store reconnects it and resubscribes the channels waiters are
+/// watching, so a later release still wakes them promptly.
+#[tokio::test]
+async fn notifications_survive_a_subscriber_reconnect() {
+    let server = server();
+    let holder = Lock::new(store(&server).await);
+    let waiter = Lock::new(store(&server).await);
+    let channel = keys("resub").channel().to_owned();
+    let guard = holder
+        .acquire("resub", &LockOptions::new(ms(10_000)).wait(Duration::ZERO))
+        .await
+        .unwrap_or_else(|err| panic!("holder: {err:?}"));
+
+    let slow = RetryPolicy::default().min_delay(ms(1_500)).max_delay(ms(1_500));
+    let opts = LockOptions::new(ms(10_000)).wait(ms(8_000)).retry(slow);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire("resub", &opts).await.unwrap_or_else(|err| panic!("waiter: {err:?}"));
+        let acquired = Instant::now();
+        guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+        acquired
+    });
+    let subscribers = || {
+        match command(&server, &["PUBSUB", "NUMSUB", &channel]) {
+            Reply::Array(items) => items.get(1).and_then(Reply::as_int),
+            _ => None,
+        }
+        .unwrap_or(0)
+    };
+    let deadline = Instant::now() + ms(1_000);
+    while subscribers() != 1 {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(ms(10)).await;
+    }
+
+    let killed = command(&server, &["CLIENT", "KILL", "TYPE", "pubsub"]).as_int();
+    assert!(killed.unwrap_or(0) >= 1, "no subscriber connection to kill: {killed:?}");
+    let deadline = Instant::now() + ms(1_000);
+    while subscribers() != 1 {
+        assert!(Instant::now() < deadline, "the channel was not resubscribed after the reconnect");
+        tokio::time::sleep(ms(10)).await;
+    }
+
+    let released = Instant::now();
+    assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
+    let acquired = waiting.await.unwrap_or_else(|err| panic!("waiter task: {err}"));
+    let delay = acquired.saturating_duration_since(released);
+    println!("after a subscriber reconnect, the waiter acquired {delay:?} after the release");
+    assert!(delay < ms(200), "waiter took {delay:?}: the resubscribed channel did not wake it");
+}
+
+/// A store over a pool the caller built and connected works like one built from a URL, and leaves that pool
+/// connected when dropped.
+#[tokio::test]
+async fn store_over_an_existing_pool() {
+    use lock_fred::fred::prelude::{Builder, ClientLike, Config, KeysInterface};
+
+    let server = server();
+    let config = Config::from_url(&server.url()).unwrap_or_else(|err| panic!("url: {err}"));
+    let pool = Builder::from_config(config).build_pool(2).unwrap_or_else(|err| panic!("pool: {err}"));
+    pool.init().await.unwrap_or_else(|err| panic!("init: {err}"));
+
+    let store = FredStore::from_pool(pool.clone()).await.unwrap_or_else(|err| panic!("from_pool: {err:?}"));
+    let lock = Lock::new(store);
+    let guard = lock
+        .try_acquire("pooled", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap_or_else(|err| panic!("acquire: {err:?}"))
+        .unwrap_or_else(|| panic!("free lock"));
+    let holder: Option<String> = pool.get(guard.keys().lock()).await.unwrap_or_else(|err| panic!("get: {err}"));
+    assert_eq!(holder.as_deref(), Some(guard.token().as_str()));
+    assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
+    drop(lock);
+
+    tokio::time::sleep(ms(50)).await;
+    let still: Option<String> = pool.get("anything").await.unwrap_or_else(|err| panic!("pool after drop: {err}"));
+    assert_eq!(still, None);
+}
+
+/// A store from a fred `Builder` keeps the builder's settings, applies the command timeout and the pool size.
+#[tokio::test]
+async fn store_from_a_fred_builder() {
+    use lock_fred::fred::prelude::{Builder, ClientLike, Config, ReconnectPolicy};
+
+    let server = server();
+    let config = Config::from_url(&server.url()).unwrap_or_else(|err| panic!("url: {err}"));
+    let mut builder = Builder::from_config(config);
+    builder.set_policy(ReconnectPolicy::new_constant(0, 50));
+    let store = FredStoreBuilder::from_builder(builder)
+        .pool_size(3)
+        .command_timeout(ms(700))
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("build: {err:?}"));
+    assert_eq!(store.pool().size(), 3);
+    let client = store.pool().next();
+    assert_eq!(client.perf_config().default_command_timeout, ms(700));
+    assert_eq!(client.client_reconnect_policy(), Some(ReconnectPolicy::new_constant(0, 50)));
+    assert_eq!(store.command_timeout(), ms(700));
+
+    let lock = Lock::new(store);
+    let guard = lock
+        .try_acquire("built", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap_or_else(|err| panic!("acquire: {err:?}"))
+        .unwrap_or_else(|| panic!("free lock"));
+    assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
+
+    let invalid = FredStoreBuilder::from_url("not a url");
+    assert!(matches!(invalid, Err(LockError::InvalidArgument(_))), "{invalid:?}");
+}
