@@ -23,13 +23,15 @@ use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
 /// The fencing counter becomes `max(counter + 1, server time in µs)`. The time floor keeps tokens increasing
 /// when a server restarts without persistence and the counter key is gone: the next token starts above every
 /// token handed out before, as long as the server's clock does not step back and fewer than a million tokens per
-/// second are issued for one resource. The counter key has no TTL (one small string per resource).
+/// second are issued for one resource. The counter key has no TTL (one small string per resource). Values stay
+/// exact below 2^53 (Lua numbers are doubles); the time floor is about 1.8·10^15 (2^51) in 2026, which leaves
+/// centuries of headroom.
 pub const ACQUIRE: &str = r#"
 local fencing = ARGV[3] == '1'
 local current = false
 if fencing then
-  current = redis.call('GET', KEYS[2])
-  if current and not tonumber(current) then
+  current = redis.pcall('GET', KEYS[2])
+  if type(current) == 'table' or (current and not tonumber(current)) then
     return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
   end
 end
@@ -90,7 +92,8 @@ pub const RAISE_FENCE: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+local raw = redis.pcall('GET', KEYS[2])
+local current = type(raw) ~= 'table' and tonumber(raw or '0')
 if not current then
   return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
 end

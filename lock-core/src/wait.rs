@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::{select, Either};
 
 use crate::error::{LockError, Result};
-use crate::notify::ReleaseHub;
+use crate::notify::{ReleaseHub, ReleaseWatch};
 use crate::options::LockOptions;
 
 /// The result of one try.
@@ -37,16 +37,14 @@ where
     let started = Instant::now();
     let deadline = started + options.wait_budget();
     let policy = options.retry_policy();
-    let watch = match hub {
-        Some((hub, channel)) if !options.wait_budget().is_zero() => Some(hub.watch(channel).await),
-        _ => None,
-    };
+    // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
+    let mut watch = None;
     let mut delays = policy.delays();
     let mut attempts: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
         // Listen before trying: a release between the try and the sleep must still wake us.
-        let listener = watch.as_ref().map(|w| w.listen());
+        let listener = watch.as_ref().map(ReleaseWatch::listen);
         let (holder_ttl, last_error) = match attempt().await {
             Ok(Attempt::Acquired(guard)) => return Ok(guard),
             Ok(Attempt::Held { holder_ttl }) => (holder_ttl, None),
@@ -64,6 +62,13 @@ where
                 resource: resource.to_owned(),
                 waited: now.saturating_duration_since(started),
             }));
+        }
+        if watch.is_none() && last_error.is_none() {
+            if let Some((hub, channel)) = hub {
+                watch = Some(hub.watch(channel).await);
+                // A release may have landed before the subscription: look again before sleeping.
+                continue;
+            }
         }
         let mut pause = delays.next().unwrap_or(Duration::from_millis(100));
         if let Some(ttl) = holder_ttl {

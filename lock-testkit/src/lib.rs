@@ -25,6 +25,7 @@
 
 pub mod checker;
 pub mod conformance;
+mod proxy;
 mod resp;
 pub mod runtime;
 mod server;
@@ -36,7 +37,8 @@ use std::sync::Arc;
 use lock_core::DistributedLock;
 
 pub use checker::{Checker, Hold, Report};
-pub use resp::Reply;
+pub use proxy::{Direction, DirectionFaults, FaultProxy};
+pub use resp::{command as send_command, Reply};
 pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).

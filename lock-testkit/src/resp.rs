@@ -44,7 +44,10 @@ impl Reply {
 }
 
 /// Sends one command to `addr` on a fresh connection and reads its reply (bounded by `timeout`).
-pub(crate) fn command(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+///
+/// # Errors
+/// I/O errors, including a timeout, and malformed replies.
+pub fn command(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
     let stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;

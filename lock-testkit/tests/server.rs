@@ -1,5 +1,5 @@
 //! The `RedisServer` fixture itself: ports, lifecycle, faults.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::disallowed_methods)] // sync tests fail by panicking
 
 use std::time::Duration;
 

@@ -1,0 +1,249 @@
+//! A TCP fault proxy between a client and one server, controlled from the test.
+//!
+//! Point the client at [`FaultProxy::addr`] instead of the server, then inject faults while it runs: added
+//! latency per direction (with jitter), dropped replies (requests still reach the server and are applied),
+//! a blackhole (nothing gets through, connections stay open), reset of every open connection, and cut/heal
+//! (refuse and close everything until healed). The proxy runs on its own thread and runtime, so it works under
+//! any runtime the test uses, and stops when dropped.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Faults applied to one direction of traffic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectionFaults {
+    /// Added to every chunk.
+    pub latency: Duration,
+    /// Up to this much more, uniformly random per chunk.
+    pub jitter: Duration,
+    /// Read and discard instead of forwarding.
+    pub drop: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Faults {
+    to_server: DirectionFaults,
+    to_client: DirectionFaults,
+    cut: bool,
+}
+
+/// Which way bytes flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Client → server (requests).
+    ToServer,
+    /// Server → client (replies).
+    ToClient,
+}
+
+struct Shared {
+    faults: Mutex<Faults>,
+    /// Bumped to close every open connection.
+    generation: watch::Sender<u64>,
+    connections: AtomicU64,
+}
+
+/// A running proxy; see the [module docs](self).
+///
+/// ```no_run
+/// # fn demo(server: &lock_testkit::RedisServer) -> std::io::Result<()> {
+/// use lock_testkit::FaultProxy;
+/// use std::time::Duration;
+///
+/// let proxy = FaultProxy::start(server.addr())?;
+/// // connect the client to proxy.url() ...
+/// proxy.set_latency(lock_testkit::Direction::ToClient, Duration::from_millis(50), Duration::ZERO);
+/// proxy.drop_replies(true); // the server applies requests, the client never hears back
+/// proxy.heal();
+/// # Ok(()) }
+/// ```
+pub struct FaultProxy {
+    addr: SocketAddr,
+    upstream: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on a free loopback port in front of `upstream`.
+    ///
+    /// # Errors
+    /// When no port can be bound or the proxy's thread cannot start.
+    pub fn start(upstream: SocketAddr) -> io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let listener = runtime.block_on(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))?;
+        let addr = listener.local_addr()?;
+        let (generation, _) = watch::channel(0u64);
+        let shared =
+            Arc::new(Shared { faults: Mutex::new(Faults::default()), generation, connections: AtomicU64::new(0) });
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let accept_shared = shared.clone();
+        let thread = std::thread::Builder::new().name(format!("fault-proxy-{}", addr.port())).spawn(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = stop => {}
+                    _ = accept_loop(listener, upstream, accept_shared) => {}
+                }
+            });
+        })?;
+        Ok(FaultProxy { addr, upstream, shared, shutdown: Some(shutdown), thread: Some(thread) })
+    }
+
+    /// Where clients connect.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `redis://127.0.0.1:PORT` of the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// The server behind the proxy.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// Connections accepted so far.
+    pub fn connections_accepted(&self) -> u64 {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Faults)) {
+        let mut faults = self.shared.faults.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut faults);
+    }
+
+    /// Adds `latency` (plus up to `jitter`) to every chunk flowing in `direction`.
+    pub fn set_latency(&self, direction: Direction, latency: Duration, jitter: Duration) {
+        self.update(|f| {
+            let d = match direction {
+                Direction::ToServer => &mut f.to_server,
+                Direction::ToClient => &mut f.to_client,
+            };
+            d.latency = latency;
+            d.jitter = jitter;
+        });
+    }
+
+    /// Discards replies (the server still receives and applies every request).
+    pub fn drop_replies(&self, on: bool) {
+        self.update(|f| f.to_client.drop = on);
+    }
+
+    /// Discards traffic both ways; connections stay open (a silent network).
+    pub fn blackhole(&self, on: bool) {
+        self.update(|f| {
+            f.to_server.drop = on;
+            f.to_client.drop = on;
+        });
+    }
+
+    /// Closes every open connection (clients see a reset) without changing the faults.
+    pub fn reset_connections(&self) {
+        self.shared.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Closes every connection and refuses new ones until [`heal`](Self::heal).
+    pub fn cut(&self) {
+        self.update(|f| f.cut = true);
+        self.reset_connections();
+    }
+
+    /// Removes every fault.
+    pub fn heal(&self) {
+        self.update(|f| *f = Faults::default());
+    }
+
+    fn faults(shared: &Shared) -> Faults {
+        *shared.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        if let Some(stop) = self.shutdown.take() {
+            let _ = stop.send(());
+        }
+        self.reset_connections();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for FaultProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultProxy").field("addr", &self.addr).field("upstream", &self.upstream).finish()
+    }
+}
+
+async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Shared>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else { continue };
+        if FaultProxy::faults(&shared).cut {
+            drop(client);
+            continue;
+        }
+        shared.connections.fetch_add(1, Ordering::SeqCst);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let Ok(server) = TcpStream::connect(upstream).await else { return };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let mut closed = shared.generation.subscribe();
+            closed.mark_unchanged();
+            let (client_r, client_w) = client.into_split();
+            let (server_r, server_w) = server.into_split();
+            let up = pump(client_r, server_w, shared.clone(), Direction::ToServer);
+            let down = pump(server_r, client_w, shared.clone(), Direction::ToClient);
+            tokio::select! {
+                _ = async { tokio::join!(up, down) } => {}
+                _ = closed.changed() => {}
+            }
+        });
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    shared: Arc<Shared>,
+    direction: Direction,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let faults = FaultProxy::faults(&shared);
+        let d = match direction {
+            Direction::ToServer => faults.to_server,
+            Direction::ToClient => faults.to_client,
+        };
+        let jitter = if d.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            Duration::from_nanos(rand::random::<u64>() % d.jitter.as_nanos().max(1) as u64)
+        };
+        if !(d.latency + jitter).is_zero() {
+            tokio::time::sleep(d.latency + jitter).await;
+        }
+        if d.drop {
+            continue;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
+}
