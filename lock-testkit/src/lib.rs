@@ -25,10 +25,13 @@
 
 pub mod checker;
 pub mod conformance;
+pub mod history;
+mod oracle;
 mod proxy;
 mod resp;
 pub mod runtime;
 mod server;
+pub mod worker;
 
 use std::any::Any;
 use std::fmt;
@@ -37,6 +40,7 @@ use std::sync::Arc;
 use lock_core::DistributedLock;
 
 pub use checker::{Checker, Hold, Report};
+pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Reply};
 pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};

@@ -37,6 +37,9 @@ pub enum ServerError {
     /// I/O with the server failed.
     #[error("I/O with redis-server failed")]
     Io(#[from] io::Error),
+    /// The server answered something unexpected.
+    #[error("unexpected reply from redis-server: {0}")]
+    Protocol(String),
 }
 
 /// Durability settings of a test server.
@@ -242,7 +245,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn signal(child: &Child, sig: libc::c_int) {
+pub(crate) fn signal(child: &Child, sig: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: sending a signal to our own child process, which we have not reaped yet.
         #[allow(unsafe_code)]
@@ -269,7 +272,7 @@ type SpawnRequest = (Command, mpsc::Sender<io::Result<Child>>);
 
 /// Spawns from one long-lived thread: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, and
 /// test threads exit early; this thread lives as long as the process.
-fn spawn_tied_to_process(cmd: Command) -> io::Result<Child> {
+pub(crate) fn spawn_tied_to_process(cmd: Command) -> io::Result<Child> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();

@@ -1,0 +1,102 @@
+//! Lock holders as separate processes, so that pausing one with `SIGSTOP` models a GC pause faithfully (its
+//! timers, its runtime and its connections all freeze), and killing one models a crash.
+//!
+//! A test binary re-runs itself: [`WorkerProcess::spawn`] starts the current test executable with only the named
+//! entry test selected and [`WORKER_ENV`] set; that entry test checks [`worker_id`] and, when set, runs the
+//! worker's loop instead of returning at once.
+
+use std::io;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Set (to the worker's id) in a worker process's environment.
+pub const WORKER_ENV: &str = "LOCK_TESTKIT_WORKER";
+
+/// This process's worker id, when it was started by [`WorkerProcess::spawn`].
+pub fn worker_id() -> Option<u32> {
+    std::env::var(WORKER_ENV).ok()?.parse().ok()
+}
+
+/// One worker process; killed when dropped.
+#[derive(Debug)]
+pub struct WorkerProcess {
+    id: u32,
+    child: Option<Child>,
+}
+
+impl WorkerProcess {
+    /// Starts the current test executable running only test `entry`, as worker `id`, with extra environment.
+    ///
+    /// # Errors
+    /// When the executable cannot be found or started.
+    pub fn spawn(entry: &str, id: u32, vars: &[(&str, String)]) -> io::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args([entry, "--exact", "--nocapture", "--test-threads=1", "--quiet"])
+            .env(WORKER_ENV, id.to_string())
+            .stdin(Stdio::null());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = crate::server::spawn_tied_to_process(cmd)?;
+        Ok(WorkerProcess { id, child: Some(child) })
+    }
+
+    /// The worker's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            crate::server::signal(child, sig);
+        }
+    }
+
+    /// Freezes the process (`SIGSTOP`).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Thaws it (`SIGCONT`).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Kills it (`SIGKILL`) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits up to `limit` for the process to exit on its own; kills it if it does not.
+    ///
+    /// # Errors
+    /// When waiting fails, or the worker did not exit in time (it is killed then).
+    pub fn wait(&mut self, limit: Duration) -> io::Result<ExitStatus> {
+        let Some(child) = self.child.as_mut() else {
+            return Err(io::Error::other("worker already reaped"));
+        };
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                self.child = None;
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("worker {} did not exit", self.id)));
+            }
+            // Synchronous by design (test orchestration).
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+    }
+}
