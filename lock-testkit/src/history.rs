@@ -317,10 +317,10 @@ impl History {
                         }
                     }
                 }
-                EventKind::Extended { token } => {
-                    if beliefs.get(token.as_str()).and_then(|b| b.released).is_some_and(|r| e.at > r) {
-                        report.extends_after_release += 1;
-                    }
+                EventKind::Extended { token }
+                    if beliefs.get(token.as_str()).and_then(|b| b.released).is_some_and(|r| e.at > r) =>
+                {
+                    report.extends_after_release += 1;
                 }
                 _ => {}
             }
