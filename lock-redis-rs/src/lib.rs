@@ -1,1 +1,90 @@
-//! placeholder
+//! A distributed lock on Redis for the [`redis`] crate, with pooled connections and fencing tokens.
+//!
+//! [`RedisStore`] implements lock-core's [`LockStore`](lock_core::LockStore); wrap it in a
+//! [`Lock`](lock_core::Lock) to acquire, extend and release:
+//!
+//! ```no_run
+//! use lock_redis_rs::lock_core::{Lock, LockOptions};
+//! use lock_redis_rs::RedisStore;
+//! use std::time::Duration;
+//!
+//! # #[tokio::main]
+//! # async fn main() -> lock_redis_rs::lock_core::Result<()> {
+//! let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+//! let lock = Lock::new(store);
+//! let options = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
+//! let guard = lock.acquire("reports/daily", &options).await?;
+//! let fence = guard.fencing_token(); // pass it to what the lock protects
+//! // ... work; stop if `guard.is_lost()` ...
+//! # let _ = fence;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What goes over the wire
+//! Every operation is one Lua script from [`lock_core::scripts`], sent with `EVALSHA`: acquire, release and extend
+//! are one round trip each, so an uncontended lock cycle costs exactly two. When the server does not know a script
+//! (after a restart, a failover or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the script is loaded and run again,
+//! invisibly to the caller.
+//!
+//! The keys of one lock share the hash tag `{resource}` (see [`LockKeys`](lock_core::LockKeys)) and are all passed
+//! in `KEYS[]`, so the scripts are valid on Redis Cluster:
+//!
+//! | key | holds |
+//! |---|---|
+//! | `lock:{resource}` | the owner token, with the lock's TTL |
+//! | `lock:{resource}:fence` | the fencing counter: **one small key per resource, with no TTL** |
+//! | `lock:{resource}:released` | the channel a release publishes on |
+//!
+//! # Fencing tokens
+//! With fencing on (the default), acquiring advances the resource's counter in the same atomic step and the guard
+//! carries the new value. The counter is raised to at least the server's clock in microseconds, so tokens keep
+//! increasing when a server without persistence restarts and loses the counter. The counter key never expires:
+//! if you lock many short-lived resource names and do not need tokens, turn fencing off per acquisition with
+//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing); acquire is then a plain `SET NX PX` (run by
+//! the same script, which also reports the holder's remaining TTL) and the counter key is never created.
+//!
+//! # Waiting
+//! A waiter sleeps between tries and is woken early by the holder's release, which the release script publishes.
+//! Each store has **one** subscriber connection, outside the pool, opened when the first waiter needs it and
+//! closed when the last clone of the store is dropped; a lost subscriber connection is reopened with backoff and
+//! resubscribed. Pub/sub is at-most-once, so a notification is only a hint: waiters also wake at the holder's
+//! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
+//!
+//! # Connections and timeouts
+//! Each command checks a multiplexed connection out of the pool for its own round trip only, never while a lock
+//! is awaited, so a pool of one connection serves any number of waiters. A connection whose command was cancelled
+//! goes back to the pool, which is safe because redis-rs multiplexed connections match replies to requests
+//! themselves; a connection whose transport failed is closed instead. Every store call is bounded by
+//! [`connect_timeout`](RedisStoreConfig::connect_timeout) + [`command_timeout`](RedisStoreConfig::command_timeout).
+//!
+//! Build a store from a URL ([`RedisStore::connect`], [`RedisStoreConfig`]) or over a `deadpool_redis::Pool` you
+//! already have ([`RedisStore::from_pool`]). The pool this crate builds pings a connection before handing it out
+//! only if it sat idle for a second, so a connection that breaks while in steady use (a server restart) fails one
+//! command with `Unavailable`, which a waiting acquire retries; a `deadpool_redis` pool checks every connection it
+//! hands out with `UNWATCH` + `PING`, which costs one more round trip per command.
+//!
+//! # Errors
+//! Errors are [`LockError`](lock_core::LockError)s with the redis error as their source: a key of another type
+//! (`WRONGTYPE`) is `WrongType` naming the key; a refused, broken or reset connection, a server that is loading
+//! or read-only, or a closed pool is `Unavailable`; a missed deadline is `Timeout`; `NOAUTH`, `WRONGPASS` and
+//! `NOPERM` are `Auth`; anything else is `Backend`.
+//!
+//! # Runtimes
+//! Feature `tokio` (default) runs on tokio; feature `smol` on smol; feature `async-std` under async-std's executor
+//! (redis-rs drives its connections with smol's reactor there, which async-std shares). With several enabled,
+//! tokio is used when a tokio runtime is current.
+#![deny(missing_docs)]
+
+mod error;
+mod pool;
+mod rt;
+mod store;
+mod subscriber;
+
+pub use store::{RedisStore, RedisStoreConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE};
+
+pub use deadpool_redis;
+pub use lock_core;
+pub use redis;

@@ -1,0 +1,103 @@
+//! Mapping redis-rs and deadpool errors to [`LockError`], keeping the client error as the source.
+
+use std::time::Duration;
+
+use deadpool::managed::TimeoutType;
+use lock_core::scripts::is_wrongtype;
+use lock_core::{LockError, LockKeys};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+use crate::pool::PoolError;
+
+/// Server error codes that mean "these credentials are not good enough".
+const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+
+/// The deadlines an error may report as passed.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// Bound on one command's reply.
+    pub(crate) command: Duration,
+    /// Bound on opening a connection. A store call as a whole is bounded by `connect + command`.
+    pub(crate) connect: Duration,
+}
+
+/// Maps a redis error from `operation`; `keys` names the lock whose keys a `WRONGTYPE` refers to, and `after` is
+/// the deadline a timeout of this step missed.
+pub(crate) fn from_redis(
+    err: RedisError,
+    operation: &'static str,
+    keys: Option<&LockKeys>,
+    after: Duration,
+) -> LockError {
+    if let (Some(keys), true) = (keys, err.code().is_some_and(is_wrongtype)) {
+        // Our scripts name the offending key in the message; a plain command error does not, and then it was the
+        // lock key (the only key every script reads).
+        let text = err.to_string();
+        let key = if text.contains(keys.fence()) { keys.fence() } else { keys.lock() };
+        return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
+    }
+    if is_auth(&err) {
+        return LockError::Auth { source: Box::new(err) };
+    }
+    if err.is_timeout() {
+        // redis-rs reports its response and connection timeouts as I/O `TimedOut`.
+        return LockError::Timeout { operation, after };
+    }
+    if is_unavailable(&err) {
+        return LockError::Unavailable { source: Box::new(err) };
+    }
+    if err.kind() == ErrorKind::InvalidClientConfig {
+        return LockError::invalid(format!("invalid redis connection settings: {err}"));
+    }
+    LockError::Backend { source: Box::new(err) }
+}
+
+fn is_auth(err: &RedisError) -> bool {
+    if err.kind() == ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    match err.code() {
+        Some(code) => AUTH_CODES.contains(&code),
+        // Errors of the connection setup pipeline (AUTH/HELLO) carry no top-level code; their text names the
+        // server error's code.
+        None => {
+            let text = err.to_string();
+            AUTH_CODES.iter().any(|code| text.contains(code))
+        }
+    }
+}
+
+fn is_unavailable(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || matches!(
+            err.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            ) | ErrorKind::ClusterConnectionNotFound
+        )
+}
+
+/// Whether the connection that returned `err` may be broken or out of step, so it must not be reused.
+pub(crate) fn breaks_connection(err: &RedisError) -> bool {
+    // I/O errors (timeouts included) and what redis-rs says needs a reconnect (parse errors, failed auth).
+    err.is_io_error() || err.is_unrecoverable_error()
+}
+
+/// Maps a failure to check a connection out of the pool.
+pub(crate) fn from_pool(err: PoolError, operation: &'static str, d: Deadlines) -> LockError {
+    match err {
+        // Only opening a connection reports backend errors (a failed recycle just drops the connection).
+        PoolError::Backend(err) => from_redis(err, operation, None, d.connect),
+        PoolError::Timeout(TimeoutType::Create) => LockError::Timeout { operation, after: d.connect },
+        PoolError::Timeout(_) => LockError::Timeout { operation, after: d.command },
+        PoolError::NoRuntimeSpecified => LockError::NoRuntime(operation),
+        err @ PoolError::Closed => LockError::Unavailable { source: Box::new(err) },
+        err @ PoolError::PostCreateHook(_) => LockError::Backend { source: Box::new(err) },
+    }
+}

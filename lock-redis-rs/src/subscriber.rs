@@ -1,0 +1,252 @@
+//! Release notifications: one pub/sub connection per store, owned by one background task.
+//!
+//! The [`ReleaseHub`] asks for channels through [`SubscriptionControl`]; the requests go to the task over one
+//! ordered queue, so a subscribe and a later unsubscribe of the same channel reach the server in that order. The
+//! task passes every message to [`ReleaseHub::deliver`]. Notifications are only hints (lock-core's waiters also
+//! poll), so nothing here ever fails an acquire: errors are logged and, at worst, waiters poll until the task has
+//! reconnected and resubscribed.
+//!
+//! The task starts with the first subscription (a store whose locks never wait opens no pub/sub connection) and
+//! lives inside the hub, which lives inside the store: dropping the last clone of the store cancels it.
+
+use std::fmt;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_channel::{mpsc, oneshot};
+use futures_util::future::{self, Either};
+use futures_util::stream::{self, StreamExt};
+use lock_core::{spawn_background, BackgroundTask, LockError, ReleaseHub, Result, SubscriptionControl};
+use redis::aio::{PubSubSink, PubSubStream};
+use redis::Client;
+
+use crate::error::{self, Deadlines};
+use crate::rt;
+
+/// First pause before reconnecting a lost subscriber connection; doubles on each failure up to the cap.
+const RECONNECT_MIN: Duration = Duration::from_millis(50);
+/// Longest pause between reconnection attempts.
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+enum Request {
+    Subscribe(String, oneshot::Sender<Result<()>>),
+    Unsubscribe(String),
+}
+
+#[derive(Default)]
+struct State {
+    requests: Option<mpsc::UnboundedSender<Request>>,
+    task: Option<BackgroundTask>,
+}
+
+/// The [`SubscriptionControl`] of a [`RedisStore`](crate::RedisStore)'s hub.
+pub(crate) struct Subscriber {
+    client: Client,
+    deadlines: Deadlines,
+    /// The hub this control belongs to, for the task (weak: the hub owns this control, which owns the task).
+    hub: Arc<OnceLock<Weak<ReleaseHub>>>,
+    state: Mutex<State>,
+}
+
+impl Subscriber {
+    /// A release hub whose subscriptions go over one pub/sub connection to `client`'s server.
+    pub(crate) fn hub(client: Client, deadlines: Deadlines) -> Arc<ReleaseHub> {
+        let slot = Arc::new(OnceLock::new());
+        let hub = ReleaseHub::new(Subscriber { client, deadlines, hub: slot.clone(), state: Mutex::default() });
+        // Set once, right here: nothing can have read the slot yet.
+        let _ = slot.set(Arc::downgrade(&hub));
+        hub
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Queues `request` for the task; with `start`, starts the task first when none is running.
+    fn send(&self, request: Request, start: bool) -> Result<()> {
+        let mut state = self.state();
+        let request = match &state.requests {
+            Some(queue) => match queue.unbounded_send(request) {
+                Ok(()) => return Ok(()),
+                // The task is gone (its runtime shut down, or it found none to sleep on): start another here.
+                Err(err) => err.into_inner(),
+            },
+            None => request,
+        };
+        if !start {
+            return Ok(());
+        }
+        let (queue, requests) = mpsc::unbounded();
+        let hub = self.hub.get().cloned().unwrap_or_default();
+        let task = spawn_background(run(self.client.clone(), hub, requests, self.deadlines))
+            .ok_or(LockError::NoRuntime("release notifications"))?;
+        queue.unbounded_send(request).map_err(|_| LockError::unavailable("release subscriber stopped"))?;
+        state.requests = Some(queue);
+        state.task = Some(task);
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("client", &self.client)
+            .field("running", &self.state().task.is_some())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SubscriptionControl for Subscriber {
+    async fn subscribe(&self, channel: &str) -> Result<()> {
+        let (done, confirmed) = oneshot::channel();
+        self.send(Request::Subscribe(channel.to_owned(), done), true)?;
+        // The task answers within its own bounds (connect, then one command); this covers the rest.
+        let bound = self.deadlines.connect + self.deadlines.command;
+        match rt::timeout("subscribe", bound, confirmed).await? {
+            Ok(result) => result,
+            Err(oneshot::Canceled) => Err(LockError::unavailable("release subscriber stopped")),
+        }
+    }
+
+    fn unsubscribe(&self, channel: &str) {
+        // Without a running task there is no subscription to end.
+        if let Err(err) = self.send(Request::Unsubscribe(channel.to_owned()), false) {
+            tracing::debug!(channel, error = %err, "unsubscribe not sent");
+        }
+    }
+}
+
+/// The task: (re)connect, resubscribe, serve requests and messages; back off after each failure.
+async fn run(client: Client, hub: Weak<ReleaseHub>, mut requests: mpsc::UnboundedReceiver<Request>, d: Deadlines) {
+    let mut backoff = RECONNECT_MIN;
+    loop {
+        match open(&client, &hub, d).await {
+            Ok((sink, messages)) => {
+                backoff = RECONNECT_MIN;
+                match serve(sink, messages, &hub, &mut requests, d).await {
+                    Exit::StoreGone => return,
+                    Exit::Lost(err) => tracing::warn!(error = %err, "release subscriber disconnected; waiters poll"),
+                }
+            }
+            Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
+        }
+        if !refuse_during(rt::sleep("subscriber backoff", backoff), &mut requests).await {
+            return;
+        }
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// Connects and subscribes to every channel that has waiters, within the connect deadline.
+async fn open(client: &Client, hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<(PubSubSink, PubSubStream)> {
+    let connect = async {
+        let (mut sink, messages) = client.get_async_pubsub().await?.split();
+        let channels = hub.upgrade().map(|hub| hub.watched_channels()).unwrap_or_default();
+        if !channels.is_empty() {
+            sink.subscribe(&channels).await?;
+            tracing::debug!(channels = channels.len(), "release subscriber resubscribed");
+        }
+        Ok((sink, messages, channels))
+    };
+    let (sink, messages, channels) = rt::timeout("connect", d.connect, connect)
+        .await?
+        .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+    // A release published while we were away is lost: let one waiter per channel poll now rather than at its
+    // backoff cap.
+    if let Some(hub) = hub.upgrade() {
+        for channel in &channels {
+            hub.wake_one(channel);
+        }
+    }
+    Ok((sink, messages))
+}
+
+enum Exit {
+    /// The store (and its hub) is gone: the task ends.
+    StoreGone,
+    /// The connection failed: reconnect.
+    Lost(LockError),
+}
+
+enum Event {
+    Message(redis::Msg),
+    Closed,
+    Request(Request),
+    StoreGone,
+}
+
+/// Serves one connection until it fails or the store is gone.
+async fn serve(
+    mut sink: PubSubSink,
+    messages: PubSubStream,
+    hub: &Weak<ReleaseHub>,
+    requests: &mut mpsc::UnboundedReceiver<Request>,
+    d: Deadlines,
+) -> Exit {
+    let messages = messages.map(Event::Message).chain(stream::once(future::ready(Event::Closed)));
+    let requests = requests.by_ref().map(Event::Request).chain(stream::once(future::ready(Event::StoreGone)));
+    let mut events = stream::select(messages, requests);
+    // While a (un)subscribe awaits its confirmation, messages wait in redis-rs's unbounded buffer.
+    while let Some(event) = events.next().await {
+        let failure = match event {
+            Event::Message(msg) => match hub.upgrade() {
+                Some(hub) => {
+                    hub.deliver(msg.get_channel_name(), msg.get_payload_bytes());
+                    None
+                }
+                None => return Exit::StoreGone,
+            },
+            Event::Request(Request::Subscribe(channel, done)) => {
+                let result = confirm("subscribe", d, sink.subscribe(&channel)).await;
+                let failure = result.as_ref().err().map(ToString::to_string);
+                // The waiter may have given up already; it polls either way.
+                let _ = done.send(result);
+                failure
+            }
+            Event::Request(Request::Unsubscribe(channel)) => {
+                confirm("unsubscribe", d, sink.unsubscribe(&channel)).await.err().map(|err| err.to_string())
+            }
+            Event::Closed => Some("connection closed".to_owned()),
+            Event::StoreGone => return Exit::StoreGone,
+        };
+        if let Some(reason) = failure {
+            return Exit::Lost(LockError::unavailable(reason));
+        }
+    }
+    Exit::StoreGone
+}
+
+/// Awaits a server confirmation within the command deadline.
+async fn confirm(
+    operation: &'static str,
+    d: Deadlines,
+    request: impl std::future::Future<Output = redis::RedisResult<()>>,
+) -> Result<()> {
+    rt::timeout(operation, d.command, request).await?.map_err(|err| error::from_redis(err, operation, None, d.command))
+}
+
+/// Waits for `pause` while refusing subscriptions at once (the hub's list is resubscribed after reconnecting, so
+/// a refused channel is not forgotten). Returns `false` when the task should end.
+async fn refuse_during(
+    pause: impl std::future::Future<Output = Result<()>>,
+    requests: &mut mpsc::UnboundedReceiver<Request>,
+) -> bool {
+    let mut pause = pin!(pause);
+    loop {
+        match future::select(pause.as_mut(), requests.next()).await {
+            Either::Left((Ok(()), _)) => return true,
+            Either::Left((Err(err), _)) => {
+                tracing::warn!(error = %err, "release subscriber stops; waiters poll");
+                return false;
+            }
+            Either::Right((Some(Request::Subscribe(_, done)), _)) => {
+                let _ = done.send(Err(LockError::unavailable("release subscriber is reconnecting")));
+            }
+            Either::Right((Some(Request::Unsubscribe(_)), _)) => {}
+            Either::Right((None, _)) => return false,
+        }
+    }
+}
