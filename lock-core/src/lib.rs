@@ -68,7 +68,7 @@ pub use notify::{ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
 pub use redlock::Redlock;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
-pub use rt::{live_background_tasks, spawn_background, BackgroundTask};
+pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use scoped::{DistributedLockExt, LockContext};
 pub use store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 pub use token::{FencingToken, Token};

@@ -207,6 +207,16 @@ impl Lock {
             return tally.failure(keys.resource(), inst.quorum, n, answered);
         }
 
+        let valid_until = lease::valid_until(started, ttl);
+        let exhausted = |inflight: InFlight| async move {
+            let elapsed = started.elapsed();
+            inflight.release_now().await;
+            tracing::debug!(resource = keys.resource(), ?elapsed, "grant arrived after its validity; given back");
+            Err(LockError::ValidityExhausted { resource: keys.resource().to_owned(), elapsed })
+        };
+        if Instant::now() >= valid_until {
+            return exhausted(inflight).await;
+        }
         let mut fence = tally.granted.iter().filter_map(|(_, f)| *f).max();
         if n > 1 {
             if let Some(highest) = fence {
@@ -214,19 +224,17 @@ impl Lock {
                 let t = highest.saturating_add(1);
                 let raised = raise_fences(inst, keys, inflight.token(), t, call_timeout, &tally.granted).await;
                 if raised < inst.quorum {
+                    if Instant::now() >= valid_until {
+                        return exhausted(inflight).await;
+                    }
                     inflight.release_now().await;
                     return Err(LockError::Quorum { granted: raised, required: inst.quorum, total: n });
                 }
                 fence = Some(t);
             }
         }
-
-        let valid_until = lease::valid_until(started, ttl);
-        let now = Instant::now();
-        if now >= valid_until {
-            inflight.release_now().await;
-            tracing::debug!(resource = keys.resource(), "grant arrived after its validity; given back");
-            return Err(LockError::ValidityExhausted { resource: keys.resource().to_owned(), elapsed: now - started });
+        if Instant::now() >= valid_until {
+            return exhausted(inflight).await;
         }
         let token = inflight.disarm();
         let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
@@ -579,9 +587,11 @@ impl Guard {
     /// # Errors
     /// As [`release`](Self::release).
     pub async fn release_report(mut self) -> Result<ReleaseReport> {
-        self.released = true;
         self.state.stop();
-        self.state.release().await
+        let report = self.state.release().await;
+        // Only now: if this future is dropped mid-release, `Drop` still sends a (best-effort) release.
+        self.released = true;
+        report
     }
 }
 

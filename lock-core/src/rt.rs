@@ -99,9 +99,31 @@ pub(crate) async fn timeout<F: Future>(operation: &'static str, after: Duration,
 }
 
 static LIVE_TASKS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_WATCHDOGS: AtomicUsize = AtomicUsize::new(0);
 
-/// Number of background tasks (best-effort releases, renewals) that lock-core has spawned and that have not yet
-/// finished or been cancelled. Tests use it to prove nothing leaks.
+/// Number of renewal watchdogs running now (one per auto-renewed guard that is neither released nor dropped).
+pub fn live_renewal_tasks() -> usize {
+    LIVE_WATCHDOGS.load(Ordering::SeqCst)
+}
+
+/// Counts one running watchdog from creation until drop.
+pub(crate) struct WatchdogCount;
+
+impl WatchdogCount {
+    pub(crate) fn new() -> Self {
+        LIVE_WATCHDOGS.fetch_add(1, Ordering::SeqCst);
+        WatchdogCount
+    }
+}
+
+impl Drop for WatchdogCount {
+    fn drop(&mut self) {
+        LIVE_WATCHDOGS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Number of background tasks spawned through lock-core (best-effort releases, renewals, backends' subscribers)
+/// that have not yet finished or been cancelled. Tests use it to prove nothing leaks.
 pub fn live_background_tasks() -> usize {
     LIVE_TASKS.load(Ordering::SeqCst)
 }

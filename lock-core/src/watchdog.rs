@@ -59,6 +59,7 @@ async fn run(
     max_renewals: Option<u32>,
     acquired_at: Instant,
 ) {
+    let _count = rt::WatchdogCount::new();
     let Some(lost) = target.upgrade().map(|t| t.lost_signal().clone()) else { return };
     let mut renewals: u32 = 0;
     let mut next = acquired_at + interval;

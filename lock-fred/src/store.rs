@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface};
+use fred::interfaces::{ClientLike, EventInterface, LuaInterface};
 use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
@@ -118,7 +118,9 @@ impl FredStore {
         self.inner.command_timeout
     }
 
-    /// Runs one of lock-core's scripts: one `EVALSHA` (plus `SCRIPT LOAD` and a second `EVALSHA` after `NOSCRIPT`).
+    /// Runs one of lock-core's scripts: one `EVALSHA`. After a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it
+    /// sends the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when
+    /// another flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
     async fn eval(
         &self,
         operation: &'static str,
@@ -129,10 +131,19 @@ impl FredStore {
     ) -> Result<Value> {
         let client = self.inner.pool.next_connected();
         let after = self.inner.command_timeout;
+        let call = async {
+            match client.evalsha::<Value, _, _, _>(script.sha1().clone(), script_keys.clone(), args.clone()).await {
+                Err(err) if err.details().starts_with("NOSCRIPT") || err.to_string().contains("NOSCRIPT") => {
+                    let body = script.lua().cloned().unwrap_or_default();
+                    client.eval::<Value, _, _, _>(body, script_keys, args).await
+                }
+                other => other,
+            }
+        };
         // fred's own default command timeout normally fires first; this bound also holds for a caller's pool that
         // has none. Dropping the call is safe for the connection: fred's router still reads the reply and discards
         // it, so no connection is left out of step.
-        match tokio::time::timeout(after, script.evalsha_with_reload::<Value, _, _>(client, script_keys, args)).await {
+        match tokio::time::timeout(after, call).await {
             Err(_) => Err(LockError::Timeout { operation, after }),
             Ok(reply) => reply.map_err(|err| error::from_script(err, operation, after, keys)),
         }

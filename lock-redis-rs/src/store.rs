@@ -10,7 +10,7 @@ use lock_core::{
     AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, Result,
     Token,
 };
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError, Script, ScriptInvocation};
+use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
 use crate::pool::{Connector, Pool};
@@ -222,8 +222,10 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// Runs one script on one pooled connection: one round trip (three after a `NOSCRIPT`, which redis-rs answers
-    /// with `SCRIPT LOAD` and a second `EVALSHA`).
+    /// Runs one of lock-core's scripts on one pooled connection: one `EVALSHA` round trip. After a `NOSCRIPT`
+    /// (restart, failover, `SCRIPT FLUSH`) it sends the body once with `EVAL`, which also caches it again: two round
+    /// trips then, and never a `NOSCRIPT` for the caller, even when another flush lands between two of our calls
+    /// (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
     ///
     /// Bounded as a whole by connect + command timeout, so waiting for a free connection or opening one cannot
     /// hang a call. Cancel-safe (see the `pool` module).
@@ -231,20 +233,29 @@ impl Inner {
         &self,
         operation: &'static str,
         keys: &LockKeys,
-        invocation: ScriptInvocation<'static>,
+        script: &Script,
+        body: &str,
+        script_keys: &[&str],
+        args: &[&str],
     ) -> Result<T> {
         let d = self.deadlines;
+        let command = |verb: &str, script: &str| {
+            let mut cmd = redis::cmd(verb);
+            cmd.arg(script).arg(script_keys.len()).arg(script_keys).arg(args);
+            cmd
+        };
         let call = async {
             let mut conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
-            match invocation.invoke_async(conn.connection()).await {
-                Ok(value) => Ok(value),
-                Err(err) => {
-                    if error::breaks_connection(&err) {
-                        conn.discard();
-                    }
-                    Err(error::from_redis(err, operation, Some(keys), d.command))
-                }
+            let mut reply = command("EVALSHA", script.get_hash()).query_async(conn.connection()).await;
+            if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+                reply = command("EVAL", body).query_async(conn.connection()).await;
             }
+            reply.map_err(|err| {
+                if error::breaks_connection(&err) {
+                    conn.discard();
+                }
+                error::from_redis(err, operation, Some(keys), d.command)
+            })
         };
         rt::timeout(operation, d.connect + d.command, call).await?
     }
@@ -254,33 +265,41 @@ impl Inner {
 impl LockStore for RedisStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
-        let mut invocation = SCRIPTS.acquire.prepare_invoke();
-        invocation
-            .key(keys.lock())
-            .key(keys.fence())
-            .arg(request.token.as_str())
-            .arg(scripts::ttl_millis(request.ttl))
-            .arg(if request.fencing { "1" } else { "0" });
-        let reply: Vec<i64> = self.inner.eval("acquire", keys, invocation).await?;
+        let ttl = scripts::ttl_millis(request.ttl).to_string();
+        let args = [request.token.as_str(), &ttl, if request.fencing { "1" } else { "0" }];
+        let reply: Vec<i64> = self
+            .inner
+            .eval("acquire", keys, &SCRIPTS.acquire, scripts::ACQUIRE, &[keys.lock(), keys.fence()], &args)
+            .await?;
         scripts::parse_acquire(&reply, request.fencing)
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
-        let mut invocation = SCRIPTS.release.prepare_invoke();
-        invocation.key(keys.lock()).key(keys.channel()).arg(token.as_str()).arg(self.inner.hub.origin());
-        scripts::parse_release(self.inner.eval("release", keys, invocation).await?)
+        // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
+        let args = [token.as_str(), self.inner.hub.origin()];
+        let script_keys = [keys.lock(), keys.channel()];
+        scripts::parse_release(
+            self.inner.eval("release", keys, &SCRIPTS.release, scripts::RELEASE, &script_keys, &args).await?,
+        )
     }
 
     async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
-        let mut invocation = SCRIPTS.extend.prepare_invoke();
-        invocation.key(keys.lock()).arg(token.as_str()).arg(scripts::ttl_millis(ttl));
-        scripts::parse_extend(self.inner.eval("extend", keys, invocation).await?)
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let args = [token.as_str(), &ttl];
+        scripts::parse_extend(
+            self.inner.eval("extend", keys, &SCRIPTS.extend, scripts::EXTEND, &[keys.lock()], &args).await?,
+        )
     }
 
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
-        let mut invocation = SCRIPTS.raise_fence.prepare_invoke();
-        invocation.key(keys.lock()).key(keys.fence()).arg(token.as_str()).arg(at_least);
-        scripts::parse_raise_fence(self.inner.eval("raise_fence", keys, invocation).await?)
+        let floor = at_least.to_string();
+        let args = [token.as_str(), &floor];
+        let script_keys = [keys.lock(), keys.fence()];
+        scripts::parse_raise_fence(
+            self.inner
+                .eval("raise-fence", keys, &SCRIPTS.raise_fence, scripts::RAISE_FENCE, &script_keys, &args)
+                .await?,
+        )
     }
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

@@ -470,7 +470,7 @@ pub async fn owner_tokens_are_unique(s: &Subject) {
 pub async fn auto_renewal_outlives_ttl(s: &Subject) {
     let lock = s.lock();
     let r = fresh("renew");
-    let ttl = ms(150);
+    let ttl = ms(300);
     let a = some(try_get(lock, &r, &LockOptions::new(ttl).auto_renew(RenewPolicy::default())).await, "holder");
     let checker = Checker::new();
     let start = Instant::now();
@@ -549,7 +549,7 @@ pub async fn scoped_work_cancelled_on_loss(s: &Subject) {
     let r = fresh("scoped-lost");
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = DropFlag(dropped.clone());
-    let o = LockOptions::new(ms(150)).wait(ms(1_000)).auto_renew(RenewPolicy::default().max_hold(ms(300)));
+    let o = LockOptions::new(ms(300)).wait(ms(1_000)).auto_renew(RenewPolicy::default().max_hold(ms(600)));
     let t0 = Instant::now();
     let out = lock
         .with_lock(&r, &o, |_ctx| async move {

@@ -42,7 +42,7 @@ use lock_core::DistributedLock;
 pub use checker::{Checker, Hold, Report};
 pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
-pub use resp::{command as send_command, Reply};
+pub use resp::{command as send_command, Connection, Reply};
 pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).

@@ -34,10 +34,10 @@ pub struct FencedCounter {
     server: RedisServer,
 }
 
-/// A handle workers use to read and write the counter (by address, from any process).
-#[derive(Clone, Copy, Debug)]
+/// A worker's connection to the counter (by address, from any process).
+#[derive(Debug)]
 pub struct CounterClient {
-    addr: SocketAddr,
+    conn: resp::Connection,
 }
 
 impl FencedCounter {
@@ -49,9 +49,12 @@ impl FencedCounter {
         Ok(FencedCounter { server: RedisServer::start()? })
     }
 
-    /// The client for workers.
-    pub fn client(&self) -> CounterClient {
-        CounterClient { addr: self.server.addr() }
+    /// A client for a worker in this process.
+    ///
+    /// # Errors
+    /// When the resource's server cannot be reached.
+    pub fn client(&self) -> Result<CounterClient, ServerError> {
+        CounterClient::connect(self.server.addr())
     }
 
     /// The address to pass to worker processes (`CounterClient::at`).
@@ -61,17 +64,20 @@ impl FencedCounter {
 }
 
 impl CounterClient {
-    /// A client for the counter at `addr`.
-    pub fn at(addr: SocketAddr) -> Self {
-        CounterClient { addr }
+    /// Connects to the counter at `addr`.
+    ///
+    /// # Errors
+    /// When the server cannot be reached.
+    pub fn connect(addr: SocketAddr) -> Result<Self, ServerError> {
+        Ok(CounterClient { conn: resp::Connection::open(addr, TIMEOUT)? })
     }
 
     /// The current value.
     ///
     /// # Errors
     /// I/O errors talking to the resource's server.
-    pub fn read(&self) -> Result<u64, ServerError> {
-        match resp::command(self.addr, &["GET", "counter"], TIMEOUT)? {
+    pub fn read(&mut self) -> Result<u64, ServerError> {
+        match self.conn.command(&["GET", "counter"])? {
             Reply::Bulk(Some(v)) => Ok(String::from_utf8_lossy(&v).parse().unwrap_or(0)),
             _ => Ok(0),
         }
@@ -81,10 +87,9 @@ impl CounterClient {
     ///
     /// # Errors
     /// I/O errors, or an unexpected reply.
-    pub fn write(&self, fence: u64, expected: u64, new: u64) -> Result<WriteOutcome, ServerError> {
+    pub fn write(&mut self, fence: u64, expected: u64, new: u64) -> Result<WriteOutcome, ServerError> {
         let (fence, expected, new) = (fence.to_string(), expected.to_string(), new.to_string());
-        let reply =
-            resp::command(self.addr, &["EVAL", WRITE, "2", "counter", "highest", &fence, &expected, &new], TIMEOUT)?;
+        let reply = self.conn.command(&["EVAL", WRITE, "2", "counter", "highest", &fence, &expected, &new])?;
         match reply.as_int() {
             Some(1) => Ok(WriteOutcome::Accepted),
             Some(0) => Ok(WriteOutcome::Rejected),

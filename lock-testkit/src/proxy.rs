@@ -213,37 +213,49 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, shared: Arc<Sh
     }
 }
 
+/// Forwards one direction. Latency is applied per chunk from the moment it was read, so chunks pipeline like on
+/// a real slow link (a reader task stamps them, a writer task delivers each at its due time, in order).
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     shared: Arc<Shared>,
     direction: Direction,
 ) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let faults = FaultProxy::faults(&shared);
-        let d = match direction {
-            Direction::ToServer => faults.to_server,
-            Direction::ToClient => faults.to_client,
-        };
-        let jitter = if d.jitter.is_zero() {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(rand::random::<u64>() % d.jitter.as_nanos().max(1) as u64)
-        };
-        if !(d.latency + jitter).is_zero() {
-            tokio::time::sleep(d.latency + jitter).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let faults = FaultProxy::faults(&shared);
+            let d = match direction {
+                Direction::ToServer => faults.to_server,
+                Direction::ToClient => faults.to_client,
+            };
+            if d.drop {
+                continue;
+            }
+            let jitter = if d.jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                Duration::from_nanos(rand::random::<u64>() % d.jitter.as_nanos().max(1) as u64)
+            };
+            let due = tokio::time::Instant::now() + d.latency + jitter;
+            if tx.send((due, buf[..n].to_vec())).is_err() {
+                break;
+            }
         }
-        if d.drop {
-            continue;
+    };
+    let writer = async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                break;
+            }
         }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown().await;
+        let _ = to.shutdown().await;
+    };
+    tokio::join!(reader, writer);
 }

@@ -48,17 +48,42 @@ impl Reply {
 /// # Errors
 /// I/O errors, including a timeout, and malformed replies.
 pub fn command(addr: SocketAddr, args: &[&str], timeout: Duration) -> io::Result<Reply> {
-    let stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg.as_bytes());
-        out.extend_from_slice(b"\r\n");
+    Connection::open(addr, timeout)?.command(args)
+}
+
+/// One blocking connection for many commands (for test workers that issue thousands).
+#[derive(Debug)]
+pub struct Connection {
+    reader: BufReader<TcpStream>,
+}
+
+impl Connection {
+    /// Connects with `timeout` as the bound on connecting and on each read and write.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn open(addr: SocketAddr, timeout: Duration) -> io::Result<Self> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.set_nodelay(true)?;
+        Ok(Connection { reader: BufReader::new(stream) })
     }
-    (&stream).write_all(&out)?;
-    read_reply(&mut BufReader::new(stream))
+
+    /// Sends one command and reads its reply.
+    ///
+    /// # Errors
+    /// I/O errors, including a timeout, and malformed replies.
+    pub fn command(&mut self, args: &[&str]) -> io::Result<Reply> {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for arg in args {
+            out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            out.extend_from_slice(arg.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        self.reader.get_mut().write_all(&out)?;
+        read_reply(&mut self.reader)
+    }
 }
 
 fn bad(what: &str) -> io::Error {

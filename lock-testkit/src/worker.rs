@@ -33,7 +33,9 @@ impl WorkerProcess {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args([entry, "--exact", "--nocapture", "--test-threads=1", "--quiet"])
             .env(WORKER_ENV, id.to_string())
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+            // Its test harness chatter would read like extra test results in the parent's output.
+            .stdout(Stdio::null());
         for (k, v) in vars {
             cmd.env(k, v);
         }
