@@ -209,13 +209,7 @@ async fn fencing_tokens_stay_monotonic_across_changing_quorums() {
                 let g = lock.acquire("fencing-chaos", &opts).await.unwrap();
                 let start = Instant::now();
                 tokio::task::yield_now().await;
-                let end = Instant::now().min(g.valid_until());
-                checker.record(Hold {
-                    owner: g.token().to_string(),
-                    fence: g.fencing_token().map(|f| f.get()),
-                    start,
-                    end,
-                });
+                checker.record(Hold::of(&g, start));
                 // A release may miss a down instance; that key then expires, which only delays the next holder.
                 let _ = g.release().await;
             }

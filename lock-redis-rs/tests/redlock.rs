@@ -165,13 +165,7 @@ async fn fencing_tokens_increase_under_contention_and_instance_kills() {
                     let g = lock.acquire("fencing-kills", &opts).await.unwrap();
                     let start = Instant::now();
                     tokio::task::yield_now().await;
-                    let end = Instant::now().min(g.valid_until());
-                    checker.record(Hold {
-                        owner: g.token().to_string(),
-                        fence: g.fencing_token().map(|f| f.get()),
-                        start,
-                        end,
-                    });
+                    checker.record(Hold::of(&g, start));
                     let _ = g.release().await;
                 }
             })

@@ -21,6 +21,19 @@ pub struct Hold {
     pub end: Instant,
 }
 
+impl Hold {
+    /// The hold of `guard` from `start` (when its acquire returned) until now, or its validity deadline if that
+    /// came first: call it right before releasing.
+    pub fn of(guard: &dyn lock_core::LockGuard, start: Instant) -> Hold {
+        Hold {
+            owner: guard.token().to_string(),
+            fence: guard.fencing_token().map(|f| f.get()),
+            start,
+            end: Instant::now().min(guard.valid_until()),
+        }
+    }
+}
+
 /// What the checker found.
 #[derive(Clone, Debug, Default)]
 pub struct Report {

@@ -77,13 +77,7 @@ pub async fn exclusive_under_contention(s: &Subject) {
                 let g = ok(lock.acquire(&r, &o).await, "acquire under contention");
                 let start = Instant::now();
                 sleep(ms(1)).await;
-                let end = Instant::now().min(g.valid_until());
-                checker.record(Hold {
-                    owner: g.token().to_string(),
-                    fence: g.fencing_token().map(|f| f.get()),
-                    start,
-                    end,
-                });
+                checker.record(Hold::of(&*g, start));
                 assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
             }
         }

@@ -86,8 +86,7 @@ async fn fenced_increment(
     let fence = g.fencing_token().map_or(0, |f| f.get());
     let value = counter.read().unwrap();
     let outcome = counter.write(fence, value, value + 1).unwrap();
-    let end = Instant::now().min(g.valid_until());
-    checker.record(Hold { owner: g.token().to_string(), fence: Some(fence), start, end });
+    checker.record(Hold::of(&g, start));
     let _ = g.release().await;
     Ok(outcome)
 }
