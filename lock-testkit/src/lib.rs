@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod checker;
+mod cluster;
 pub mod conformance;
 pub mod history;
 mod oracle;
@@ -40,6 +41,7 @@ use std::sync::Arc;
 use lock_core::DistributedLock;
 
 pub use checker::{Checker, Hold, Report};
+pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
 pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};

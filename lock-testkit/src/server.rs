@@ -58,6 +58,7 @@ pub enum Persistence {
 pub struct RedisServerBuilder {
     persistence: Persistence,
     extra: Vec<String>,
+    cluster: bool,
 }
 
 impl RedisServerBuilder {
@@ -74,6 +75,16 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs the server as a Redis Cluster node (`cluster-enabled yes`) with its cluster bus on a second free port.
+    ///
+    /// The bus port is picked here rather than left at Redis's default of port + 10000, which overflows for
+    /// ephemeral ports above 55535 and may collide with another process. The node starts with no slots; see
+    /// [`RedisCluster`](crate::RedisCluster) for a whole cluster.
+    pub fn cluster(mut self, enabled: bool) -> Self {
+        self.cluster = enabled;
+        self
+    }
+
     /// Starts the server.
     ///
     /// # Errors
@@ -84,8 +95,16 @@ impl RedisServerBuilder {
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("lock-testkit-redis-").tempdir()?;
             let port = free_port()?;
-            let mut server =
-                RedisServer { binary: binary.clone(), options: self.clone(), port, dir, child: None, paused: false };
+            let bus_port = if self.cluster { Some(free_port()?) } else { None };
+            let mut server = RedisServer {
+                binary: binary.clone(),
+                options: self.clone(),
+                port,
+                bus_port,
+                dir,
+                child: None,
+                paused: false,
+            };
             match server.launch() {
                 Ok(()) => return Ok(server),
                 Err(err) => last = Some(err),
@@ -108,6 +127,8 @@ pub struct RedisServer {
     binary: PathBuf,
     options: RedisServerBuilder,
     port: u16,
+    /// The cluster bus port of a cluster node.
+    bus_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     paused: bool,
@@ -136,6 +157,11 @@ impl RedisServer {
     /// The port.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The cluster bus port, when started with [`RedisServerBuilder::cluster`].
+    pub fn bus_port(&self) -> Option<u16> {
+        self.bus_port
     }
 
     /// The socket address.
@@ -215,6 +241,11 @@ impl RedisServer {
             Persistence::None => cmd.args(["--appendonly", "no"]),
             Persistence::AppendFsyncAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
         };
+        if let Some(bus) = self.bus_port {
+            // `nodes.conf` lives in the server's own directory, so a restart rejoins with the same node id.
+            cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port"])
+                .arg(bus.to_string());
+        }
         cmd.args(&self.options.extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let mut child = spawn_tied_to_process(cmd)?;
         let started = Instant::now();
