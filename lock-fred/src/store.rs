@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, LuaInterface};
-use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, Value};
+use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
 use lock_core::{
@@ -132,12 +132,27 @@ impl FredStore {
         let client = self.inner.pool.next_connected();
         let after = self.inner.command_timeout;
         let call = async {
-            match client.evalsha::<Value, _, _, _>(script.sha1().clone(), script_keys.clone(), args.clone()).await {
-                Err(err) if err.details().starts_with("NOSCRIPT") || err.to_string().contains("NOSCRIPT") => {
-                    let body = script.lua().cloned().unwrap_or_default();
-                    client.eval::<Value, _, _, _>(body, script_keys, args).await
+            let mut pause = CLUSTER_RETRY_PAUSE;
+            loop {
+                let keys = script_keys.clone();
+                let reply = match client.evalsha::<Value, _, _, _>(script.sha1().clone(), keys, args.clone()).await {
+                    Err(err) if has_code(&err, "NOSCRIPT") => {
+                        let body = script.lua().cloned().unwrap_or_default();
+                        client.eval::<Value, _, _, _>(body, script_keys.clone(), args.clone()).await
+                    }
+                    other => other,
+                };
+                match reply {
+                    // A cluster rejected the script without running it: its keys are split by a slot migration in
+                    // progress (TRYAGAIN), or the slot's primary is failing over (CLUSTERDOWN). Retrying is safe
+                    // and the condition is short-lived; the outer timeout bounds the retries.
+                    Err(err) if has_code(&err, "TRYAGAIN") || has_code(&err, "CLUSTERDOWN") => {
+                        tracing::debug!(operation, error = %err, "cluster busy; retrying the script");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(CLUSTER_RETRY_PAUSE_MAX);
+                    }
+                    other => return other,
                 }
-                other => other,
             }
         };
         // fred's own default command timeout normally fires first; this bound also holds for a caller's pool that
@@ -148,6 +163,16 @@ impl FredStore {
             Ok(reply) => reply.map_err(|err| error::from_script(err, operation, after, keys)),
         }
     }
+}
+
+/// First pause before retrying a script a cluster rejected as busy (`TRYAGAIN`, `CLUSTERDOWN`).
+const CLUSTER_RETRY_PAUSE: Duration = Duration::from_millis(5);
+/// Longest pause between such retries.
+const CLUSTER_RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
+
+/// Whether a server error carries `code` (fred keeps the server's message in the details, or in the text).
+fn has_code(err: &fred::error::Error, code: &str) -> bool {
+    err.details().starts_with(code) || err.to_string().contains(code)
 }
 
 fn unexpected(operation: &str, reply: &Value) -> LockError {
@@ -260,7 +285,7 @@ enum Source {
 ///
 /// | source | pool | command timeout | reconnect policy | `max_command_attempts` | connect/internal timeouts |
 /// |---|---|---|---|---|---|
-/// | URL, [`Config`] | built, [`pool_size`](Self::pool_size) clients | set | exponential, forever | 1 | = command timeout |
+/// | URL, [`Config`] | built, [`pool_size`](Self::pool_size) clients | set | exponential, forever | 1 (cluster: 1 + redirections) | = command timeout |
 /// | [`Builder`] | built, [`pool_size`](Self::pool_size) clients | set | yours | yours | yours |
 /// | [`Pool`] | yours, untouched | bounded by the store only | yours | yours | yours |
 ///
@@ -268,6 +293,12 @@ enum Source {
 /// server applied it, the second reply says "held" (by us) and the lock stays taken until its TTL; a resent release
 /// reports the lock as already expired. With one attempt the broken call fails as
 /// [`Unavailable`](LockError::Unavailable) and lock-core releases by token whatever may have been acquired.
+///
+/// On a Redis Cluster fred spends one attempt per `MOVED`/`ASK` redirection, so there the store allows
+/// `1 + max_redirections` attempts: redirections after a resharding or failover stay invisible, at the price that a
+/// command whose connection broke mid-flight may be resent (the liveness cost above, never a double grant).
+/// Scripts a cluster rejects without running them (`TRYAGAIN` during a slot migration, `CLUSTERDOWN` during a
+/// failover) are retried by the store within the command timeout.
 ///
 /// The subscriber client is always the store's own, built from the pool's configuration, with the command timeout
 /// and (when the pool has none) the reconnect policy above.
@@ -339,9 +370,13 @@ impl FredStoreBuilder {
             Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
             Source::Builder(builder) => *builder,
             Source::Config(config) => {
+                let clustered = matches!(config.server, ServerConfig::Clustered { .. });
                 let mut builder = Builder::from_config(*config);
                 builder.set_policy(default_policy()).with_connection_config(|c| {
-                    c.max_command_attempts = 1;
+                    // fred counts every MOVED/ASK redirection as another write attempt, so on a cluster one attempt
+                    // would turn each redirection (after a resharding or failover) into an error for the caller.
+                    // Allow one attempt per redirection there, accepting the rare resend described above.
+                    c.max_command_attempts = if clustered { 1 + c.max_redirections } else { 1 };
                     c.connection_timeout = timeout;
                     c.internal_command_timeout = timeout;
                 });
