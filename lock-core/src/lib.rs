@@ -49,7 +49,7 @@ mod lost;
 mod memory;
 mod notify;
 mod options;
-mod redlock;
+pub mod redlock;
 mod resource;
 mod rt;
 mod scoped;

@@ -28,7 +28,7 @@ mod cluster;
 pub mod conformance;
 pub mod history;
 mod oracle;
-mod proxy;
+pub mod proxy;
 mod resp;
 pub mod runtime;
 mod server;
