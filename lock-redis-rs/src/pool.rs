@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, Object, RecycleResult};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisError, RedisResult};
 
 /// A pooled connection unused for longer than this is pinged before it is handed out; fresher ones are not (a
 /// dead one then fails its command once and is dropped, see [`Pooled::discard`]).
@@ -68,6 +69,9 @@ pub(crate) enum Pool {
     Own(managed::Pool<Connector>),
     /// The caller's `deadpool_redis` pool.
     Shared(deadpool_redis::Pool),
+    /// A Redis Cluster. redis-rs's cluster connection is itself multiplexed over one connection per node and
+    /// follows `MOVED`/`ASK` and retries `TRYAGAIN` by itself, so it needs no pool: every command uses a clone.
+    Cluster(ClusterConnection),
 }
 
 pub(crate) type PoolError = managed::PoolError<RedisError>;
@@ -78,6 +82,7 @@ impl Pool {
         Ok(match self {
             Pool::Own(pool) => Pooled::Own(pool.get().await?),
             Pool::Shared(pool) => Pooled::Shared(pool.get().await?),
+            Pool::Cluster(conn) => Pooled::Cluster(conn.clone()),
         })
     }
 
@@ -85,6 +90,8 @@ impl Pool {
         match self {
             Pool::Own(pool) => pool.status(),
             Pool::Shared(pool) => pool.status(),
+            // One shared cluster connection, never exhausted.
+            Pool::Cluster(_) => deadpool::Status { max_size: 1, size: 1, available: 1, waiting: 0 },
         }
     }
 }
@@ -94,6 +101,7 @@ impl fmt::Debug for Pool {
         let kind = match self {
             Pool::Own(_) => "own",
             Pool::Shared(_) => "deadpool_redis",
+            Pool::Cluster(_) => "cluster",
         };
         f.debug_struct("Pool").field("kind", &kind).field("status", &self.status()).finish()
     }
@@ -103,13 +111,16 @@ impl fmt::Debug for Pool {
 pub(crate) enum Pooled {
     Own(Object<Connector>),
     Shared(deadpool_redis::Connection),
+    Cluster(ClusterConnection),
 }
 
 impl Pooled {
-    pub(crate) fn connection(&mut self) -> &mut MultiplexedConnection {
+    /// Sends `cmd` and reads its reply.
+    pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         match self {
-            Pooled::Own(obj) => obj,
-            Pooled::Shared(conn) => conn,
+            Pooled::Own(obj) => cmd.query_async(&mut **obj).await,
+            Pooled::Shared(conn) => cmd.query_async(&mut **conn).await,
+            Pooled::Cluster(conn) => cmd.query_async(conn).await,
         }
     }
 
@@ -118,6 +129,8 @@ impl Pooled {
         match self {
             Pooled::Own(obj) => drop(Object::take(obj)),
             Pooled::Shared(conn) => drop(deadpool_redis::Connection::take(conn)),
+            // The cluster connection reconnects to a failed node by itself; dropping this clone is enough.
+            Pooled::Cluster(conn) => drop(conn),
         }
     }
 }

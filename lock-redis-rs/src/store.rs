@@ -10,6 +10,7 @@ use lock_core::{
     AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, Result,
     Token,
 };
+use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
@@ -23,6 +24,11 @@ pub const DEFAULT_POOL_SIZE: usize = 16;
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bound on opening one connection, unless set with [`RedisStoreConfig::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Shortest wait (ms) before the cluster connection retries a command (`TRYAGAIN`, a failed node).
+const CLUSTER_RETRY_WAIT_MIN_MS: u64 = 5;
+/// Longest such wait (ms).
+const CLUSTER_RETRY_WAIT_MAX_MS: u64 = 100;
 
 /// The lock scripts of lock-core, with their SHA1 digests computed once.
 struct Scripts {
@@ -59,6 +65,8 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 #[derive(Clone, Debug)]
 pub struct RedisStoreConfig {
     client: std::result::Result<Client, RedisError>,
+    /// Seed node URLs of a Redis Cluster; `None` for a single server.
+    cluster: Option<Vec<String>>,
     pool_size: usize,
     deadlines: Deadlines,
 }
@@ -75,9 +83,39 @@ impl RedisStoreConfig {
         Self::with_client(Ok(client))
     }
 
+    /// Settings for a Redis Cluster reached through any of `urls` (seed nodes; the rest of the topology is
+    /// discovered). Commands go over one redis-rs cluster connection (`redis::cluster_async`), which routes each
+    /// script by its first key's slot (all keys of one lock share a hash tag), follows `MOVED`/`ASK` and retries
+    /// `TRYAGAIN` by itself; the pool size does not apply. Release notifications use one subscriber connection to
+    /// the first seed node: a classic `PUBLISH` on any node reaches subscribers on every node. While that node is
+    /// down, waiters fall back to polling.
+    ///
+    /// ```no_run
+    /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
+    /// let store = lock_redis_rs::RedisStoreConfig::cluster(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
+    ///     .connect()
+    ///     .await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn cluster<I, S>(urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let seeds: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let client = match seeds.first() {
+            Some(first) => Client::open(first.as_str()),
+            None => Err(RedisError::from((ErrorKind::InvalidClientConfig, "a cluster needs at least one seed node"))),
+        };
+        RedisStoreConfig { cluster: Some(seeds), ..Self::with_client(client) }
+    }
+
     fn with_client(client: std::result::Result<Client, RedisError>) -> Self {
         RedisStoreConfig {
             client,
+            cluster: None,
             pool_size: DEFAULT_POOL_SIZE,
             deadlines: Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
         }
@@ -122,6 +160,27 @@ impl RedisStoreConfig {
             return Err(LockError::invalid("redis pool size must be at least 1"));
         }
         let d = self.deadlines;
+        if let Some(seeds) = &self.cluster {
+            let cluster = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                .connection_timeout(d.connect)
+                .response_timeout(d.command)
+                // redis-rs waits at least 1.28 s before retrying a TRYAGAIN (slot migration) or a lost node by
+                // default, longer than a whole store call may take; these waits are brief and the store's own
+                // bound still caps the total.
+                .min_retry_wait(CLUSTER_RETRY_WAIT_MIN_MS)
+                .max_retry_wait(CLUSTER_RETRY_WAIT_MAX_MS)
+                .retry_wait_formula(CLUSTER_RETRY_WAIT_MIN_MS, 2)
+                .build()
+                .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+            // Boxed for the same reason as the ping below. Bounded: discovery may try every seed node.
+            let connect = Box::pin(cluster.get_async_connection());
+            let conn = rt::timeout("connect", d.connect + d.command, connect)
+                .await?
+                .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+            let store = RedisStore::assemble(Pool::Cluster(conn), client, d);
+            Box::pin(store.ping()).await?;
+            return Ok(store);
+        }
         let connections =
             AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
         // No pool timeouts: every store call is bounded as a whole (see `Inner::eval`), on whatever runtime runs it.
@@ -146,14 +205,19 @@ impl RedisStoreConfig {
     /// command; a store built by [`connect`](Self::connect) avoids that.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a malformed URL or a zero timeout.
+    /// [`LockError::InvalidArgument`] for a malformed URL, a zero timeout, or a [`cluster`](Self::cluster)
+    /// configuration.
     pub fn build_with_pool(self, pool: deadpool_redis::Pool) -> Result<RedisStore> {
+        if self.cluster.is_some() {
+            return Err(LockError::invalid("a cluster store uses its own cluster connection, not a pool"));
+        }
         let client = self.validate()?;
         Ok(RedisStore::assemble(Pool::Shared(pool), client, self.deadlines))
     }
 }
 
-/// A [`LockStore`] on one Redis server (or one primary), over redis-rs with pooled connections.
+/// A [`LockStore`] on one Redis server (or one primary) over redis-rs with pooled connections, or on a Redis
+/// Cluster over a redis-rs cluster connection ([`RedisStoreConfig::cluster`]).
 ///
 /// Cheap to clone: clones share the pool and the notification subscriber. See the [crate docs](crate) for the
 /// keys, scripts, round trips and errors.
@@ -212,8 +276,7 @@ impl RedisStore {
         let d = self.inner.deadlines;
         let call = async {
             let mut conn = self.inner.pool.get().await.map_err(|err| error::from_pool(err, "connect", d))?;
-            redis::cmd("PING")
-                .query_async::<()>(conn.connection())
+            conn.query::<()>(&redis::cmd("PING"))
                 .await
                 .map_err(|err| error::from_redis(err, "connect", None, d.command))
         };
@@ -246,9 +309,9 @@ impl Inner {
         };
         let call = async {
             let mut conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
-            let mut reply = command("EVALSHA", script.get_hash()).query_async(conn.connection()).await;
+            let mut reply = conn.query(&command("EVALSHA", script.get_hash())).await;
             if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-                reply = command("EVAL", body).query_async(conn.connection()).await;
+                reply = conn.query(&command("EVAL", body)).await;
             }
             reply.map_err(|err| {
                 if error::breaks_connection(&err) {
