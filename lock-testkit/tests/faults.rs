@@ -585,21 +585,24 @@ fn case10_ten_thousand_cancelled_operations_leave_nothing_behind() {
         let lock = single(&server.url()).await;
         let opts = LockOptions::new(ms(30_000)).auto_renew(RenewPolicy::default());
         let cancelled = Arc::new(AtomicUsize::new(0));
+        let completed = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..50)
             .map(|t| {
-                let (lock, opts, cancelled) = (lock.clone(), opts.clone(), cancelled.clone());
+                let (lock, opts, cancelled, completed) =
+                    (lock.clone(), opts.clone(), cancelled.clone(), completed.clone());
                 tokio::spawn(async move {
                     for i in 0..200 {
-                        let resource = format!("case10-{t}-{}", i % 7);
-                        let cut = Duration::from_micros(rand::random::<u64>() % 2_000);
+                        let resource = format!("case10-{t}-{i}");
+                        let cut = Duration::from_micros(rand::random::<u64>() % 8_000);
                         let op = async {
                             let g = lock.acquire(&resource, &opts.clone().wait(ms(200))).await.ok()?;
                             g.extend(ms(30_000)).await.ok()?;
                             g.release().await.ok()
                         };
-                        if tokio::time::timeout(cut, op).await.is_err() {
-                            cancelled.fetch_add(1, Ordering::SeqCst);
-                        }
+                        match tokio::time::timeout(cut, op).await {
+                            Err(_) => cancelled.fetch_add(1, Ordering::SeqCst),
+                            Ok(_) => completed.fetch_add(1, Ordering::SeqCst),
+                        };
                     }
                 })
             })
@@ -618,7 +621,12 @@ fn case10_ten_thousand_cancelled_operations_leave_nothing_behind() {
             );
             tokio::time::sleep(ms(20)).await;
         }
-        println!("case10: 10000 operations, {cancelled} cancelled; all keys and tasks gone within {:?}", t0.elapsed());
+        let completed = completed.load(Ordering::SeqCst);
+        println!(
+            "case10: 10000 operations, {cancelled} cancelled, {completed} ran to the end; all keys and renewal tasks gone \
+             within {:?}",
+            t0.elapsed()
+        );
         assert!(cancelled > 1_000, "too few cancellations ({cancelled}) to prove anything");
         // The connections still pair every command with its own reply.
         let g = lock.try_acquire("case10-after", &LockOptions::new(ms(5_000))).await.unwrap().expect("free");
