@@ -121,6 +121,12 @@ impl ReleaseHub {
         }
     }
 
+    /// How many local waiters watch `channel`.
+    pub fn waiters(&self, channel: &str) -> usize {
+        let state = self.channels().get(channel).cloned();
+        state.map_or(0, |state| lock(&state).watchers)
+    }
+
     /// Channels with at least one waiter (a backend resubscribes to these after reconnecting).
     pub fn watched_channels(&self) -> Vec<String> {
         self.channels().keys().cloned().collect()

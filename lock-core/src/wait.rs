@@ -40,6 +40,21 @@ where
     // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
     let mut watch = None;
     let mut delays = policy.delays();
+    // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
+    // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
+    // wakes it, or after one backoff step at the latest.
+    if let Some((hub, channel)) = hub {
+        if !options.wait_budget().is_zero() && hub.waiters(channel) > 0 {
+            let queued = hub.watch(channel).await;
+            let listener = queued.listen();
+            let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
+            let sleep = crate::rt::sleep(pause);
+            if let Either::Right((slept, _)) = select(listener, std::pin::pin!(sleep)).await {
+                slept?;
+            }
+            watch = Some(queued);
+        }
+    }
     let mut attempts: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
