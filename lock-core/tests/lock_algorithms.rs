@@ -262,3 +262,34 @@ async fn a_thousand_renewing_guards_all_stay_held() {
     }
     assert_eq!(inner.held_count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competitors_that_loop_back_share_the_lock_fairly() {
+    let lock = Lock::new(MemoryStore::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let competitors: Vec<_> = (0..4)
+        .map(|_| {
+            let (lock, stop) = (lock.clone(), stop.clone());
+            tokio::spawn(async move {
+                let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+                let mut won = 0u32;
+                while !stop.load(Ordering::SeqCst) {
+                    let g = lock.acquire("fair", &opts).await.unwrap();
+                    tokio::time::sleep(ms(1)).await;
+                    g.release().await.unwrap();
+                    won += 1;
+                }
+                won
+            })
+        })
+        .collect();
+    tokio::time::sleep(ms(1_000)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut wins = Vec::new();
+    for c in competitors {
+        wins.push(c.await.unwrap());
+    }
+    let (min, max) = (*wins.iter().min().unwrap(), *wins.iter().max().unwrap());
+    assert!(max > 20, "too few hand-offs to judge: {wins:?}");
+    assert!(f64::from(min) >= 0.5 * f64::from(max), "a releaser looping back starves the others: {wins:?}");
+}
