@@ -5,8 +5,9 @@
 //! touches is passed in `KEYS[]` (all share the `{resource}` hash tag, see [`LockKeys`](crate::LockKeys)), so the
 //! scripts run unchanged on Redis Cluster.
 //!
-//! Backends send them by `EVALSHA` and fall back to loading them when the server answers `NOSCRIPT` (after a
-//! restart, a failover or `SCRIPT FLUSH`).
+//! Backends send them by `EVALSHA` and, when the server answers `NOSCRIPT` (after a restart, a failover or
+//! `SCRIPT FLUSH`), send the body once with `EVAL`, which caches it again. (`SCRIPT LOAD` + `EVALSHA` can lose a race
+//! with a second flush; `EVAL` cannot.)
 
 use std::time::Duration;
 

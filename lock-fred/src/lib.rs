@@ -34,8 +34,8 @@
 //! - extend: one `EVALSHA` of [`EXTEND`](lock_core::scripts::EXTEND) (compare-and-`PEXPIRE`).
 //!
 //! A lock cycle is therefore two round trips. When the server answers `NOSCRIPT` (after a restart, a failover or
-//! `SCRIPT FLUSH`) fred's [`evalsha_with_reload`](fred::types::scripts::Script::evalsha_with_reload) loads the
-//! script and repeats the call.
+//! `SCRIPT FLUSH`) the store sends the script body once with `EVAL`, which also caches it again, so the caller
+//! never sees `NOSCRIPT`, even when another flush lands between two calls.
 //!
 //! Waiters are woken by release notifications received on **one** shared fred
 //! [`SubscriberClient`](fred::clients::SubscriberClient) per store; notifications are only a hint (a waiter always

@@ -25,8 +25,8 @@
 //! # What goes over the wire
 //! Every operation is one Lua script from [`lock_core::scripts`], sent with `EVALSHA`: acquire, release and extend
 //! are one round trip each, so an uncontended lock cycle costs exactly two. When the server does not know a script
-//! (after a restart, a failover or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the script is loaded and run again,
-//! invisibly to the caller.
+//! (after a restart, a failover or `SCRIPT FLUSH`) it answers `NOSCRIPT`, and the store sends the body once with
+//! `EVAL` (which caches it again): invisible to the caller, even when another flush lands in between.
 //!
 //! The keys of one lock share the hash tag `{resource}` (see [`LockKeys`](lock_core::LockKeys)) and are all passed
 //! in `KEYS[]`, so the scripts are valid on Redis Cluster:
