@@ -1,0 +1,93 @@
+//! The command line: `lock-bench [--server-cpu N] [--only LIST] [--quick]` or `lock-bench summarize FILE…`.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context as _};
+
+use crate::contender::Contender;
+
+pub(crate) const USAGE: &str = "\
+usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders NAME[,NAME…]] [--diagnostics] [--quick]
+       lock-bench summarize RUN_OUTPUT…
+
+  --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
+                  `taskset -c M` so client and servers each get one core
+  --only LIST     run only these scenarios: uncontended, concurrent-distinct, handoff, redlock, renewal
+  --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
+  --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
+  --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
+  summarize       print median and min-max of every row, ratio and target over several runs' output";
+
+/// What to do.
+pub(crate) enum Command {
+    Help,
+    Run(Settings),
+    Summarize(Vec<PathBuf>),
+}
+
+/// Settings of one run.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// CPU to pin the spawned servers to.
+    pub(crate) server_cpu: Option<u32>,
+    /// Scenario groups to run (all when `None`).
+    pub(crate) only: Option<Vec<String>>,
+    /// Contenders to measure (all when `None`).
+    pub(crate) contenders: Option<Vec<String>>,
+    /// Whether to add the diagnostic contenders.
+    pub(crate) diagnostics: bool,
+    /// Multiplier on every time bound (1.0, or 0.1 with `--quick`).
+    pub(crate) scale: f64,
+}
+
+impl Settings {
+    /// Whether the scenario group `name` is selected.
+    pub(crate) fn wants(&self, name: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
+    }
+
+    /// Drops the contenders `--contenders` did not name.
+    pub(crate) fn keep(&self, contenders: &mut Vec<Contender>) {
+        if let Some(names) = &self.contenders {
+            contenders.retain(|c| names.contains(&c.name));
+        }
+    }
+}
+
+const GROUPS: [&str; 5] = ["uncontended", "concurrent-distinct", "handoff", "redlock", "renewal"];
+
+pub(crate) fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Command> {
+    let mut settings = Settings { server_cpu: None, only: None, contenders: None, diagnostics: false, scale: 1.0 };
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "summarize" => {
+                let files: Vec<PathBuf> = args.map(PathBuf::from).collect();
+                if files.is_empty() {
+                    bail!("summarize needs at least one file\n{USAGE}");
+                }
+                return Ok(Command::Summarize(files));
+            }
+            "--server-cpu" => {
+                let value = args.next().context("--server-cpu needs a CPU number")?;
+                settings.server_cpu = Some(value.parse().with_context(|| format!("bad CPU number {value:?}"))?);
+            }
+            "--only" => {
+                let value = args.next().context("--only needs a list of scenarios")?;
+                let only: Vec<String> = value.split(',').map(str::to_owned).collect();
+                if let Some(bad) = only.iter().find(|o| !GROUPS.contains(&o.as_str())) {
+                    bail!("unknown scenario {bad:?}; known: {}", GROUPS.join(", "));
+                }
+                settings.only = Some(only);
+            }
+            "--contenders" => {
+                let value = args.next().context("--contenders needs a list of names")?;
+                settings.contenders = Some(value.split(',').map(str::to_owned).collect());
+            }
+            "--diagnostics" => settings.diagnostics = true,
+            "--quick" => settings.scale = 0.1,
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    Ok(Command::Run(settings))
+}

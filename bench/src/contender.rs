@@ -1,0 +1,200 @@
+//! The contenders: our two backends (single instance or Redlock), the floor, the hand-written pub/sub waiter and
+//! rslock, behind one interface so every scenario runs the same loop over each of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use lock_core::{Guard, Lock, LockOptions, LockStore, Redlock, ReleaseOutcome, RenewPolicy};
+use rslock::LockManager;
+
+use crate::floor::{self, Floor, FloorHeld, PubSubWaiter};
+use crate::peers;
+
+/// TTL of every lock the scenarios take, except renewal's: long enough never to expire during a measurement.
+pub(crate) const TTL: Duration = Duration::from_secs(10);
+
+/// Commands that only run inside lock-core's scripts (ACQUIRE, RELEASE, EXTEND, RAISE_FENCE): our backends send
+/// nothing but `EVALSHA` (and `SCRIPT LOAD`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`).
+const CORE_NESTED: &[&str] = &["get", "set", "del", "publish", "pexpire", "time", "incrby", "type", "pttl"];
+
+/// Which of our backends, with its default settings or (diagnostic rows only) another pool size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Backend {
+    RedisRs,
+    Fred,
+    RedisRsPool(usize),
+    FredPool(usize),
+}
+
+impl Backend {
+    async fn store(self, url: &str) -> anyhow::Result<Arc<dyn LockStore>> {
+        Ok(match self {
+            Backend::RedisRs => Arc::new(lock_redis_rs::RedisStore::connect(url).await.context("redis-rs store")?),
+            Backend::Fred => Arc::new(lock_fred::FredStore::connect(url).await.context("fred store")?),
+            Backend::RedisRsPool(n) => Arc::new(
+                lock_redis_rs::RedisStoreConfig::new(url).pool_size(n).connect().await.context("redis-rs store")?,
+            ),
+            Backend::FredPool(n) => {
+                Arc::new(lock_fred::FredStoreBuilder::from_url(url)?.pool_size(n).build().await.context("fred store")?)
+            }
+        })
+    }
+}
+
+/// The client a contender measures.
+#[derive(Clone)]
+pub(crate) enum Client {
+    /// lock-core's [`Lock`] over our backend(s), acquiring with `options`.
+    Core { lock: Lock, options: LockOptions },
+    /// Bare commands.
+    Floor(Floor),
+    /// Bare commands, with one pub/sub subscription per waiter in contended scenarios.
+    PubSub(Floor),
+    /// rslock.
+    Rslock(LockManager),
+}
+
+/// A named client and the commands that, for it, run only inside scripts.
+#[derive(Clone)]
+pub(crate) struct Contender {
+    pub(crate) name: String,
+    pub(crate) client: Client,
+    pub(crate) nested: &'static [&'static str],
+}
+
+/// A held lock of any contender.
+pub(crate) enum Held {
+    Core(Guard),
+    Floor(FloorHeld),
+    Rslock(rslock::Lock),
+}
+
+impl Contender {
+    /// Our backend on one server (N = 1) or Redlock over several, with default options except `fencing`.
+    pub(crate) async fn core(name: &str, backend: Backend, urls: &[String], fencing: bool) -> anyhow::Result<Self> {
+        let mut stores = Vec::new();
+        for url in urls {
+            stores.push(backend.store(url).await?);
+        }
+        let lock = match stores.as_slice() {
+            [one] => Lock::from_arc(one.clone()),
+            _ => Redlock::new(stores).build().context("building the Redlock")?,
+        };
+        let options = LockOptions::new(TTL).fencing(fencing);
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested: CORE_NESTED })
+    }
+
+    pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {
+        let floor = Floor::connect(urls, TTL).await?;
+        Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: floor::NESTED })
+    }
+
+    pub(crate) async fn pubsub(name: &str, url: &str) -> anyhow::Result<Self> {
+        let floor = Floor::connect(&[url.to_owned()], TTL).await?;
+        Ok(Contender { name: name.to_owned(), client: Client::PubSub(floor), nested: floor::NESTED })
+    }
+
+    pub(crate) fn rslock(name: &str, urls: &[String], retry: Option<(u32, Duration)>) -> anyhow::Result<Self> {
+        let manager = peers::manager(urls, retry)?;
+        Ok(Contender { name: name.to_owned(), client: Client::Rslock(manager), nested: peers::NESTED })
+    }
+
+    /// Acquires `key` in one try; the scenarios that call this use fresh keys, so "held" is an error.
+    pub(crate) async fn lock(&self, key: &str) -> anyhow::Result<Held> {
+        let held = match &self.client {
+            Client::Core { lock, options } => lock.try_acquire(key, options).await?.map(Held::Core),
+            Client::Floor(floor) | Client::PubSub(floor) => floor.try_lock(key).await?.map(Held::Floor),
+            // rslock's `lock` is one attempt plus its own retries; on a free key the first attempt wins.
+            Client::Rslock(manager) => Some(Held::Rslock(manager.lock(key, TTL).await?)),
+        };
+        held.with_context(|| format!("{}: fresh key {key} was held", self.name))
+    }
+
+    /// Releases a lock taken by [`lock`](Self::lock) and checks that it was still ours.
+    pub(crate) async fn unlock(&self, held: Held) -> anyhow::Result<()> {
+        let ok = match (&self.client, held) {
+            (Client::Core { .. }, Held::Core(guard)) => guard.release().await? == ReleaseOutcome::Released,
+            (Client::Floor(floor) | Client::PubSub(floor), Held::Floor(held)) => floor.unlock(held).await?,
+            (Client::Rslock(manager), Held::Rslock(lock)) => {
+                // rslock's release reports nothing; it is best effort by design.
+                manager.unlock(&lock).await;
+                true
+            }
+            _ => bail!("{}: released a lock of another contender", self.name),
+        };
+        if !ok {
+            bail!("{}: release found the lock gone", self.name);
+        }
+        Ok(())
+    }
+
+    /// One competitor of a contended scenario (its own pub/sub subscription for the pub/sub waiter; a shared
+    /// client otherwise).
+    pub(crate) async fn competitor(&self, key: &str, wait: Duration) -> anyhow::Result<Competitor> {
+        Ok(match &self.client {
+            Client::Core { lock, options } => {
+                Competitor::Core { lock: lock.clone(), options: options.clone().wait(wait) }
+            }
+            Client::PubSub(floor) => {
+                Competitor::PubSub(Box::new(floor.pubsub_waiter(&format!("{key}:released")).await?))
+            }
+            Client::Rslock(manager) => Competitor::Rslock(manager.clone()),
+            Client::Floor(_) => bail!("{}: the plain floor has no waiting acquire", self.name),
+        })
+    }
+
+    /// Options for auto-renewed guards with `ttl` (renewal scenario; our backends only).
+    pub(crate) fn renewing(&self, ttl: Duration) -> anyhow::Result<(Lock, LockOptions)> {
+        match &self.client {
+            Client::Core { lock, options } => {
+                Ok((lock.clone(), options.clone().ttl_of(ttl).auto_renew(RenewPolicy::default())))
+            }
+            _ => bail!("{}: no auto-renewal", self.name),
+        }
+    }
+}
+
+/// One task competing for a contended lock.
+pub(crate) enum Competitor {
+    Core { lock: Lock, options: LockOptions },
+    PubSub(Box<PubSubWaiter>),
+    Rslock(LockManager),
+}
+
+/// A lock a competitor holds.
+pub(crate) enum CompetitorHeld {
+    Core(Guard),
+    Floor(FloorHeld),
+    Rslock(rslock::LockGuard),
+}
+
+impl Competitor {
+    /// Waits for the lock (the caller bounds the wait with a timeout).
+    pub(crate) async fn acquire(&mut self, key: &str) -> anyhow::Result<CompetitorHeld> {
+        Ok(match self {
+            Competitor::Core { lock, options } => CompetitorHeld::Core(lock.acquire(key, options).await?),
+            Competitor::PubSub(waiter) => CompetitorHeld::Floor(waiter.acquire(key).await?),
+            // rslock's `acquire` loops until it holds the lock.
+            Competitor::Rslock(manager) => CompetitorHeld::Rslock(manager.acquire(key, TTL).await?),
+        })
+    }
+
+    pub(crate) async fn release(&mut self, held: CompetitorHeld) -> anyhow::Result<()> {
+        let ok = match (self, held) {
+            (Competitor::Core { .. }, CompetitorHeld::Core(guard)) => {
+                guard.release().await? == ReleaseOutcome::Released
+            }
+            (Competitor::PubSub(waiter), CompetitorHeld::Floor(held)) => waiter.release(held).await?,
+            (Competitor::Rslock(_), CompetitorHeld::Rslock(guard)) => {
+                guard.release().await;
+                true
+            }
+            _ => bail!("released a lock of another kind of competitor"),
+        };
+        if !ok {
+            bail!("release found the contended lock gone");
+        }
+        Ok(())
+    }
+}

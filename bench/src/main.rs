@@ -1,0 +1,46 @@
+//! `lock-bench`: the lock backends against the floor (the same Redis commands with no lock library around them)
+//! and against rslock, side by side in one run (issue 8). BENCHMARKS.md has the command and explains every number.
+//!
+//! A run starts its own `redis-server`s on loopback, runs the scenarios with the contenders interleaved in rounds,
+//! and prints one `row …` line per scenario and contender, `ratio …` lines computed from this run's rows, and
+//! `target …` lines that hold those ratios against the bars of issue 8. `lock-bench summarize FILE…` turns the
+//! output of several runs into the tables of BENCHMARKS.md (median and min–max per number).
+
+// Printing results is this program's whole job, so the workspace's `print_stdout` lint does not apply here.
+#![allow(clippy::print_stdout)]
+
+mod args;
+mod contender;
+mod cpu;
+mod floor;
+mod measure;
+mod peers;
+mod report;
+mod scenarios;
+mod server;
+mod summary;
+
+use anyhow::Context as _;
+
+use crate::args::Command;
+
+fn main() -> anyhow::Result<()> {
+    match args::parse(std::env::args().skip(1))? {
+        Command::Help => {
+            println!("{}", args::USAGE);
+            Ok(())
+        }
+        Command::Summarize(files) => summary::run(&files),
+        Command::Run(settings) => {
+            // One worker per CPU this process may run on: with `taskset -c 0` that is one, so the client side of
+            // every contender gets the same single core.
+            let workers = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(workers)
+                .enable_all()
+                .build()
+                .context("building the tokio runtime")?;
+            runtime.block_on(scenarios::run_all(settings, workers))
+        }
+    }
+}

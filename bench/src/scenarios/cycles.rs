@@ -1,0 +1,157 @@
+//! Scenarios 1 and 2 (and the loop of scenario 4): lock + release cycles on fresh keys, timed per cycle.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::{command_stats, order, reset_stats, Ctx, ROUNDS};
+use crate::contender::{Backend, Contender};
+use crate::cpu;
+use crate::measure::{Bound, Latency};
+use crate::report::Row;
+use crate::server::{CommandStats, Server};
+
+/// Cycles each contender runs before the measured rounds (connections, script cache, pools).
+const WARMUP_CYCLES: u64 = 300;
+
+/// Scenario 1: one task, one server.
+pub(crate) async fn uncontended(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let servers = ctx.servers(1)?;
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let mut contenders = vec![
+        Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
+        Contender::core("fred", Backend::Fred, &urls, true).await?,
+        Contender::floor("floor", &urls).await?,
+        Contender::rslock("rslock", &urls, None)?,
+        // Not a target: how much of the gap to the floor is the fencing counter (acquire without it is SET NX PX).
+        Contender::core("redis-rs-nofence", Backend::RedisRs, &urls, false).await?,
+    ];
+    ctx.settings.keep(&mut contenders);
+    let bound = Bound::new(0.6, 1_000_000, ctx.settings.scale);
+    cycle_scenario(ctx, "uncontended", &servers, &contenders, 1, bound).await
+}
+
+/// Scenario 2: 16 tasks on distinct keys sharing one client.
+pub(crate) async fn concurrent_distinct(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let servers = ctx.servers(1)?;
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let mut contenders = vec![
+        Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
+        Contender::core("fred", Backend::Fred, &urls, true).await?,
+        Contender::floor("floor", &urls).await?,
+        Contender::rslock("rslock", &urls, None)?,
+    ];
+    if ctx.settings.diagnostics {
+        // How much of the gap is one connection per command instead of one shared, auto-pipelined connection.
+        contenders.push(Contender::core("redis-rs-pool1", Backend::RedisRsPool(1), &urls, true).await?);
+        contenders.push(Contender::core("fred-pool1", Backend::FredPool(1), &urls, true).await?);
+        contenders.push(Contender::core("redis-rs-pool1-nofence", Backend::RedisRsPool(1), &urls, false).await?);
+    }
+    ctx.settings.keep(&mut contenders);
+    let bound = Bound::new(0.6, 2_000_000, ctx.settings.scale);
+    cycle_scenario(ctx, "concurrent-distinct", &servers, &contenders, 16, bound).await
+}
+
+/// What one contender did over all rounds.
+struct Totals {
+    cycles: u64,
+    elapsed: Duration,
+    /// CPU time of this process (the client side) during the segments.
+    client_cpu: Duration,
+    latency: Latency,
+    commands: CommandStats,
+}
+
+/// Warms every contender up, runs `ROUNDS` interleaved rounds of `tasks` concurrent cycle loops each bounded by
+/// `bound`, and reports one row per contender.
+pub(crate) async fn cycle_scenario(
+    ctx: &mut Ctx,
+    scenario: &str,
+    servers: &[Server],
+    contenders: &[Contender],
+    tasks: usize,
+    bound: Bound,
+) -> anyhow::Result<()> {
+    for (i, contender) in contenders.iter().enumerate() {
+        let warmup = Bound { time: Duration::from_secs(5), count: WARMUP_CYCLES };
+        run_cycles(contender, tasks, &format!("{scenario}:warm:{i}"), warmup).await?;
+    }
+    let mut totals = Vec::new();
+    for _ in contenders {
+        totals.push(Totals {
+            cycles: 0,
+            elapsed: Duration::ZERO,
+            client_cpu: Duration::ZERO,
+            latency: Latency::new()?,
+            commands: CommandStats::default(),
+        });
+    }
+    for round in 0..ROUNDS {
+        for i in order(round, contenders.len()) {
+            let (contender, total) = (&contenders[i], &mut totals[i]);
+            reset_stats(servers)?;
+            let tag = format!("{scenario}:{i}:{round}");
+            let cpu_before = cpu::process_time().context("getrusage")?;
+            let (cycles, elapsed, latency) = run_cycles(contender, tasks, &tag, bound).await?;
+            total.client_cpu += cpu::process_time().context("getrusage")?.saturating_sub(cpu_before);
+            total.commands.add(&command_stats(servers)?);
+            total.cycles += cycles;
+            total.elapsed += elapsed;
+            total.latency.merge(&latency)?;
+        }
+    }
+    for (contender, total) in contenders.iter().zip(&totals) {
+        let cycles = total.cycles.max(1) as f64;
+        let row = Row::new(scenario, &contender.name)
+            .field("cycles_per_s", total.cycles as f64 / total.elapsed.as_secs_f64())
+            .field("p50_us", total.latency.quantile_us(0.50))
+            .field("p99_us", total.latency.quantile_us(0.99))
+            .field("max_us", total.latency.max_us())
+            .field("client_cpu_us_per_cycle", total.client_cpu.as_secs_f64() * 1e6 / cycles)
+            .field("cycles", total.cycles as f64)
+            .field("tasks", tasks as f64)
+            .field("cmds_per_cycle", total.commands.sent(contender.nested) as f64 / cycles)
+            .field("server_cmds_per_cycle", total.commands.executed() as f64 / cycles);
+        ctx.report.row(row);
+    }
+    Ok(())
+}
+
+/// `tasks` concurrent loops of lock + release on fresh keys until the bound; returns the cycles, the wall time
+/// and every cycle's latency.
+async fn run_cycles(
+    contender: &Contender,
+    tasks: usize,
+    tag: &str,
+    bound: Bound,
+) -> anyhow::Result<(u64, Duration, Latency)> {
+    let started = Instant::now();
+    let deadline = started + bound.time;
+    let per_task = bound.count.div_ceil(tasks as u64);
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let contender = contender.clone();
+        let prefix = format!("{tag}:{t}");
+        handles.push(tokio::spawn(async move {
+            let mut latency = Latency::new()?;
+            let mut i = 0u64;
+            while i < per_task && Instant::now() < deadline {
+                let key = format!("{prefix}:{i}");
+                let t0 = Instant::now();
+                let held = contender.lock(&key).await?;
+                contender.unlock(held).await?;
+                latency.record(t0.elapsed());
+                i += 1;
+            }
+            anyhow::Ok((i, latency))
+        }));
+    }
+    let mut cycles = 0;
+    let mut latency = Latency::new()?;
+    for handle in handles {
+        let (n, l) = handle.await.context("a cycle task panicked")??;
+        cycles += n;
+        latency.merge(&l)?;
+    }
+    Ok((cycles, started.elapsed(), latency))
+}

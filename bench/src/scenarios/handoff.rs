@@ -1,0 +1,292 @@
+//! Scenario 3: competitors on one key, each holding it ~1 ms per acquisition, then trying again at once.
+//!
+//! Measured per contender: acquisitions/s; the handoff gap (from the moment a holder starts its release to the
+//! moment the next holder's acquire returns); each competitor's acquisitions (fairness: least / most served);
+//! how often the releaser itself took the lock again (`retake_pct`) and how many acquisitions per second went to
+//! another competitor than the last holder (`handoffs_per_s`); Redis commands per acquisition; and a
+//! mutual-exclusion check (two holders at once would be counted as `overlaps`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use super::{command_stats, order, reset_stats, Ctx, ROUNDS};
+use crate::contender::{Backend, Competitor, Contender};
+use crate::measure::{Bound, Latency};
+use crate::report::Row;
+use crate::server::{CommandStats, Server};
+
+/// How long a holder keeps the lock.
+const HOLD: Duration = Duration::from_millis(1);
+
+/// Holds the lock for [`HOLD`]. tokio's timer has millisecond ticks, so its `sleep(1 ms)` lasts 1–2 ms; a thread
+/// sleep on the blocking pool lasts ~1.05 ms and leaves the runtime's worker free for the waiters meanwhile.
+async fn hold() -> anyhow::Result<()> {
+    #[allow(clippy::disallowed_methods)] // On a blocking-pool thread, not on the async runtime.
+    tokio::task::spawn_blocking(|| std::thread::sleep(HOLD)).await.context("the hold thread panicked")
+}
+
+/// rslock with retries ~1 ms apart: its delay is uniform in [0, delay), so 2 ms gives 0 or 1 ms.
+const RSLOCK_FAST_RETRY: (u32, Duration) = (3, Duration::from_millis(2));
+
+pub(crate) async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let scale = ctx.settings.scale;
+    scenario(ctx, "handoff-8", 8, ROUNDS, Bound::new(0.9, 1_000_000, scale), true).await?;
+    scenario(ctx, "handoff-2", 2, ROUNDS, Bound::new(0.9, 1_000_000, scale), true).await?;
+    // The load run: two rounds, and no 1 ms poller (200 of them would only measure a saturated server).
+    scenario(ctx, "handoff-200", 200, 2, Bound::new(1.5, 1_000_000, scale), false).await
+}
+
+async fn scenario(
+    ctx: &mut Ctx,
+    name: &str,
+    competitors: usize,
+    rounds: usize,
+    bound: Bound,
+    fast_poller: bool,
+) -> anyhow::Result<()> {
+    let servers = ctx.servers(1)?;
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let mut contenders = vec![
+        Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
+        Contender::core("fred", Backend::Fred, &urls, true).await?,
+        Contender::pubsub("pubsub-waiter", &urls[0]).await?,
+        Contender::rslock("rslock", &urls, None)?,
+    ];
+    if fast_poller {
+        contenders.push(Contender::rslock("rslock-poll1ms", &urls, Some(RSLOCK_FAST_RETRY))?);
+    }
+    ctx.settings.keep(&mut contenders);
+    // Warm-up: a short uncontended segment each (connections, scripts, subscriber).
+    for (i, contender) in contenders.iter().enumerate() {
+        let warmup = Bound { time: Duration::from_millis(100), count: 50 };
+        segment(contender, &format!("{name}:warm:{i}"), 2, warmup, &servers).await?;
+    }
+    let mut totals: Vec<Option<Totals>> = contenders.iter().map(|_| None).collect();
+    for round in 0..rounds {
+        for i in order(round, contenders.len()) {
+            let seg = segment(&contenders[i], &format!("{name}:{i}:{round}"), competitors, bound, &servers).await?;
+            match &mut totals[i] {
+                Some(total) => total.add(seg)?,
+                slot @ None => *slot = Some(Totals::from(seg)),
+            }
+        }
+    }
+    for (contender, total) in contenders.iter().zip(totals) {
+        let Some(t) = total else { continue };
+        let acquisitions = t.acquisitions.max(1) as f64;
+        let row = Row::new(name, &contender.name)
+            .field("acq_per_s", t.acquisitions as f64 / t.elapsed.as_secs_f64())
+            .field("handoffs_per_s", t.acquisitions.saturating_sub(t.retakes) as f64 / t.elapsed.as_secs_f64())
+            .field("gap_p50_us", t.gaps.quantile_us(0.50))
+            .field("gap_p99_us", t.gaps.quantile_us(0.99))
+            .field("wait_p99_ms", t.waits.quantile_us(0.99) / 1_000.0)
+            .field("fairness", t.fairness)
+            .field("min_acq", t.fair_min as f64)
+            .field("max_acq", t.fair_max as f64)
+            .field("retake_pct", 100.0 * t.retakes as f64 / acquisitions)
+            .field("cmds_per_acq", t.commands.sent(contender.nested) as f64 / acquisitions)
+            .field("server_cmds_per_acq", t.commands.executed() as f64 / acquisitions)
+            .field("acquisitions", t.acquisitions as f64)
+            .field("competitors", competitors as f64)
+            .field("overlaps", t.overlaps as f64)
+            .field("errors", t.errors as f64);
+        ctx.report.row(row);
+    }
+    Ok(())
+}
+
+/// What the competitors share: who holds the lock, who held it last, and when the last release started.
+struct Shared {
+    base: Instant,
+    holding: AtomicBool,
+    /// Nanoseconds after `base` at which the last holder started releasing (0: nobody yet).
+    released_at: AtomicU64,
+    last_holder: AtomicUsize,
+}
+
+impl Shared {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.duration_since(self.base).as_nanos()).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+/// One competitor's account of a segment.
+struct Tally {
+    acquisitions: u64,
+    gaps: Latency,
+    waits: Latency,
+    retakes: u64,
+    overlaps: u64,
+    errors: u64,
+}
+
+/// One segment of one contender.
+struct Segment {
+    per_competitor: Vec<u64>,
+    elapsed: Duration,
+    gaps: Latency,
+    waits: Latency,
+    retakes: u64,
+    overlaps: u64,
+    errors: u64,
+    commands: CommandStats,
+}
+
+/// All segments of one contender.
+struct Totals {
+    acquisitions: u64,
+    elapsed: Duration,
+    gaps: Latency,
+    waits: Latency,
+    retakes: u64,
+    overlaps: u64,
+    errors: u64,
+    commands: CommandStats,
+    /// The least-served / most-served ratio of the most unfair segment, and that segment's counts.
+    fairness: f64,
+    fair_min: u64,
+    fair_max: u64,
+}
+
+fn min_max(counts: &[u64]) -> (u64, u64) {
+    (counts.iter().copied().min().unwrap_or(0), counts.iter().copied().max().unwrap_or(0))
+}
+
+impl From<Segment> for Totals {
+    fn from(s: Segment) -> Self {
+        let (min, max) = min_max(&s.per_competitor);
+        Totals {
+            acquisitions: s.per_competitor.iter().sum(),
+            elapsed: s.elapsed,
+            gaps: s.gaps,
+            waits: s.waits,
+            retakes: s.retakes,
+            overlaps: s.overlaps,
+            errors: s.errors,
+            commands: s.commands,
+            fairness: if max == 0 { 0.0 } else { min as f64 / max as f64 },
+            fair_min: min,
+            fair_max: max,
+        }
+    }
+}
+
+impl Totals {
+    fn add(&mut self, s: Segment) -> anyhow::Result<()> {
+        let other = Totals::from(s);
+        self.acquisitions += other.acquisitions;
+        self.elapsed += other.elapsed;
+        self.gaps.merge(&other.gaps)?;
+        self.waits.merge(&other.waits)?;
+        self.retakes += other.retakes;
+        self.overlaps += other.overlaps;
+        self.errors += other.errors;
+        self.commands.add(&other.commands);
+        if other.fairness < self.fairness {
+            (self.fairness, self.fair_min, self.fair_max) = (other.fairness, other.fair_min, other.fair_max);
+        }
+        Ok(())
+    }
+}
+
+/// `competitors` tasks contend for `key` until the bound; the server's counters cover exactly this segment.
+async fn segment(
+    contender: &Contender,
+    key: &str,
+    competitors: usize,
+    bound: Bound,
+    servers: &[Server],
+) -> anyhow::Result<Segment> {
+    // Waiters are set up (pub/sub connections subscribed) before the counters are reset and the clock starts.
+    let mut prepared = Vec::with_capacity(competitors);
+    for _ in 0..competitors {
+        prepared.push(contender.competitor(key, bound.time + Duration::from_secs(5)).await?);
+    }
+    reset_stats(servers)?;
+    let started = Instant::now();
+    let deadline = started + bound.time;
+    let shared = Arc::new(Shared {
+        base: started,
+        holding: AtomicBool::new(false),
+        released_at: AtomicU64::new(0),
+        last_holder: AtomicUsize::new(usize::MAX),
+    });
+    let per_competitor_max = bound.count.div_ceil(competitors as u64);
+    let mut handles = Vec::new();
+    for (me, competitor) in prepared.into_iter().enumerate() {
+        let shared = shared.clone();
+        let key = key.to_owned();
+        handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max)));
+    }
+    let mut seg = Segment {
+        per_competitor: Vec::new(),
+        elapsed: bound.time,
+        gaps: Latency::new()?,
+        waits: Latency::new()?,
+        retakes: 0,
+        overlaps: 0,
+        errors: 0,
+        commands: CommandStats::default(),
+    };
+    for handle in handles {
+        let tally = handle.await.context("a competitor panicked")??;
+        seg.per_competitor.push(tally.acquisitions);
+        seg.gaps.merge(&tally.gaps)?;
+        seg.waits.merge(&tally.waits)?;
+        seg.retakes += tally.retakes;
+        seg.overlaps += tally.overlaps;
+        seg.errors += tally.errors;
+    }
+    seg.commands = command_stats(servers)?;
+    Ok(seg)
+}
+
+/// One competitor: acquire (bounded by the segment's deadline), hold, release, repeat.
+async fn compete(
+    mut competitor: Competitor,
+    me: usize,
+    shared: Arc<Shared>,
+    key: String,
+    deadline: Instant,
+    max: u64,
+) -> anyhow::Result<Tally> {
+    let mut tally =
+        Tally { acquisitions: 0, gaps: Latency::new()?, waits: Latency::new()?, retakes: 0, overlaps: 0, errors: 0 };
+    while tally.acquisitions < max && Instant::now() < deadline {
+        let asked = Instant::now();
+        let held = match tokio::time::timeout_at(deadline.into(), competitor.acquire(&key)).await {
+            Err(_deadline) => break,
+            Ok(Err(_)) => {
+                // Counted, not fatal: a lock that errors under contention is a finding of the benchmark.
+                tally.errors += 1;
+                tokio::time::sleep(HOLD).await;
+                continue;
+            }
+            Ok(Ok(held)) => held,
+        };
+        let got = Instant::now();
+        if shared.holding.swap(true, Ordering::SeqCst) {
+            tally.overlaps += 1;
+        }
+        let released_at = shared.released_at.load(Ordering::SeqCst);
+        if released_at != 0 {
+            let release_started = shared.base + Duration::from_nanos(released_at);
+            tally.gaps.record(got.saturating_duration_since(release_started));
+        }
+        if shared.last_holder.swap(me, Ordering::SeqCst) == me {
+            tally.retakes += 1;
+        }
+        tally.waits.record(got - asked);
+        tally.acquisitions += 1;
+        hold().await?;
+        shared.holding.store(false, Ordering::SeqCst);
+        shared.released_at.store(shared.nanos(Instant::now()), Ordering::SeqCst);
+        if competitor.release(held).await.is_err() {
+            tally.errors += 1;
+        }
+    }
+    Ok(tally)
+}

@@ -1,0 +1,132 @@
+//! The scenarios of issue 8, the interleaving of contenders in rounds, and the targets checked at the end.
+
+mod cycles;
+mod handoff;
+mod redlock;
+mod renewal;
+
+use std::time::Instant;
+
+use anyhow::Context as _;
+
+use crate::args::Settings;
+use crate::report::{Bar, Report};
+use crate::server::{CommandStats, Server};
+
+pub(crate) use cycles::cycle_scenario;
+
+/// Rounds of the interleaved scenarios. Each round runs every contender once; even rounds go A B C …, odd rounds
+/// … C B A, so a drift of the machine over the run (another process starting, thermal or cache effects) falls on
+/// all contenders alike instead of on whoever runs last.
+pub(crate) const ROUNDS: usize = 5;
+
+/// The order of contenders in `round`.
+pub(crate) fn order(round: usize, n: usize) -> Vec<usize> {
+    if round.is_multiple_of(2) {
+        (0..n).collect()
+    } else {
+        (0..n).rev().collect()
+    }
+}
+
+/// What every scenario needs: the settings and the report.
+pub(crate) struct Ctx {
+    pub(crate) settings: Settings,
+    pub(crate) report: Report,
+}
+
+impl Ctx {
+    /// Starts `n` servers for a scenario (pinned as the settings say).
+    pub(crate) fn servers(&self, n: usize) -> anyhow::Result<Vec<Server>> {
+        (0..n).map(|_| Server::start(self.settings.server_cpu)).collect()
+    }
+}
+
+/// `CONFIG RESETSTAT` on every server.
+pub(crate) fn reset_stats(servers: &[Server]) -> anyhow::Result<()> {
+    servers.iter().try_for_each(Server::reset_stats)
+}
+
+/// `INFO commandstats` summed over every server.
+pub(crate) fn command_stats(servers: &[Server]) -> anyhow::Result<CommandStats> {
+    let mut total = CommandStats::default();
+    for server in servers {
+        total.add(&server.command_stats()?);
+    }
+    Ok(total)
+}
+
+/// Runs every selected scenario group, then prints the targets.
+pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    print_machine(&settings, workers);
+    let mut ctx = Ctx { settings, report: Report::default() };
+    if ctx.settings.wants("uncontended") {
+        cycles::uncontended(&mut ctx).await.context("scenario uncontended")?;
+    }
+    if ctx.settings.wants("concurrent-distinct") {
+        cycles::concurrent_distinct(&mut ctx).await.context("scenario concurrent-distinct")?;
+    }
+    if ctx.settings.wants("handoff") {
+        handoff::run(&mut ctx).await.context("scenario contended-handoff")?;
+    }
+    if ctx.settings.wants("redlock") {
+        redlock::run(&mut ctx).await.context("scenario redlock")?;
+    }
+    if ctx.settings.wants("renewal") {
+        renewal::run(&mut ctx).await.context("scenario renewal")?;
+    }
+    targets(&ctx.report);
+    println!("info elapsed_s={:.1} loadavg_end={}", started.elapsed().as_secs_f64(), loadavg());
+    Ok(())
+}
+
+fn print_machine(settings: &Settings, workers: usize) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim()))
+        .unwrap_or("unknown")
+        .replace(' ', "_");
+    let online = cpuinfo.lines().filter(|l| l.starts_with("processor")).count();
+    let server_cpu = settings.server_cpu.map_or_else(|| "unpinned".to_owned(), |c| c.to_string());
+    println!(
+        "info cpus_online={online} cpu_model={model} client_workers={workers} server_cpu={server_cpu} scale={} \
+         loadavg_start={}",
+        settings.scale,
+        loadavg()
+    );
+}
+
+/// The 1-minute load average: other processes competing for the two cores make every number noisier.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// The bars of issue 8, each as a `target` line.
+fn targets(report: &Report) {
+    for backend in ["redis-rs", "fred"] {
+        report.target("uncontended", "cycles_per_s", backend, Some("floor"), Bar::AtLeast(0.95));
+        report.target("concurrent-distinct", "cycles_per_s", backend, Some("floor"), Bar::AtLeast(0.95));
+        report.target("handoff-8", "acq_per_s", backend, Some("rslock"), Bar::AtLeast(2.0));
+        report.target("handoff-8", "gap_p50_us", backend, Some("pubsub-waiter"), Bar::AtMost(1.0));
+        report.target("handoff-8", "cmds_per_acq", backend, None, Bar::AtMost(6.0));
+        report.target("handoff-8", "fairness", backend, None, Bar::AtLeast(0.5));
+        let redlock = format!("{backend}-redlock");
+        report.target("redlock-5", "cycles_per_s", &redlock, Some("floor-fanout"), Bar::AtLeast(0.95));
+        report.target("redlock-5", "cycles_per_s", &redlock, Some("rslock"), Bar::Above(1.0));
+    }
+    // For context (no bar): the peer against the floor, as issue 8 quotes it.
+    report.ratio("uncontended", "cycles_per_s", "rslock", "floor");
+    report.ratio("concurrent-distinct", "cycles_per_s", "rslock", "floor");
+    report.ratio("uncontended", "cycles_per_s", "redis-rs-nofence", "floor");
+    for n in ["redlock-3", "redlock-5"] {
+        report.ratio(n, "cycles_per_s", "redis-rs-redlock", "floor-fanout");
+        report.ratio(n, "cycles_per_s", "redis-rs-redlock-nofence", "floor-fanout");
+        report.ratio(n, "p50_us", "redis-rs-redlock", "redis-rs-single");
+        report.ratio(n, "cycles_per_s", "rslock", "floor-fanout");
+    }
+}
