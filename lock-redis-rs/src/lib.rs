@@ -53,17 +53,18 @@
 //! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
 //!
 //! # Connections and timeouts
-//! Each command checks a multiplexed connection out of the pool for its own round trip only, never while a lock
-//! is awaited, so a pool of one connection serves any number of waiters. A connection whose command was cancelled
-//! goes back to the pool, which is safe because redis-rs multiplexed connections match replies to requests
-//! themselves; a connection whose transport failed is closed instead. Every store call is bounded by
-//! [`connect_timeout`](RedisStoreConfig::connect_timeout) + [`command_timeout`](RedisStoreConfig::command_timeout).
+//! A store built from a URL keeps one multiplexed connection (or [`pool_size`](RedisStoreConfig::pool_size) of
+//! them, round robin) and gives every command a clone: the commands of all concurrent tasks are pipelined on it, as
+//! on a hand-written client's connection. No command holds a connection while a lock is awaited, so one connection
+//! serves any number of waiters. A command that is cancelled leaves the connection usable, because redis-rs
+//! multiplexed connections match replies to requests themselves; a connection whose transport failed is dropped and
+//! the next command opens a new one (so after a server restart one command fails with `Unavailable`, which a
+//! waiting acquire retries). Every store call is bounded by [`connect_timeout`](RedisStoreConfig::connect_timeout)
+//! + [`command_timeout`](RedisStoreConfig::command_timeout).
 //!
 //! Build a store from a URL ([`RedisStore::connect`], [`RedisStoreConfig`]) or over a `deadpool_redis::Pool` you
-//! already have ([`RedisStore::from_pool`]). The pool this crate builds pings a connection before handing it out
-//! only if it sat idle for a second, so a connection that breaks while in steady use (a server restart) fails one
-//! command with `Unavailable`, which a waiting acquire retries; a `deadpool_redis` pool checks every connection it
-//! hands out with `UNWATCH` + `PING`, which costs one more round trip per command.
+//! already have ([`RedisStore::from_pool`]); such a pool checks every connection out exclusively and checks it with
+//! `UNWATCH` + `PING`, which costs one more round trip per command.
 //!
 //! # Errors
 //! Errors are [`LockError`](lock_core::LockError)s with the redis error as their source: a key of another type

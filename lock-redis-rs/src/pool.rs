@@ -1,72 +1,94 @@
-//! Where each command gets its connection: a deadpool pool of redis-rs multiplexed connections.
+//! Where each command gets its connection.
 //!
-//! Pools this crate builds use [`Connector`], not `deadpool_redis::Manager`: the latter recycles every connection it
-//! hands out with `UNWATCH` + `PING`, one extra round trip per command, which would turn the one-round-trip acquire
-//! into two. [`Connector`] pings only a connection that sat unused for [`IDLE_CHECK_AFTER`], and the store drops a
-//! connection whose transport failed instead of returning it ([`Pooled::discard`]). A `deadpool_redis::Pool` that
-//! the caller already has is used as it is, ping included.
+//! Stores this crate builds keep a few redis-rs `MultiplexedConnection`s (one by default) and give every command a
+//! clone of one of them, round robin. A multiplexed connection pipelines: the commands of many concurrent tasks
+//! share its socket, many per write and per read, as on the raw connection a hand-written client would use. An
+//! exclusive checkout per command (what a deadpool of connections does) would allow one command in flight per
+//! connection and cost a syscall pair per command on both sides. A connection whose transport failed is dropped
+//! from its slot ([`Pooled::discard`]); the next command on that slot opens a new one.
+//!
+//! A `deadpool_redis::Pool` the caller already has is used as it is (exclusive checkout, and its `UNWATCH` + `PING`
+//! on every checkout).
 //!
 //! # Cancel safety
-//! A command future may be dropped at any point (a caller's timeout or `select!`), and its connection then goes back
-//! to the pool. That is safe because redis-rs's `MultiplexedConnection` is cancel-safe, as its documentation states
-//! and as its source (redis 1.8, `aio/multiplexed_connection.rs`) shows: a request is handed whole, with a oneshot
-//! for its reply, to the connection's driver task through a channel; the driver writes it and matches replies to
-//! requests strictly in order; a reply whose caller has gone is read and dropped, and a request whose caller went
-//! away before the driver picked it up is not sent at all. So the next command on the connection reads its own
-//! reply, never a stale one.
+//! A command future may be dropped at any point (a caller's timeout or `select!`), and its connection keeps serving
+//! other commands. That is safe because redis-rs's `MultiplexedConnection` is cancel-safe, as its documentation
+//! states and as its source (redis 1.8, `aio/multiplexed_connection.rs`) shows: a request is handed whole, with a
+//! oneshot for its reply, to the connection's driver task through a channel; the driver writes it and matches
+//! replies to requests strictly in order; a reply whose caller has gone is read and dropped, and a request whose
+//! caller went away before the driver picked it up is not sent at all. So the next command on the connection reads
+//! its own reply, never a stale one.
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use deadpool::managed::{self, Metrics, Object, RecycleResult};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisError, RedisResult};
 
-/// A pooled connection unused for longer than this is pinged before it is handed out; fresher ones are not (a
-/// dead one then fails its command once and is dropped, see [`Pooled::discard`]).
-pub(crate) const IDLE_CHECK_AFTER: Duration = Duration::from_secs(1);
-
-/// The deadpool manager of the pools this crate builds.
-pub(crate) struct Connector {
+/// The shared connections of a store built from a URL.
+pub(crate) struct Multiplexed {
     client: Client,
     config: AsyncConnectionConfig,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
 }
 
-impl Connector {
-    pub(crate) fn new(client: Client, config: AsyncConnectionConfig) -> Self {
-        Connector { client, config }
-    }
+#[derive(Default)]
+struct Slot {
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// Serializes reconnects, so a burst of commands after a failure opens one connection, not one each.
+    connecting: futures_util::lock::Mutex<()>,
 }
 
-impl fmt::Debug for Connector {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Connector").field("client", &self.client).finish_non_exhaustive()
-    }
-}
-
-impl managed::Manager for Connector {
-    type Type = MultiplexedConnection;
-    type Error = RedisError;
-
-    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
-        self.client.get_multiplexed_async_connection_with_config(&self.config).await
-    }
-
-    async fn recycle(&self, conn: &mut MultiplexedConnection, metrics: &Metrics) -> RecycleResult<RedisError> {
-        // `last_used` counts from the last checkout. A connection in steady use skips the round trip.
-        if metrics.last_used() >= IDLE_CHECK_AFTER {
-            redis::cmd("PING").query_async::<()>(conn).await?;
+impl Multiplexed {
+    pub(crate) fn new(client: Client, config: AsyncConnectionConfig, size: usize) -> Self {
+        Multiplexed {
+            client,
+            config,
+            slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
         }
-        Ok(())
+    }
+
+    fn cached(slot: &Slot) -> Option<MultiplexedConnection> {
+        slot.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    async fn get(&self) -> Result<(MultiplexedConnection, usize), RedisError> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = &self.slots[index];
+        if let Some(conn) = Self::cached(slot) {
+            return Ok((conn, index));
+        }
+        let _turn = slot.connecting.lock().await;
+        if let Some(conn) = Self::cached(slot) {
+            return Ok((conn, index));
+        }
+        // Boxed: opening a connection is a large future, and the fast path above should not carry it.
+        let conn = Box::pin(self.client.get_multiplexed_async_connection_with_config(&self.config)).await?;
+        *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok((conn, index))
+    }
+
+    fn discard(&self, index: usize) {
+        if let Some(slot) = self.slots.get(index) {
+            *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    fn status(&self) -> deadpool::Status {
+        let open = self.slots.iter().filter(|s| Self::cached(s).is_some()).count();
+        deadpool::Status { max_size: self.slots.len(), size: open, available: self.slots.len(), waiting: 0 }
     }
 }
 
 /// The connections a store sends its commands on.
 #[derive(Clone)]
 pub(crate) enum Pool {
-    /// Built by this crate from a URL.
-    Own(managed::Pool<Connector>),
+    /// Built by this crate from a URL: shared multiplexed connections.
+    Own(Arc<Multiplexed>),
     /// The caller's `deadpool_redis` pool.
     Shared(deadpool_redis::Pool),
     /// A Redis Cluster. redis-rs's cluster connection is itself multiplexed over one connection per node and
@@ -74,13 +96,16 @@ pub(crate) enum Pool {
     Cluster(ClusterConnection),
 }
 
-pub(crate) type PoolError = managed::PoolError<RedisError>;
+pub(crate) type PoolError = deadpool::managed::PoolError<RedisError>;
 
 impl Pool {
-    /// Checks a connection out; it goes back when the returned value is dropped.
+    /// A connection for one command (for the caller's pool: checked out until the returned value is dropped).
     pub(crate) async fn get(&self) -> Result<Pooled, PoolError> {
         Ok(match self {
-            Pool::Own(pool) => Pooled::Own(pool.get().await?),
+            Pool::Own(conns) => {
+                let (conn, index) = conns.get().await.map_err(PoolError::Backend)?;
+                Pooled::Own(conn, conns.clone(), index)
+            }
             Pool::Shared(pool) => Pooled::Shared(pool.get().await?),
             Pool::Cluster(conn) => Pooled::Cluster(conn.clone()),
         })
@@ -88,7 +113,7 @@ impl Pool {
 
     pub(crate) fn status(&self) -> deadpool::Status {
         match self {
-            Pool::Own(pool) => pool.status(),
+            Pool::Own(conns) => conns.status(),
             Pool::Shared(pool) => pool.status(),
             // One shared cluster connection, never exhausted.
             Pool::Cluster(_) => deadpool::Status { max_size: 1, size: 1, available: 1, waiting: 0 },
@@ -99,7 +124,7 @@ impl Pool {
 impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self {
-            Pool::Own(_) => "own",
+            Pool::Own(_) => "multiplexed",
             Pool::Shared(_) => "deadpool_redis",
             Pool::Cluster(_) => "cluster",
         };
@@ -107,9 +132,9 @@ impl fmt::Debug for Pool {
     }
 }
 
-/// One checked-out connection.
+/// The connection one command uses.
 pub(crate) enum Pooled {
-    Own(Object<Connector>),
+    Own(MultiplexedConnection, Arc<Multiplexed>, usize),
     Shared(deadpool_redis::Connection),
     Cluster(ClusterConnection),
 }
@@ -118,16 +143,16 @@ impl Pooled {
     /// Sends `cmd` and reads its reply.
     pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         match self {
-            Pooled::Own(obj) => cmd.query_async(&mut **obj).await,
+            Pooled::Own(conn, _, _) => cmd.query_async(conn).await,
             Pooled::Shared(conn) => cmd.query_async(&mut **conn).await,
             Pooled::Cluster(conn) => cmd.query_async(conn).await,
         }
     }
 
-    /// Removes the connection from its pool and closes it, instead of handing it out again.
+    /// Stops using the connection (its transport failed): the next command opens a new one.
     pub(crate) fn discard(self) {
         match self {
-            Pooled::Own(obj) => drop(Object::take(obj)),
+            Pooled::Own(_, conns, index) => conns.discard(index),
             Pooled::Shared(conn) => drop(deadpool_redis::Connection::take(conn)),
             // The cluster connection reconnects to a failed node by itself; dropping this clone is enough.
             Pooled::Cluster(conn) => drop(conn),

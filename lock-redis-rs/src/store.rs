@@ -4,7 +4,6 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deadpool::managed;
 use lock_core::scripts;
 use lock_core::{
     AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, Result,
@@ -14,12 +13,13 @@ use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
-use crate::pool::{Connector, Pool};
+use crate::pool::{Multiplexed, Pool};
 use crate::rt;
 use crate::subscriber::Subscriber;
 
-/// Pool size of a store built from a URL, unless set with [`RedisStoreConfig::pool_size`].
-pub const DEFAULT_POOL_SIZE: usize = 16;
+/// Connections of a store built from a URL, unless set with [`RedisStoreConfig::pool_size`]. One multiplexed
+/// connection pipelines the commands of every task, which is what a single-threaded Redis serves best.
+pub const DEFAULT_POOL_SIZE: usize = 1;
 /// Bound on one command's reply, unless set with [`RedisStoreConfig::command_timeout`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bound on opening one connection, unless set with [`RedisStoreConfig::connect_timeout`].
@@ -121,8 +121,9 @@ impl RedisStoreConfig {
         }
     }
 
-    /// Sets the most connections the store's own pool opens (default [`DEFAULT_POOL_SIZE`]). Each command holds one
-    /// only for its own round trip, never while a lock is awaited, so a small pool serves many waiters.
+    /// Sets how many multiplexed connections the store opens (default [`DEFAULT_POOL_SIZE`]); commands are spread
+    /// over them round robin, and every connection is shared by all concurrent commands (pipelined). No command
+    /// holds a connection while a lock is awaited, so any size serves any number of waiters.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
@@ -183,15 +184,8 @@ impl RedisStoreConfig {
         }
         let connections =
             AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
-        // No pool timeouts: every store call is bounded as a whole (see `Inner::eval`), on whatever runtime runs it.
-        let pool = managed::Pool::builder(Connector::new(client.clone(), connections))
-            .max_size(self.pool_size)
-            // Hand out the most recently used connection: busy connections stay under the idle-check threshold
-            // (no PING), and the rest idle until they are checked or needed.
-            .queue_mode(managed::QueueMode::Lifo)
-            .build()
-            .map_err(LockError::backend)?;
-        let store = RedisStore::assemble(Pool::Own(pool), client, d);
+        let conns = Multiplexed::new(client.clone(), connections, self.pool_size);
+        let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), client, d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
         // futures, which are often moved around whole on small thread stacks by `block_on`, should not carry it.
         Box::pin(store.ping()).await?;
