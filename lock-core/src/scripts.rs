@@ -54,6 +54,19 @@ end
 return {0, redis.call('PTTL', KEYS[1])}
 "#;
 
+/// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
+/// it taken: the holder's remaining TTL, or `WRONGTYPE` when the key is not a lock at all.
+///
+/// `KEYS[1]` lock key. Reply: the PTTL in ms (negative when the server reports none). Backends acquiring without
+/// fencing send `SET NX PX` first (one round trip, the same command a hand-written client would send) and this
+/// script only when that failed, so an uncontended lock without fencing costs no Lua on the server.
+pub const HOLDER: &str = r#"
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+return redis.call('PTTL', KEYS[1])
+"#;
+
 /// Release: delete the lock key only if it holds our token, and announce the release.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` release channel; `ARGV[1]` token, `ARGV[2]` the releasing store's origin
@@ -131,6 +144,11 @@ pub fn parse_acquire(reply: &[i64], fencing: bool) -> Result<AcquireReply> {
         }
         _ => Err(unexpected("acquire", reply)),
     }
+}
+
+/// Interprets the integer [`HOLDER`] returned: the lock is held, for this long if known.
+pub fn parse_holder(pttl: i64) -> AcquireReply {
+    AcquireReply::Held { ttl: u64::try_from(pttl).ok().map(Duration::from_millis) }
 }
 
 /// Interprets the integer [`RELEASE`] returned.

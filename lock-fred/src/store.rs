@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface, LuaInterface};
-use fred::prelude::{Builder, Config, Pool, ReconnectPolicy, ServerConfig, Value};
+use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface};
+use fred::prelude::{Builder, Config, Expiration, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
 use lock_core::{
@@ -38,6 +38,7 @@ struct Scripts {
     release: Script,
     extend: Script,
     raise_fence: Script,
+    holder: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -45,6 +46,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::from_lua(scripts::RELEASE),
     extend: Script::from_lua(scripts::EXTEND),
     raise_fence: Script::from_lua(scripts::RAISE_FENCE),
+    holder: Script::from_lua(scripts::HOLDER),
 });
 
 /// A [`LockStore`] on one Redis deployment (standalone, Sentinel or Cluster) through a fred [`Pool`].
@@ -118,6 +120,18 @@ impl FredStore {
     /// The bound on each call to the server.
     pub fn command_timeout(&self) -> Duration {
         self.inner.command_timeout
+    }
+
+    /// `SET lock token NX PX ttl`: whether it was set.
+    async fn set_nx(&self, keys: &LockKeys, token: &Token, ttl_ms: u64) -> Result<bool> {
+        let client = self.inner.pool.next_connected();
+        let after = self.inner.command_timeout;
+        let expire = Some(Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX)));
+        let set = client.set::<Option<String>, _, _>(keys.lock(), token.as_str(), expire, Some(SetOptions::NX), false);
+        match tokio::time::timeout(after, set).await {
+            Err(_) => Err(LockError::Timeout { operation: "acquire", after }),
+            Ok(reply) => reply.map(|r| r.is_some()).map_err(|err| error::from_script(err, "acquire", after, keys)),
+        }
     }
 
     /// Runs one of lock-core's scripts: one `EVALSHA`. After a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it
@@ -202,11 +216,16 @@ fn integers(operation: &str, reply: Value) -> Result<Vec<i64>> {
 impl LockStore for FredStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
-        let args = vec![
-            request.token.as_str().to_owned(),
-            scripts::ttl_millis(request.ttl).to_string(),
-            if request.fencing { "1" } else { "0" }.to_owned(),
-        ];
+        let ttl = scripts::ttl_millis(request.ttl);
+        if !request.fencing {
+            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when it failed.
+            if self.set_nx(keys, request.token, ttl).await? {
+                return Ok(AcquireReply::Acquired { fence: None });
+            }
+            let reply = self.eval("acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
+            return Ok(scripts::parse_holder(integer("acquire", reply)?));
+        }
+        let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned()];
         let reply = self.eval("acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
         scripts::parse_acquire(&integers("acquire", reply)?, request.fencing)
     }

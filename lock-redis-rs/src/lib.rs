@@ -42,8 +42,9 @@
 //! carries the new value. The counter is raised to at least the server's clock in microseconds, so tokens keep
 //! increasing when a server without persistence restarts and loses the counter. The counter key never expires:
 //! if you lock many short-lived resource names and do not need tokens, turn fencing off per acquisition with
-//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing); acquire is then a plain `SET NX PX` (run by
-//! the same script, which also reports the holder's remaining TTL) and the counter key is never created.
+//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing); acquire is then a plain `SET NX PX`
+//! (followed, only when it fails, by a small script that reports the holder's remaining TTL or a foreign key type)
+//! and the counter key is never created.
 //!
 //! # Waiting
 //! A waiter sleeps between tries and is woken early by the holder's release, which the release script publishes.

@@ -13,7 +13,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
-use crate::pool::{Multiplexed, Pool};
+use crate::pool::{Multiplexed, Pool, Pooled};
 use crate::rt;
 use crate::subscriber::Subscriber;
 
@@ -36,6 +36,7 @@ struct Scripts {
     release: Script,
     extend: Script,
     raise_fence: Script,
+    holder: Script,
 }
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -43,6 +44,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release: Script::new(scripts::RELEASE),
     extend: Script::new(scripts::EXTEND),
     raise_fence: Script::new(scripts::RAISE_FENCE),
+    holder: Script::new(scripts::HOLDER),
 });
 
 /// Settings for a [`RedisStore`]: where the server is, how many pooled connections, and the timeouts.
@@ -295,19 +297,33 @@ impl Inner {
         script_keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        let d = self.deadlines;
         let command = |verb: &str, script: &str| {
             let mut cmd = redis::cmd(verb);
             cmd.arg(script).arg(script_keys.len()).arg(script_keys).arg(args);
             cmd
         };
+        self.on_connection(operation, keys, async |conn: &mut Pooled| {
+            let reply = conn.query(&command("EVALSHA", script.get_hash())).await;
+            if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+                return conn.query(&command("EVAL", body)).await;
+            }
+            reply
+        })
+        .await
+    }
+
+    /// Runs `work` on one connection: bounded as a whole by connect + command timeout (so waiting for a connection
+    /// or opening one cannot hang a call), errors typed, a connection whose transport failed dropped.
+    async fn on_connection<T>(
+        &self,
+        operation: &'static str,
+        keys: &LockKeys,
+        work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let d = self.deadlines;
         let call = async {
             let mut conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
-            let mut reply = conn.query(&command("EVALSHA", script.get_hash())).await;
-            if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-                reply = conn.query(&command("EVAL", body)).await;
-            }
-            reply.map_err(|err| {
+            work(&mut conn).await.map_err(|err| {
                 if error::breaks_connection(&err) {
                     conn.discard();
                 }
@@ -323,7 +339,20 @@ impl LockStore for RedisStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
         let ttl = scripts::ttl_millis(request.ttl).to_string();
-        let args = [request.token.as_str(), &ttl, if request.fencing { "1" } else { "0" }];
+        if !request.fencing {
+            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when it failed.
+            let mut set = redis::cmd("SET");
+            set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
+            let granted: Option<String> =
+                self.inner.on_connection("acquire", keys, async |c| c.query(&set).await).await?;
+            if granted.is_some() {
+                return Ok(AcquireReply::Acquired { fence: None });
+            }
+            let pttl: i64 =
+                self.inner.eval("acquire", keys, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?;
+            return Ok(scripts::parse_holder(pttl));
+        }
+        let args = [request.token.as_str(), &ttl, "1"];
         let reply: Vec<i64> = self
             .inner
             .eval("acquire", keys, &SCRIPTS.acquire, scripts::ACQUIRE, &[keys.lock(), keys.fence()], &args)

@@ -147,6 +147,11 @@ async fn foreign_key_types_are_wrongtype() {
         }
         other => panic!("expected WrongType for the lock key, got {other:?}"),
     }
+    // Without fencing acquire is a plain SET NX PX, which a hash merely "holds": the follow-up names the type.
+    match lock.try_acquire("hashed", &opts(5_000, 0).fencing(false)).await {
+        Err(LockError::WrongType { key, .. }) => assert_eq!(key, keys.lock()),
+        other => panic!("expected WrongType without fencing, got {other:?}"),
+    }
     match store.release(&keys, &Token::generate()).await {
         Err(LockError::WrongType { key, .. }) => assert_eq!(key, keys.lock()),
         other => panic!("expected WrongType from release, got {other:?}"),
@@ -357,6 +362,22 @@ async fn two_round_trips_per_uncontended_lock_cycle() {
     assert_eq!(by_name, BTreeMap::from([("evalsha", 200)]), "only EVALSHA, two per cycle");
     assert_eq!(stats.get("evalsha"), Some(&200));
     assert!(!stats.contains_key("eval") && !stats.contains_key("script|load") && !stats.contains_key("ping"));
+
+    // Without fencing: the floor's own commands, `SET NX PX` and the compare-and-delete script.
+    let o = o.fencing(false);
+    command(&server, &["CONFIG", "RESETSTAT"]);
+    let seen = monitored(&server, async {
+        for _ in 0..100 {
+            let guard = lock.try_acquire("rt", &o).await.expect("acquire").expect("free");
+            assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+        }
+    })
+    .await;
+    let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, name) in &seen {
+        *by_name.entry(name).or_default() += 1;
+    }
+    assert_eq!(by_name, BTreeMap::from([("evalsha", 100), ("set", 100)]), "SET NX PX + release script");
 }
 
 /// The same cycles through `Lock::acquire` with a wait budget: an uncontended waiting acquire is still one round
