@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::lock::Instances;
 use crate::resource::LockKeys;
 use crate::store::LockStore;
 use crate::token::Token;
 
 /// An acquire in flight on one or more stores. Releases on drop unless [`disarm`](Self::disarm)ed.
 pub(crate) struct InFlight {
-    stores: Vec<Arc<dyn LockStore>>,
+    instances: Arc<Instances>,
     keys: Arc<LockKeys>,
     token: Token,
     timeout: Duration,
@@ -21,8 +22,8 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    pub(crate) fn new(stores: Vec<Arc<dyn LockStore>>, keys: Arc<LockKeys>, token: Token, timeout: Duration) -> Self {
-        InFlight { stores, keys, token, timeout, armed: true }
+    pub(crate) fn new(instances: Arc<Instances>, keys: Arc<LockKeys>, token: Token, timeout: Duration) -> Self {
+        InFlight { instances, keys, token, timeout, armed: true }
     }
 
     pub(crate) fn token(&self) -> &Token {
@@ -38,7 +39,7 @@ impl InFlight {
     /// Releases what may have been acquired, waiting for it (bounded), so the next try does not find our own key.
     pub(crate) async fn release_now(mut self) {
         self.armed = false;
-        release_all(&self.stores, &self.keys, &self.token, self.timeout).await;
+        release_all(&self.instances.stores, &self.keys, &self.token, self.timeout).await;
     }
 }
 
@@ -47,11 +48,12 @@ impl Drop for InFlight {
         if !self.armed {
             return;
         }
-        let stores = std::mem::take(&mut self.stores);
+        let instances = self.instances.clone();
         let keys = self.keys.clone();
         let token = self.token.clone();
         let timeout = self.timeout;
-        let spawned = crate::rt::spawn_background(async move { release_all(&stores, &keys, &token, timeout).await });
+        let spawned =
+            crate::rt::spawn_background(async move { release_all(&instances.stores, &keys, &token, timeout).await });
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(

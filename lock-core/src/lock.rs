@@ -171,18 +171,13 @@ impl Lock {
         let inst = &self.instances;
         let n = inst.n();
         let call_timeout = inst.call_timeout(ttl, self.operation_timeout);
-        let inflight = InFlight::new(inst.stores.clone(), keys.clone(), Token::generate(), call_timeout);
+        let inflight = InFlight::new(inst.clone(), keys.clone(), Token::generate(), call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
         let request = AcquireRequest { keys, token: inflight.token(), ttl, fencing: options.fencing_enabled() };
-        let mut replies: FuturesUnordered<_> = inst
-            .stores
-            .iter()
-            .enumerate()
-            .map(|(i, store)| async move {
-                (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
-            })
-            .collect();
+        let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
+            (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
+        }));
         let mut tally = Tally::default();
         while let Some((i, reply)) = replies.next().await {
             tally.add(i, reply);
@@ -257,6 +252,42 @@ impl Lock {
             *lock_mutex(&state.watchdog) = task;
         }
         Ok(Attempt::Acquired(Guard { state, released: false }))
+    }
+}
+
+/// Calls to every instance, run concurrently, yielding replies as they arrive. With one instance (the common case)
+/// it is just that one future: no task set, no allocation.
+enum FanOut<F: std::future::Future> {
+    One(Option<F>),
+    Many(FuturesUnordered<F>),
+}
+
+impl<F: std::future::Future> FanOut<F> {
+    fn new(calls: impl ExactSizeIterator<Item = F>) -> Self {
+        let mut calls = calls;
+        if calls.len() == 1 {
+            FanOut::One(calls.next())
+        } else {
+            FanOut::Many(calls.collect())
+        }
+    }
+
+    async fn next(&mut self) -> Option<F::Output> {
+        match self {
+            FanOut::One(call) => match call.take() {
+                Some(call) => Some(call.await),
+                None => None,
+            },
+            FanOut::Many(calls) => calls.next().await,
+        }
+    }
+
+    /// Calls not answered yet.
+    fn len(&self) -> usize {
+        match self {
+            FanOut::One(call) => usize::from(call.is_some()),
+            FanOut::Many(calls) => calls.len(),
+        }
     }
 }
 
@@ -417,15 +448,10 @@ impl GuardState {
         let inst = &self.instances;
         let (n, quorum) = (inst.n(), inst.quorum);
         let started = Instant::now();
-        let mut replies: FuturesUnordered<_> = inst
-            .stores
-            .iter()
-            .enumerate()
-            .map(|(i, store)| async move {
-                let reply = rt::timeout("extend", self.call_timeout, store.extend(&self.keys, &self.token, ttl)).await;
-                (i, reply.and_then(|r| r))
-            })
-            .collect();
+        let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
+            let reply = rt::timeout("extend", self.call_timeout, store.extend(&self.keys, &self.token, ttl)).await;
+            (i, reply.and_then(|r| r))
+        }));
         let (mut extended, mut gone, mut errors) = (Vec::new(), 0, Vec::new());
         while let Some((i, reply)) = replies.next().await {
             match reply {
@@ -479,7 +505,8 @@ impl GuardState {
         });
         let mut report = ReleaseReport::default();
         let mut last_error = None;
-        for reply in futures_util::future::join_all(releases).await {
+        let mut replies = FanOut::new(releases);
+        while let Some(reply) = replies.next().await {
             match reply {
                 Ok(ReleaseOutcome::Released) => report.released += 1,
                 Ok(ReleaseOutcome::OwnedByOther) => report.owned_by_other += 1,

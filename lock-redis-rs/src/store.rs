@@ -312,8 +312,8 @@ impl Inner {
         .await
     }
 
-    /// Runs `work` on one connection: bounded as a whole by connect + command timeout (so waiting for a connection
-    /// or opening one cannot hang a call), errors typed, a connection whose transport failed dropped.
+    /// Runs `work` on one connection: bounded (by connect + command timeout), errors typed, a connection whose
+    /// transport failed dropped.
     async fn on_connection<T>(
         &self,
         operation: &'static str,
@@ -330,7 +330,13 @@ impl Inner {
                 error::from_redis(err, operation, Some(keys), d.command)
             })
         };
-        rt::timeout(operation, d.connect + d.command, call).await?
+        match self.pool {
+            // Already bounded: opening a connection by the connection timeout, each command by the response
+            // timeout (redis-rs's own); a second timer per call would only cost.
+            Pool::Own(_) => call.await,
+            // Waiting for a caller's pool, or cluster retries, are not: bound the call as a whole.
+            Pool::Shared(_) | Pool::Cluster(_) => rt::timeout(operation, d.connect + d.command, call).await?,
+        }
     }
 }
 
