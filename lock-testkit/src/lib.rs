@@ -25,6 +25,7 @@
 
 pub mod checker;
 mod cluster;
+pub mod cluster_cases;
 pub mod conformance;
 pub mod history;
 mod oracle;
@@ -41,6 +42,12 @@ use std::sync::Arc;
 use lock_core::DistributedLock;
 
 pub use checker::{Checker, Hold, Report};
+
+/// Paths the macros use; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use lock_core::LockStore;
+}
 pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
 pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
@@ -130,6 +137,40 @@ macro_rules! conformance_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per Redis Cluster case of [`cluster_cases`], for a backend.
+///
+/// `cluster_tests!(connect)`: `connect` is an `async fn(&RedisCluster) -> S` where `S: LockStore`, connecting the
+/// backend's store to the given cluster. Cases run on a multi-threaded tokio runtime; the cluster-wide ones share
+/// one cluster per test binary ([`cluster_cases::shared`]).
+#[macro_export]
+macro_rules! cluster_tests {
+    ($connect:path) => {
+        $crate::cluster_tests!(@cases $connect;
+            many_resources_over_all_slots_16_workers,
+            release_notifications_reach_waiters_from_every_primary,
+            script_flush_on_every_node_is_invisible,
+            slot_migration_mid_run_is_invisible,
+            lock_keeps_working_after_primary_killed,
+        );
+    };
+    (@cases $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::cluster_cases::$case(&|cluster| {
+                        ::std::boxed::Box::pin(async move {
+                            ::std::sync::Arc::new($connect(cluster).await)
+                                as ::std::sync::Arc<dyn $crate::__private::LockStore>
+                        })
+                    })
+                    .await;
                 });
             }
         )*

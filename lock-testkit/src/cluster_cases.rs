@@ -1,0 +1,251 @@
+//! Cases every backend runs against a real Redis Cluster: many resources over all slots, release notifications
+//! from every primary, `SCRIPT FLUSH` on every node, a slot migration and a failover under load.
+//!
+//! Like the conformance suite, one public async function per case; [`cluster_tests!`](crate::cluster_tests) writes
+//! one `#[test]` per case for a backend, given an async function that connects its store to a cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::{DistributedLock, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RetryPolicy, DEFAULT_PREFIX};
+
+use crate::{Checker, Hold, RedisCluster};
+
+/// Connects a backend's store to a cluster (the argument of every case).
+pub type StoreFactory =
+    dyn Fn(&RedisCluster) -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send + '_>> + Send + Sync;
+
+/// Test cases fail by panicking, with the caller's location.
+trait OrPanic<T> {
+    fn or_panic(self) -> T;
+}
+
+impl<T, E: std::fmt::Debug> OrPanic<T> for Result<T, E> {
+    #[track_caller]
+    fn or_panic(self) -> T {
+        self.unwrap_or_else(|e| panic!("unexpected error: {e:?}"))
+    }
+}
+
+impl<T> OrPanic<T> for Option<T> {
+    #[track_caller]
+    fn or_panic(self) -> T {
+        self.unwrap_or_else(|| panic!("unexpected None"))
+    }
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The cluster shared by the cases of one test binary.
+pub fn shared() -> &'static RedisCluster {
+    RedisCluster::shared().unwrap_or_else(|err| panic!("redis cluster: {err}"))
+}
+
+/// The node serving `resource`'s lock keys.
+pub fn owner(cluster: &RedisCluster, resource: &str) -> usize {
+    let keys = LockKeys::new(DEFAULT_PREFIX, resource).or_panic();
+    cluster.primary_for_key(keys.lock()).or_panic()
+}
+
+/// 16 workers over 256 resources spread over every primary (and so over slots all over the key space): every
+/// acquisition succeeds (no `CROSSSLOT`, no `MOVED` reaching the caller) and no two holds of one resource overlap.
+pub async fn many_resources_over_all_slots_16_workers(store: &StoreFactory) {
+    const WORKERS: usize = 16;
+    const RESOURCES: usize = 256;
+    const ROUNDS: usize = 48;
+    let cluster = shared();
+    let names: Vec<String> = (0..RESOURCES).map(|i| format!("spread-{i}")).collect();
+    let owners: BTreeSet<usize> = names.iter().map(|n| owner(cluster, n)).collect();
+    assert_eq!(owners.len(), 3, "resources must cover every primary");
+    let lock: Arc<dyn DistributedLock> = Arc::new(Lock::from_arc(store(cluster).await));
+    let checkers: Arc<BTreeMap<String, Checker>> =
+        Arc::new(names.iter().map(|n| (n.clone(), Checker::new())).collect());
+    let names = Arc::new(names);
+    let tasks: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (lock, checkers, names) = (lock.clone(), checkers.clone(), names.clone());
+            tokio::spawn(async move {
+                let opts = LockOptions::new(ms(5_000)).wait(ms(10_000));
+                for round in 0..ROUNDS {
+                    // Workers collide on resources (stride 7 over 256) so that holds really contend.
+                    let name = &names[(w * 16 + round * 7) % RESOURCES];
+                    let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("{name}: {err:?}"));
+                    let start = Instant::now();
+                    tokio::task::yield_now().await;
+                    checkers[name].record(Hold::of(&*guard, start));
+                    assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.or_panic();
+    }
+    let mut holds = 0;
+    for (name, checker) in checkers.iter() {
+        let report = checker.report();
+        holds += report.holds;
+        assert!(report.is_clean(), "{name}: {report:?}");
+    }
+    assert_eq!(holds, WORKERS * ROUNDS);
+}
+
+/// A release on any primary wakes a waiter whose store's subscriber sits on some one node: classic `PUBLISH` is
+/// forwarded over the cluster bus to every node. With the backoff pinned at 500 ms only a notification can wake
+/// the waiter within 200 ms.
+pub async fn release_notifications_reach_waiters_from_every_primary(store: &StoreFactory) {
+    let cluster = shared();
+    let holder = Lock::from_arc(store(cluster).await);
+    let waiter = Arc::new(Lock::from_arc(store(cluster).await));
+    // One resource on each primary.
+    let mut per_primary = BTreeMap::new();
+    for i in 0.. {
+        let name = format!("notify-{i}");
+        per_primary.entry(owner(cluster, &name)).or_insert(name);
+        if per_primary.len() == 3 {
+            break;
+        }
+    }
+    for (primary, name) in per_primary {
+        let guard = holder.acquire(&name, &LockOptions::new(ms(10_000))).await.or_panic();
+        let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
+        let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+        let (waiter, n) = (waiter.clone(), name.clone());
+        let waiting = tokio::spawn(async move {
+            let guard = waiter.acquire(&n, &opts).await.or_panic();
+            let acquired = Instant::now();
+            guard.release().await.or_panic();
+            acquired
+        });
+        tokio::time::sleep(ms(150)).await;
+        let released = Instant::now();
+        assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
+        let delay = waiting.await.or_panic().saturating_duration_since(released);
+        tracing::info!("{name} on node {primary}: waiter acquired {delay:?} after the release");
+        assert!(delay < ms(200), "{name} on node {primary}: waiter took {delay:?}; no notification");
+    }
+}
+
+/// `SCRIPT FLUSH` on every node between acquire, extend and release is invisible: EVALSHA falls back to EVAL.
+pub async fn script_flush_on_every_node_is_invisible(store: &StoreFactory) {
+    let cluster = shared();
+    let lock = Lock::from_arc(store(cluster).await);
+    let opts = LockOptions::new(ms(5_000));
+    for i in 0..6 {
+        let name = format!("flush-{i}");
+        cluster.command_all(&["SCRIPT", "FLUSH"]).or_panic();
+        let guard = lock.acquire(&name, &opts).await.or_panic();
+        cluster.command_all(&["SCRIPT", "FLUSH"]).or_panic();
+        guard.extend(ms(5_000)).await.or_panic();
+        cluster.command_all(&["SCRIPT", "FLUSH"]).or_panic();
+        assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
+    }
+}
+
+/// Workers keep locking resources while their slots move to another primary (`ASK` during the move, `MOVED`
+/// after): no error reaches a caller, holds never overlap, and fencing tokens keep increasing (the fence key moves
+/// with its slot).
+pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
+    let cluster = Arc::new(RedisCluster::start().or_panic());
+    let from = 0;
+    let names: Vec<String> =
+        (0..).map(|i| format!("move-{i}")).filter(|n| owner(&cluster, n) == from).take(8).collect();
+    let lock: Arc<dyn DistributedLock> = Arc::new(Lock::from_arc(store(&cluster).await));
+    let checkers: Arc<BTreeMap<String, Checker>> =
+        Arc::new(names.iter().map(|n| (n.clone(), Checker::new())).collect());
+    let stop = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (lock, checkers, names, stop) = (lock.clone(), checkers.clone(), names.clone(), stop.clone());
+            tokio::spawn(async move {
+                let opts = LockOptions::new(ms(5_000)).wait(ms(10_000));
+                let mut round = w;
+                while stop.load(Ordering::Relaxed) == 0 {
+                    let name = &names[round % names.len()];
+                    round += 1;
+                    let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("{name}: {err:?}"));
+                    let start = Instant::now();
+                    tokio::time::sleep(ms(1)).await;
+                    checkers[name].record(Hold::of(&*guard, start));
+                    assert_eq!(
+                        guard.release().await.unwrap_or_else(|err| panic!("{name}: {err:?}")),
+                        ReleaseOutcome::Released
+                    );
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(ms(200)).await;
+    let mover = cluster.clone();
+    let moved = names.clone();
+    tokio::task::spawn_blocking(move || {
+        for name in &moved {
+            let keys = LockKeys::new(DEFAULT_PREFIX, name).or_panic();
+            let slot =
+                mover.node(0).or_panic().command(&["CLUSTER", "KEYSLOT", keys.lock()]).or_panic().as_int().or_panic();
+            mover.migrate_slot(u16::try_from(slot).or_panic(), 1).or_panic();
+        }
+    })
+    .await
+    .or_panic();
+    tokio::time::sleep(ms(300)).await;
+    stop.store(1, Ordering::Relaxed);
+    for worker in workers {
+        worker.await.or_panic();
+    }
+    for name in &names {
+        assert_eq!(owner(&cluster, name), 1);
+        let report = checkers[name].report();
+        assert!(report.holds > 0 && report.is_clean(), "{name}: {report:?}");
+    }
+}
+
+/// A primary killed right after an acquire: once its replica has taken over, new acquisitions on every resource
+/// succeed again (the lock "keeps working"). Whether the lock held at the kill survived is reported, not asserted:
+/// replication is asynchronous.
+pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
+    let mut cluster = RedisCluster::builder().replicas(1).start().or_panic();
+    let lock = Lock::from_arc(store(&cluster).await);
+    let name = "failover";
+    let victim = owner(&cluster, name);
+    let held = lock.acquire(name, &LockOptions::new(ms(30_000))).await.or_panic();
+    let (cluster, promoted) = tokio::task::spawn_blocking(move || {
+        let promoted = cluster.kill_primary_and_wait(victim, Duration::from_secs(30));
+        (cluster, promoted)
+    })
+    .await
+    .or_panic();
+    let promoted = promoted.or_panic();
+    tracing::info!("node {victim} killed, node {promoted} promoted");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        match lock.try_acquire(name, &LockOptions::new(ms(5_000))).await {
+            Ok(outcome) => break outcome,
+            Err(err) if Instant::now() < deadline => {
+                tracing::info!("retrying after failover: {err:?}");
+                tokio::time::sleep(ms(100)).await;
+            }
+            Err(err) => panic!("lock unusable after failover: {err:?}"),
+        }
+    };
+    tracing::info!(
+        "lock held before the kill was {}",
+        if after.is_some() { "lost (double grant possible)" } else { "kept" }
+    );
+    if let Some(g) = after {
+        g.release().await.or_panic();
+    }
+    let _ = held.release().await;
+    // Every other primary's resources still work too.
+    for i in 0..8 {
+        let g = lock.acquire(&format!("after-{i}"), &LockOptions::new(ms(5_000)).wait(ms(5_000))).await.or_panic();
+        g.release().await.or_panic();
+    }
+    drop(cluster);
+}
