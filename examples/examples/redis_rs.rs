@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run -p examples --example redis_rs                         # starts a throwaway redis-server
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run -p examples --example redis_rs
+//! REDIS_URL=redis://HOST:PORT cargo run -p examples --example redis_rs
 //! RUST_LOG=lock_core=debug cargo run -p examples --example redis_rs # and watch the lock's own logs
 //! ```
 // A demo narrates what it does.
