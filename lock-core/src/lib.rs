@@ -6,10 +6,15 @@
 //!   `Arc<dyn DistributedLock>` and swap backends at runtime);
 //! - the backend interface [`LockStore`]: one atomic step per method, implemented by `lock-redis-rs`, `lock-fred`
 //!   and the in-memory [`MemoryStore`];
-//! - the single-instance [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter), waiting with
-//!   jittered backoff woken by release notifications, validity `ttl − elapsed − drift` from a monotonic clock
-//!   started before the request, compare-and-delete release and compare-and-extend;
-//! - [`LostSignal`], which tells the holder (and its work) when the lock is gone.
+//! - the [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter), waiting with jittered backoff woken
+//!   by release notifications (one waiter per release, no barging past queued waiters), validity
+//!   `ttl − elapsed − drift` from a monotonic clock started before the request, compare-and-delete release and
+//!   compare-and-extend — on one store, or over N independent ones with [`Redlock`] (quorum, per-instance timeouts,
+//!   fencing tokens kept monotonic across quorums; see the [`redlock`] module for the argument and the limits);
+//! - renewal for long work ([`LockOptions::auto_renew`], [`RenewPolicy`]) and scoped locking
+//!   ([`DistributedLockExt::with_lock`]);
+//! - [`LostSignal`], which tells the holder (and its work) when the lock is gone;
+//! - the Lua [`scripts`] every Redis backend sends, one copy for all clients.
 //!
 //! ```
 //! use lock_core::{Lock, LockOptions, MemoryStore};
