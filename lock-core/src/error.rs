@@ -107,6 +107,16 @@ pub enum LockError {
         total: usize,
     },
 
+    /// Fewer replicas than required acknowledged a grant (see
+    /// [`LockOptions::replica_ack`](crate::LockOptions::replica_ack)); the grant was given back.
+    #[error("grant acknowledged by {acknowledged} replicas, {required} required")]
+    ReplicasShort {
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+        /// Replicas required.
+        required: u32,
+    },
+
     /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
     /// running on this thread.
     #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
@@ -148,12 +158,14 @@ impl LockError {
                 | LockError::Timeout { .. }
                 | LockError::Unavailable { .. }
                 | LockError::Quorum { .. }
+                | LockError::ReplicasShort { .. }
         )
     }
 
     /// Whether a request may have been applied by the server although no reply was read (so whatever it may
     /// have acquired must be released by token).
     pub(crate) fn outcome_unknown(&self) -> bool {
-        matches!(self, LockError::Timeout { .. } | LockError::Unavailable { .. })
+        // A replica shortfall is reported after the grant was applied: it must be given back too.
+        matches!(self, LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::ReplicasShort { .. })
     }
 }

@@ -70,7 +70,9 @@ pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 pub use memory::MemoryStore;
 pub use notify::{ReleaseHub, ReleaseWatch, SubscriptionControl};
-pub use options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_TTL, MAX_WAIT, MIN_TTL};
+pub use options::{
+    validate_ttl, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
+};
 pub use redlock::Redlock;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};

@@ -174,7 +174,13 @@ impl Lock {
         let inflight = InFlight::new(inst.clone(), keys.clone(), Token::generate(), call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
-        let request = AcquireRequest { keys, token: inflight.token(), ttl, fencing: options.fencing_enabled() };
+        let request = AcquireRequest {
+            keys,
+            token: inflight.token(),
+            ttl,
+            fencing: options.fencing_enabled(),
+            replicas: options.replica_ack_policy(),
+        };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
         }));

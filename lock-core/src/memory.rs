@@ -115,6 +115,11 @@ impl LockStore for MemoryStore {
             *counter += 1;
             *counter
         });
+        drop(st);
+        if let Some(ack) = request.replicas {
+            // An in-process store has no replicas.
+            ack.check(0)?;
+        }
         Ok(AcquireReply::Acquired { fence })
     }
 

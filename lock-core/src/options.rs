@@ -34,6 +34,7 @@ pub struct LockOptions {
     retry: RetryPolicy,
     fencing: bool,
     renew: Option<RenewPolicy>,
+    replicas: Option<ReplicaAck>,
 }
 
 impl Default for LockOptions {
@@ -45,6 +46,7 @@ impl Default for LockOptions {
             retry: RetryPolicy::default(),
             fencing: true,
             renew: None,
+            replicas: None,
         }
     }
 }
@@ -89,6 +91,23 @@ impl LockOptions {
         self
     }
 
+    /// After each grant, waits (Redis `WAIT`, on the connection that made the grant) until `ack.replicas()` replicas
+    /// have the lock key, at most `ack.timeout()`, and applies `ack`'s [`Shortfall`] policy when fewer did. The time
+    /// spent waiting comes out of the lock's validity (the clock started before the grant was requested).
+    ///
+    /// This narrows the window in which a failover (asynchronous replication) loses a just-granted lock; it cannot
+    /// close it (a replica that acknowledged may still not be the one promoted, and the grant is in the primary's
+    /// memory before any replica has it). Fencing tokens are the protection against that double grant.
+    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+        self.replicas = Some(ack);
+        self
+    }
+
+    /// The replica acknowledgement asked for, if any.
+    pub fn replica_ack_policy(&self) -> Option<ReplicaAck> {
+        self.replicas
+    }
+
     /// The renewal policy, when auto-renewal is on.
     pub fn renew_policy(&self) -> Option<&RenewPolicy> {
         self.renew.as_ref()
@@ -125,6 +144,11 @@ impl LockOptions {
         }
         if let Some(renew) = &self.renew {
             renew.validate(self.ttl)?;
+        }
+        if let Some(ack) = &self.replicas {
+            if ack.replicas == 0 || ack.timeout.is_zero() || ack.timeout >= self.ttl {
+                return Err(LockError::invalid("replica_ack needs at least one replica and a timeout in (0, ttl)"));
+            }
         }
         self.retry.validate()
     }
@@ -195,6 +219,78 @@ impl RenewPolicy {
             return Err(LockError::invalid("max_hold must be positive"));
         }
         Ok(())
+    }
+}
+
+/// What to do when fewer replicas than asked acknowledged a grant (see [`LockOptions::replica_ack`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Shortfall {
+    /// Give the grant back and fail with [`LockError::ReplicasShort`] (retryable, so a waiting acquire retries).
+    Fail,
+    /// Keep the grant and log the shortfall.
+    Accept,
+}
+
+/// How many replicas must acknowledge a grant, for how long to wait, and what a shortfall means.
+///
+/// ```
+/// use lock_core::{LockOptions, ReplicaAck, Shortfall};
+/// use std::time::Duration;
+///
+/// let opts = LockOptions::new(Duration::from_secs(10))
+///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(50)).on_shortfall(Shortfall::Fail));
+/// assert!(opts.validate().is_ok());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAck {
+    replicas: u32,
+    timeout: Duration,
+    on_shortfall: Shortfall,
+}
+
+impl ReplicaAck {
+    /// Wait for `replicas` acknowledgements, at most `timeout`; a shortfall fails the acquisition.
+    pub fn new(replicas: u32, timeout: Duration) -> Self {
+        ReplicaAck { replicas, timeout, on_shortfall: Shortfall::Fail }
+    }
+
+    /// Sets the shortfall policy.
+    pub fn on_shortfall(mut self, policy: Shortfall) -> Self {
+        self.on_shortfall = policy;
+        self
+    }
+
+    /// Replicas required.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// Longest wait.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Applies the policy to the count the server reported (backends call this after `WAIT`).
+    ///
+    /// # Errors
+    /// [`LockError::ReplicasShort`] when fewer acknowledged and the policy is [`Shortfall::Fail`].
+    pub fn check(&self, acknowledged: i64) -> Result<()> {
+        let acknowledged = u32::try_from(acknowledged.max(0)).unwrap_or(u32::MAX);
+        if acknowledged >= self.replicas {
+            return Ok(());
+        }
+        match self.on_shortfall {
+            Shortfall::Fail => Err(LockError::ReplicasShort { acknowledged, required: self.replicas }),
+            Shortfall::Accept => {
+                tracing::warn!(
+                    acknowledged,
+                    required = self.replicas,
+                    "grant acknowledged by fewer replicas than asked"
+                );
+                Ok(())
+            }
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::notify::ReleaseHub;
+use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
 use crate::token::Token;
 
@@ -25,6 +26,9 @@ pub struct AcquireRequest<'a> {
     pub ttl: Duration,
     /// Whether to advance the fencing counter in the same atomic step and return its new value.
     pub fencing: bool,
+    /// After a grant, wait for replicas on the same connection (Redis `WAIT`) and apply
+    /// [`ReplicaAck::check`] to the count; a store without replicas reports 0.
+    pub replicas: Option<ReplicaAck>,
 }
 
 /// What the server did with an [`AcquireRequest`].

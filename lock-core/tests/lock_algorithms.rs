@@ -293,3 +293,18 @@ async fn competitors_that_loop_back_share_the_lock_fairly() {
     assert!(max > 20, "too few hand-offs to judge: {wins:?}");
     assert!(f64::from(min) >= 0.5 * f64::from(max), "a releaser looping back starves the others: {wins:?}");
 }
+
+#[tokio::test]
+async fn a_replica_shortfall_gives_the_grant_back() {
+    use lock_core::{ReplicaAck, Shortfall};
+    let (lock, inner, _, _) = faulty();
+    let opts = LockOptions::new(ms(5_000)).replica_ack(ReplicaAck::new(1, ms(50)));
+    let err = lock.try_acquire("replicas", &opts).await.err();
+    assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
+    assert_eq!(inner.held_count(), 0, "a grant without enough replicas must be released");
+    let accept = LockOptions::new(ms(5_000)).replica_ack(ReplicaAck::new(1, ms(50)).on_shortfall(Shortfall::Accept));
+    let g = lock.try_acquire("replicas", &accept).await.unwrap().expect("accepted");
+    g.release().await.unwrap();
+    let bad = LockOptions::new(ms(100)).replica_ack(ReplicaAck::new(1, ms(200)));
+    assert!(matches!(lock.try_acquire("replicas", &bad).await, Err(LockError::InvalidArgument(_))));
+}

@@ -149,7 +149,8 @@ async fn every_subset_of_blocked_instances() {
             let other = Token::generate();
             for (i, inst) in instances.iter().enumerate() {
                 if mask & (1 << i) != 0 {
-                    let req = AcquireRequest { keys: &keys, token: &other, ttl: ms(10_000), fencing: true };
+                    let req =
+                        AcquireRequest { keys: &keys, token: &other, ttl: ms(10_000), fencing: true, replicas: None };
                     assert!(matches!(inst.inner.acquire(req).await.unwrap(), AcquireReply::Acquired { .. }));
                 }
             }

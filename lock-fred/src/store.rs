@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface};
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, ServerInterface};
 use fred::prelude::{Builder, Config, Expiration, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
@@ -123,8 +123,7 @@ impl FredStore {
     }
 
     /// `SET lock token NX PX ttl`: whether it was set.
-    async fn set_nx(&self, keys: &LockKeys, token: &Token, ttl_ms: u64) -> Result<bool> {
-        let client = self.inner.pool.next_connected();
+    async fn set_nx(&self, client: &Client, keys: &LockKeys, token: &Token, ttl_ms: u64) -> Result<bool> {
         let after = self.inner.command_timeout;
         let expire = Some(Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX)));
         let set = client.set::<Option<String>, _, _>(keys.lock(), token.as_str(), expire, Some(SetOptions::NX), false);
@@ -145,7 +144,19 @@ impl FredStore {
         script_keys: Vec<&str>,
         args: Vec<String>,
     ) -> Result<Value> {
-        let client = self.inner.pool.next_connected();
+        self.eval_on(self.inner.pool.next_connected(), operation, script, keys, script_keys, args).await
+    }
+
+    /// [`eval`](Self::eval) on a given client (the one a following `WAIT` will use).
+    async fn eval_on(
+        &self,
+        client: &Client,
+        operation: &'static str,
+        script: &Script,
+        keys: &LockKeys,
+        script_keys: Vec<&str>,
+        args: Vec<String>,
+    ) -> Result<Value> {
         let after = self.inner.command_timeout;
         let call = async {
             let mut pause = CLUSTER_RETRY_PAUSE;
@@ -217,17 +228,30 @@ impl LockStore for FredStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
         let ttl = scripts::ttl_millis(request.ttl);
-        if !request.fencing {
-            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when it failed.
-            if self.set_nx(keys, request.token, ttl).await? {
-                return Ok(AcquireReply::Acquired { fence: None });
-            }
-            let reply = self.eval("acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
-            return Ok(scripts::parse_holder(integer("acquire", reply)?));
+        // One client (one connection) for the grant and, when asked, the WAIT that must follow it there.
+        let client = self.inner.pool.next_connected();
+        let reply = if request.fencing {
+            let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned()];
+            let reply =
+                self.eval_on(client, "acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
+            scripts::parse_acquire(&integers("acquire", reply)?, true)?
+        } else if self.set_nx(client, keys, request.token, ttl).await? {
+            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
+            AcquireReply::Acquired { fence: None }
+        } else {
+            let reply = self.eval_on(client, "acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
+            scripts::parse_holder(integer("acquire", reply)?)
+        };
+        if let (AcquireReply::Acquired { .. }, Some(ack)) = (&reply, request.replicas) {
+            let timeout_ms = i64::try_from(ack.timeout().as_millis()).unwrap_or(i64::MAX).max(1);
+            let after = self.inner.command_timeout + ack.timeout();
+            let acknowledged = tokio::time::timeout(after, client.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
+                .await
+                .map_err(|_| LockError::Timeout { operation: "acquire", after })?
+                .map_err(|err| error::from_script(err, "acquire", after, keys))?;
+            ack.check(acknowledged)?;
         }
-        let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned()];
-        let reply = self.eval("acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
-        scripts::parse_acquire(&integers("acquire", reply)?, request.fencing)
+        Ok(reply)
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {

@@ -16,7 +16,13 @@ fn config(cluster: &RedisCluster) -> Config {
 }
 
 async fn store(cluster: &RedisCluster) -> FredStore {
-    FredStoreBuilder::from_config(config(cluster)).build().await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+    FredStoreBuilder::from_config(config(cluster))
+        // A multi-key script on a slot that is being migrated gets TRYAGAIN until the move completes; on a loaded
+        // 2-core machine that can outlast the 1 s default.
+        .command_timeout(std::time::Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("connect: {err:?}"))
 }
 
 async fn subject() -> Subject {

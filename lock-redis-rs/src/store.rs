@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::scripts;
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, Result,
-    Token,
+    AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, ReplicaAck,
+    Result, Token,
 };
 use redis::cluster::ClusterClientBuilder;
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
@@ -297,17 +297,8 @@ impl Inner {
         script_keys: &[&str],
         args: &[&str],
     ) -> Result<T> {
-        let command = |verb: &str, script: &str| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(script).arg(script_keys.len()).arg(script_keys).arg(args);
-            cmd
-        };
         self.on_connection(operation, keys, async |conn: &mut Pooled| {
-            let reply = conn.query(&command("EVALSHA", script.get_hash())).await;
-            if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-                return conn.query(&command("EVAL", body)).await;
-            }
-            reply
+            run_script(conn, script, body, script_keys, args).await
         })
         .await
     }
@@ -340,30 +331,69 @@ impl Inner {
     }
 }
 
+/// `EVALSHA`, and `EVAL` of the body after a `NOSCRIPT` (see [`Inner::eval`]).
+async fn run_script<T: FromRedisValue>(
+    conn: &mut Pooled,
+    script: &Script,
+    body: &str,
+    script_keys: &[&str],
+    args: &[&str],
+) -> redis::RedisResult<T> {
+    let command = |verb: &str, script: &str| {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(script_keys.len()).arg(script_keys).arg(args);
+        cmd
+    };
+    let reply = conn.query(&command("EVALSHA", script.get_hash())).await;
+    if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+        return conn.query(&command("EVAL", body)).await;
+    }
+    reply
+}
+
+/// `WAIT replicas timeout` on the connection that made the grant (WAIT covers that connection's writes only).
+async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck) -> redis::RedisResult<i64> {
+    let timeout_ms = u64::try_from(ack.timeout().as_millis()).unwrap_or(u64::MAX).max(1);
+    conn.query(redis::cmd("WAIT").arg(ack.replicas()).arg(timeout_ms)).await
+}
+
 #[async_trait]
 impl LockStore for RedisStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
         let ttl = scripts::ttl_millis(request.ttl).to_string();
-        if !request.fencing {
-            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when it failed.
-            let mut set = redis::cmd("SET");
-            set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
-            let granted: Option<String> =
-                self.inner.on_connection("acquire", keys, async |c| c.query(&set).await).await?;
-            if granted.is_some() {
-                return Ok(AcquireReply::Acquired { fence: None });
-            }
-            let pttl: i64 =
-                self.inner.eval("acquire", keys, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?;
-            return Ok(scripts::parse_holder(pttl));
-        }
-        let args = [request.token.as_str(), &ttl, "1"];
-        let reply: Vec<i64> = self
+        let fence_keys = [keys.lock(), keys.fence()];
+        let fence_args = [request.token.as_str(), &ttl, "1"];
+        let mut set = redis::cmd("SET");
+        set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
+        // One connection for the grant and, when asked, the WAIT that must follow it on the same connection.
+        let (reply, acknowledged) = self
             .inner
-            .eval("acquire", keys, &SCRIPTS.acquire, scripts::ACQUIRE, &[keys.lock(), keys.fence()], &args)
+            .on_connection("acquire", keys, async |conn: &mut Pooled| {
+                let reply = if request.fencing {
+                    let reply: Vec<i64> =
+                        run_script(conn, &SCRIPTS.acquire, scripts::ACQUIRE, &fence_keys, &fence_args).await?;
+                    scripts::parse_acquire(&reply, true)
+                } else {
+                    // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
+                    match conn.query::<Option<String>>(&set).await? {
+                        Some(_) => Ok(AcquireReply::Acquired { fence: None }),
+                        None => Ok(scripts::parse_holder(
+                            run_script(conn, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?,
+                        )),
+                    }
+                };
+                let acknowledged = match (&reply, &request.replicas) {
+                    (Ok(AcquireReply::Acquired { .. }), Some(ack)) => Some(wait_replicas(conn, ack).await?),
+                    _ => None,
+                };
+                Ok((reply, acknowledged))
+            })
             .await?;
-        scripts::parse_acquire(&reply, request.fencing)
+        if let (Some(ack), Some(count)) = (request.replicas, acknowledged) {
+            ack.check(count)?;
+        }
+        reply
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {

@@ -8,7 +8,13 @@ use lock_redis_rs::{RedisStore, RedisStoreConfig};
 use lock_testkit::{conformance_tests, RedisCluster, Subject};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
-    RedisStoreConfig::cluster(cluster.urls()).connect().await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+    RedisStoreConfig::cluster(cluster.urls())
+        // A multi-key script on a slot that is being migrated gets TRYAGAIN until the move completes; on a loaded
+        // 2-core machine that can outlast the 1 s default.
+        .command_timeout(std::time::Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connect: {err:?}"))
 }
 
 async fn subject() -> Subject {

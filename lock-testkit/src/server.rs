@@ -75,6 +75,13 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Makes the server a replica of `primary` (`--replicaof 127.0.0.1 PORT`). [`RedisServer::wait_for_link`] waits
+    /// until it has synchronised.
+    pub fn replica_of(mut self, primary: &RedisServer) -> Self {
+        self.extra.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port().to_string()]);
+        self
+    }
+
     /// Runs the server as a Redis Cluster node (`cluster-enabled yes`) with its cluster bus on a second free port.
     ///
     /// The bus port is picked here rather than left at Redis's default of port + 10000, which overflows for
@@ -185,6 +192,24 @@ impl RedisServer {
     /// [`ServerError::Io`] when the server cannot be reached within 5 s.
     pub fn command(&self, args: &[&str]) -> Result<Reply, ServerError> {
         Ok(resp::command(self.addr(), args, COMMAND_TIMEOUT)?)
+    }
+
+    /// Waits (at most `limit`) until this replica reports `master_link_status:up`.
+    ///
+    /// # Errors
+    /// [`ServerError::Start`] when the link is not up in time.
+    pub fn wait_for_link(&self, limit: Duration) -> Result<(), ServerError> {
+        let started = Instant::now();
+        loop {
+            let info = self.command(&["INFO", "replication"])?.as_text().unwrap_or_default();
+            if info.contains("master_link_status:up") {
+                return Ok(());
+            }
+            if started.elapsed() > limit {
+                return Err(ServerError::Start { reason: format!("replica link not up after {limit:?}: {info}") });
+            }
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
     }
 
     /// Kills the process with SIGKILL (no shutdown, no final save).

@@ -1,0 +1,34 @@
+//! Replica acknowledgement after acquire (`LockOptions::replica_ack`, Redis `WAIT` on the granting connection).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+use std::time::Duration;
+
+use lock_fred::lock_core::{Lock, LockError, LockOptions, ReplicaAck};
+use lock_fred::FredStore;
+use lock_testkit::{RedisServer, Reply};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_grants_are_on_the_replica_and_a_shortfall_is_given_back() {
+    let primary = RedisServer::builder().config("repl-diskless-sync-delay", "0").start().unwrap();
+    let mut replica = RedisServer::builder().replica_of(&primary).start().unwrap();
+    replica.wait_for_link(ms(10_000)).unwrap();
+    let lock = Lock::new(FredStore::connect(&primary.url()).await.unwrap());
+    for fencing in [true, false] {
+        let opts = LockOptions::new(ms(10_000)).fencing(fencing).replica_ack(ReplicaAck::new(1, ms(1_000)));
+        let g = lock.try_acquire(&format!("acked-{fencing}"), &opts).await.unwrap().expect("free");
+        let on_replica = replica.command(&["GET", g.keys().lock()]).unwrap();
+        assert_eq!(on_replica, Reply::Bulk(Some(g.token().as_str().as_bytes().to_vec())), "fencing={fencing}");
+        g.release().await.unwrap();
+    }
+    replica.pause();
+    let opts = LockOptions::new(ms(10_000)).replica_ack(ReplicaAck::new(1, ms(100)));
+    let err = lock.try_acquire("short", &opts).await.err();
+    replica.resume();
+    assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
+    let keys = lock_fred::lock_core::LockKeys::new("lock:", "short").unwrap();
+    assert_eq!(primary.command(&["EXISTS", keys.lock()]).unwrap(), Reply::Int(0), "the short grant must be given back");
+}
