@@ -19,11 +19,13 @@ pub(crate) struct InFlight {
     token: Token,
     timeout: Duration,
     armed: bool,
+    /// Where a release on drop runs (the runtime the request was sent from).
+    runtime: Option<crate::rt::Runtime>,
 }
 
 impl InFlight {
     pub(crate) fn new(instances: Arc<Instances>, keys: Arc<LockKeys>, token: Token, timeout: Duration) -> Self {
-        InFlight { instances, keys, token, timeout, armed: true }
+        InFlight { instances, keys, token, timeout, armed: true, runtime: crate::rt::current() }
     }
 
     pub(crate) fn token(&self) -> &Token {
@@ -52,8 +54,11 @@ impl Drop for InFlight {
         let keys = self.keys.clone();
         let token = self.token.clone();
         let timeout = self.timeout;
-        let spawned =
-            crate::rt::spawn_background(async move { release_all(&instances.stores, &keys, &token, timeout).await });
+        let release = async move { release_all(&instances.stores, &keys, &token, timeout).await };
+        let spawned = match &self.runtime {
+            Some(runtime) => Some(crate::rt::spawn_on(runtime, release)),
+            None => crate::rt::spawn_background(release),
+        };
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(

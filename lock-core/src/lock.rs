@@ -251,6 +251,7 @@ impl Lock {
             extending: futures_util::lock::Mutex::new(()),
             stopping: AtomicBool::new(false),
             watchdog: Mutex::new(None),
+            runtime: rt::current(),
         });
         if let Some(policy) = options.renew_policy() {
             let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
@@ -435,6 +436,9 @@ struct GuardState {
     /// Set before release: no extension starts after it.
     stopping: AtomicBool,
     watchdog: Mutex<Option<BackgroundTask>>,
+    /// The runtime the lock was acquired on: a release on drop runs there, wherever the guard is dropped (the
+    /// store's connections may only work on that runtime).
+    runtime: Option<rt::Runtime>,
 }
 
 impl GuardState {
@@ -635,11 +639,15 @@ impl Drop for Guard {
         }
         self.state.stop();
         let state = self.state.clone();
-        let spawned = rt::spawn_background(async move {
+        let release = async move {
             if let Err(err) = state.release().await {
                 tracing::debug!(resource = state.keys.resource(), error = %err, "release on drop failed; TTL applies");
             }
-        });
+        };
+        let spawned = match &self.state.runtime {
+            Some(runtime) => Some(rt::spawn_on(runtime, release)),
+            None => rt::spawn_background(release),
+        };
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(

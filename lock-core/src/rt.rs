@@ -178,7 +178,19 @@ pub fn spawn_background<F>(fut: F) -> Option<BackgroundTask>
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    let runtime = current()?;
+    Some(spawn_on(&current()?, fut))
+}
+
+/// Spawns `fut` on `runtime` (one captured earlier, so that work started on a tokio runtime is finished there even
+/// when the trigger, a guard's `Drop` say, runs on another thread).
+#[cfg_attr(
+    not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
+    allow(unreachable_code, unused_variables)
+)]
+pub(crate) fn spawn_on<F>(runtime: &Runtime, fut: F) -> BackgroundTask
+where
+    F: Future<Output = ()> + Send + 'static,
+{
     let (handle, registration) = AbortHandle::new_pair();
     let live = LiveTask::new();
     let task = async move {
@@ -186,13 +198,13 @@ where
         // An aborted task ends at its next poll; the abort wakes it.
         let _ = Abortable::new(fut, registration).await;
     };
-    match runtime {
+    match *runtime {
         #[cfg(feature = "rt-tokio")]
-        Runtime::Tokio(h) => drop(h.spawn(task)),
+        Runtime::Tokio(ref h) => drop(h.spawn(task)),
         #[cfg(feature = "rt-async-std")]
         Runtime::AsyncStd => drop(async_std::task::spawn(task)),
         #[cfg(feature = "rt-smol")]
         Runtime::Smol => smol::spawn(task).detach(),
     }
-    Some(BackgroundTask { abort: Some(handle) })
+    BackgroundTask { abort: Some(handle) }
 }

@@ -23,8 +23,10 @@ pub struct DirectionFaults {
     pub latency: Duration,
     /// Up to this much more, uniformly random per chunk.
     pub jitter: Duration,
-    /// Read and discard instead of forwarding.
+    /// Discard what arrives and close the connection (the reply was lost, the connection with it).
     pub drop: bool,
+    /// Hold what arrives until healed (a silent network; nothing is lost).
+    pub stall: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -134,16 +136,16 @@ impl FaultProxy {
         });
     }
 
-    /// Discards replies (the server still receives and applies every request).
+    /// Discards replies and closes the connection each was on (the server still receives and applies every request).
     pub fn drop_replies(&self, on: bool) {
         self.update(|f| f.to_client.drop = on);
     }
 
-    /// Discards traffic both ways; connections stay open (a silent network).
+    /// Holds traffic both ways until healed; connections stay open (a silent network).
     pub fn blackhole(&self, on: bool) {
         self.update(|f| {
-            f.to_server.drop = on;
-            f.to_client.drop = on;
+            f.to_server.stall = on;
+            f.to_client.stall = on;
         });
     }
 
@@ -222,6 +224,7 @@ async fn pump(
     direction: Direction,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let writer_shared = shared.clone();
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -235,7 +238,8 @@ async fn pump(
                 Direction::ToClient => faults.to_client,
             };
             if d.drop {
-                continue;
+                // Lost bytes take their connection with them.
+                break;
             }
             let jitter = if d.jitter.is_zero() {
                 Duration::ZERO
@@ -251,6 +255,9 @@ async fn pump(
     let writer = async move {
         while let Some((due, bytes)) = rx.recv().await {
             tokio::time::sleep_until(due).await;
+            while stalled(&writer_shared, direction) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             if to.write_all(&bytes).await.is_err() {
                 break;
             }
@@ -258,4 +265,12 @@ async fn pump(
         let _ = to.shutdown().await;
     };
     tokio::join!(reader, writer);
+}
+
+fn stalled(shared: &Shared, direction: Direction) -> bool {
+    let faults = FaultProxy::faults(shared);
+    match direction {
+        Direction::ToServer => faults.to_server.stall,
+        Direction::ToClient => faults.to_client.stall,
+    }
 }

@@ -419,7 +419,8 @@ fn case06_dropped_replies_leave_no_stray_keys_after_release_on_all() {
         proxies[0].drop_replies(true);
         proxies[1].drop_replies(true);
         let err = lock.try_acquire("case06", &LockOptions::new(ms(10_000))).await.err();
-        assert!(matches!(err, Some(LockError::Quorum { granted: 1, required: 2, total: 3 })), "{err:?}");
+        // The two lost replies end their connections at once, so the attempt may give up before the third answers.
+        assert!(matches!(err, Some(LockError::Quorum { granted: 0 | 1, required: 2, total: 3 })), "{err:?}");
         let t0 = Instant::now();
         while servers.iter().any(|s| lock_keys(s) != (0, 0)) {
             assert!(t0.elapsed() < ms(1_000), "stray keys: {:?}", servers.iter().map(lock_keys).collect::<Vec<_>>());
