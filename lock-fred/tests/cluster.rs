@@ -31,9 +31,9 @@ async fn subject() -> Subject {
 
 conformance_tests!(tokio, subject());
 // Every cluster case but `slot_migration_mid_run_is_invisible`: with fred 10.1 an acquire or release racing an ASK
-// redirect during a slot move intermittently gets "OK" (apparently the reply to fred's own `ASKING`) instead of the script's
-// (seen as `unexpected reply to the acquire script: String("OK")`), about once in ten runs. That is fred's
-// redirect handling, not something the store can repair; lock-redis-rs runs the case.
+// redirect during a slot move intermittently gets "OK" (apparently the reply to fred's own `ASKING`) instead of
+// the script's reply (seen as `unexpected reply to the acquire script: String("OK")`), about once in ten runs.
+// That is fred's redirect handling, not something the store can repair; lock-redis-rs runs the case.
 lock_testkit::cluster_tests!(@cases store;
     many_resources_over_all_slots_16_workers,
     release_notifications_reach_waiters_from_every_primary,
