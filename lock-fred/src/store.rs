@@ -135,20 +135,9 @@ impl FredStore {
 
     /// Runs one of lock-core's scripts: one `EVALSHA`. After a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it
     /// sends the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when
-    /// another flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
+    /// another flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race). Runs on
+    /// `client`, so that a following `WAIT` covers the same connection.
     async fn eval(
-        &self,
-        operation: &'static str,
-        script: &Script,
-        keys: &LockKeys,
-        script_keys: Vec<&str>,
-        args: Vec<String>,
-    ) -> Result<Value> {
-        self.eval_on(self.inner.pool.next_connected(), operation, script, keys, script_keys, args).await
-    }
-
-    /// [`eval`](Self::eval) on a given client (the one a following `WAIT` will use).
-    async fn eval_on(
         &self,
         client: &Client,
         operation: &'static str,
@@ -233,13 +222,13 @@ impl LockStore for FredStore {
         let reply = if request.fencing {
             let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned()];
             let reply =
-                self.eval_on(client, "acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
+                self.eval(client, "acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
             scripts::parse_acquire(&integers("acquire", reply)?, true)?
         } else if self.set_nx(client, keys, request.token, ttl).await? {
             // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
             AcquireReply::Acquired { fence: None }
         } else {
-            let reply = self.eval_on(client, "acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
+            let reply = self.eval(client, "acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
             scripts::parse_holder(integer("acquire", reply)?)
         };
         if let (AcquireReply::Acquired { .. }, Some(ack)) = (&reply, request.replicas) {
@@ -257,19 +246,39 @@ impl LockStore for FredStore {
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
         // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
         let args = vec![token.as_str().to_owned(), self.inner.hub.origin().to_owned()];
-        let reply = self.eval("release", &SCRIPTS.release, keys, vec![keys.lock(), keys.channel()], args).await?;
+        let reply = self
+            .eval(
+                self.inner.pool.next_connected(),
+                "release",
+                &SCRIPTS.release,
+                keys,
+                vec![keys.lock(), keys.channel()],
+                args,
+            )
+            .await?;
         scripts::parse_release(integer("release", reply)?)
     }
 
     async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
         let args = vec![token.as_str().to_owned(), scripts::ttl_millis(ttl).to_string()];
-        let reply = self.eval("extend", &SCRIPTS.extend, keys, vec![keys.lock()], args).await?;
+        let reply = self
+            .eval(self.inner.pool.next_connected(), "extend", &SCRIPTS.extend, keys, vec![keys.lock()], args)
+            .await?;
         scripts::parse_extend(integer("extend", reply)?)
     }
 
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
         let args = vec![token.as_str().to_owned(), at_least.to_string()];
-        let reply = self.eval("raise-fence", &SCRIPTS.raise_fence, keys, vec![keys.lock(), keys.fence()], args).await?;
+        let reply = self
+            .eval(
+                self.inner.pool.next_connected(),
+                "raise-fence",
+                &SCRIPTS.raise_fence,
+                keys,
+                vec![keys.lock(), keys.fence()],
+                args,
+            )
+            .await?;
         scripts::parse_raise_fence(integer("raise-fence", reply)?)
     }
 
