@@ -216,6 +216,10 @@ fn integers(operation: &str, reply: Value) -> Result<Vec<i64>> {
 impl LockStore for FredStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
+        if request.replicas.is_some_and(|ack| ack.timeout() >= self.inner.command_timeout) {
+            // WAIT must answer within fred's command timeout, or the grant's outcome is lost.
+            return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
+        }
         let ttl = scripts::ttl_millis(request.ttl);
         // One client (one connection) for the grant and, when asked, the WAIT that must follow it there.
         let client = self.inner.pool.next_connected();

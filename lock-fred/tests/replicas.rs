@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lock_fred::lock_core::{Lock, LockError, LockOptions, ReplicaAck};
-use lock_fred::FredStore;
+use lock_fred::FredStoreBuilder;
 use lock_testkit::{RedisServer, Reply};
 
 fn ms(n: u64) -> Duration {
@@ -16,7 +16,9 @@ async fn acknowledged_grants_are_on_the_replica_and_a_shortfall_is_given_back() 
     let primary = RedisServer::builder().config("repl-diskless-sync-delay", "0").start().unwrap();
     let mut replica = RedisServer::builder().replica_of(&primary).start().unwrap();
     replica.wait_for_link(ms(10_000)).unwrap();
-    let lock = Lock::new(FredStore::connect(&primary.url()).await.unwrap());
+    // The WAIT bound must stay below the store's command timeout.
+    let store = FredStoreBuilder::from_url(&primary.url()).unwrap().command_timeout(ms(3_000)).build().await.unwrap();
+    let lock = Lock::new(store);
     for fencing in [true, false] {
         let opts = LockOptions::new(ms(10_000)).fencing(fencing).replica_ack(ReplicaAck::new(1, ms(1_000)));
         let g = lock.try_acquire(&format!("acked-{fencing}"), &opts).await.unwrap().expect("free");

@@ -361,6 +361,10 @@ async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck) -> redis::RedisResul
 impl LockStore for RedisStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
+        if request.replicas.is_some_and(|ack| ack.timeout() >= self.inner.deadlines.command) {
+            // WAIT must answer within the connection's response timeout, or the grant's outcome is lost.
+            return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
+        }
         let ttl = scripts::ttl_millis(request.ttl).to_string();
         let fence_keys = [keys.lock(), keys.fence()];
         let fence_args = [request.token.as_str(), &ttl, "1"];

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lock_core::{Lock, LockError, LockOptions, ReplicaAck, Shortfall};
-use lock_redis_rs::RedisStore;
+use lock_redis_rs::{RedisStore, RedisStoreConfig};
 use lock_testkit::{RedisServer, Reply};
 
 fn ms(n: u64) -> Duration {
@@ -21,6 +21,11 @@ fn pair() -> (RedisServer, RedisServer) {
     (primary, replica)
 }
 
+/// A store whose command timeout leaves room for a 1 s WAIT (the bound must stay below it).
+async fn store(primary: &RedisServer) -> RedisStore {
+    RedisStoreConfig::new(&primary.url()).command_timeout(ms(3_000)).connect().await.unwrap()
+}
+
 fn ack(timeout_ms: u64) -> ReplicaAck {
     ReplicaAck::new(1, ms(timeout_ms))
 }
@@ -28,7 +33,7 @@ fn ack(timeout_ms: u64) -> ReplicaAck {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_grant_is_on_the_replica_when_acquire_returns() {
     let (primary, replica) = pair();
-    let lock = Lock::new(RedisStore::connect(&primary.url()).await.unwrap());
+    let lock = Lock::new(store(&primary).await);
     for fencing in [true, false] {
         let opts = LockOptions::new(ms(10_000)).fencing(fencing).replica_ack(ack(1_000));
         let g = lock.try_acquire(&format!("acked-{fencing}"), &opts).await.unwrap().expect("free");
@@ -41,7 +46,7 @@ async fn an_acknowledged_grant_is_on_the_replica_when_acquire_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shortfall_fails_and_gives_the_grant_back_or_is_accepted() {
     let (primary, mut replica) = pair();
-    let lock = Lock::new(RedisStore::connect(&primary.url()).await.unwrap());
+    let lock = Lock::new(store(&primary).await);
     replica.pause();
     let err = lock.try_acquire("short", &LockOptions::new(ms(10_000)).replica_ack(ack(100))).await.err();
     assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
@@ -63,12 +68,13 @@ async fn failover_trials_with_and_without_replica_ack() {
     for (i, with_wait) in [false, true].into_iter().enumerate() {
         for t in 0..TRIALS {
             let (mut primary, replica) = pair();
-            let lock = Lock::new(RedisStore::connect(&primary.url()).await.unwrap());
+            let lock = Lock::new(store(&primary).await);
             let mut opts = LockOptions::new(ms(30_000));
             if with_wait {
                 opts = opts.replica_ack(ack(1_000));
             }
-            let g = lock.try_acquire(&format!("trial-{t}"), &opts).await.unwrap().expect("free");
+            // A waiting acquire: a replica that lags past the WAIT timeout is a retryable shortfall.
+            let g = lock.acquire(&format!("trial-{t}"), &opts.clone().wait(ms(5_000))).await.unwrap();
             primary.kill();
             let on_replica = replica.command(&["GET", g.keys().lock()]).unwrap();
             if on_replica != Reply::Bulk(Some(g.token().as_str().as_bytes().to_vec())) {
