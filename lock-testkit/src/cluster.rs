@@ -166,7 +166,7 @@ impl RedisCluster {
         static SHARED: OnceLock<Result<RedisCluster, String>> = OnceLock::new();
         let shared = SHARED.get_or_init(|| {
             let cluster = RedisCluster::start().map_err(|err| err.to_string())?;
-            exit_hook::register(&cluster);
+            crate::server::exit_hook::register(cluster.live().map(|(_, s)| s));
             Ok(cluster)
         });
         shared.as_ref().map_err(|reason| ServerError::Start { reason: reason.clone() })
@@ -462,7 +462,7 @@ impl RedisCluster {
 
 /// Waits between polls. Synchronous by design, like all fixture setup; from async code call the waiting methods
 /// inside `spawn_blocking` so the runtime's workers keep running.
-fn poll_pause() {
+pub(crate) fn poll_pause() {
     std::thread::park_timeout(POLL);
 }
 
@@ -470,14 +470,14 @@ fn not_running(i: usize) -> ServerError {
     ServerError::Start { reason: format!("cluster node {i} is not running") }
 }
 
-fn text(reply: Reply) -> Result<String, ServerError> {
+pub(crate) fn text(reply: Reply) -> Result<String, ServerError> {
     match reply {
         Reply::Error(e) => Err(ServerError::Protocol(e)),
         other => other.as_text().ok_or_else(|| ServerError::Protocol(format!("expected text, got {other:?}"))),
     }
 }
 
-fn expect_ok(reply: Reply, what: &str) -> Result<(), ServerError> {
+pub(crate) fn expect_ok(reply: Reply, what: &str) -> Result<(), ServerError> {
     match reply {
         Reply::Status(s) if s == "OK" => Ok(()),
         other => Err(ServerError::Protocol(format!("{what}: {other:?}"))),
@@ -513,44 +513,6 @@ fn parse_nodes(text: &str) -> Vec<NodeView> {
             })
         })
         .collect()
-}
-
-/// Cleans up the [`RedisCluster::shared`] cluster when the test binary exits normally. Statics are never
-/// dropped, so without this the processes would die only by `PR_SET_PDEATHSIG` and their directories would stay.
-mod exit_hook {
-    use std::path::PathBuf;
-    use std::sync::Mutex;
-
-    use super::RedisCluster;
-
-    static STATE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
-
-    pub(super) fn register(cluster: &RedisCluster) {
-        let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        let first = state.is_empty();
-        state.extend(cluster.live().filter_map(|(_, s)| Some((s.pid()?, s.dir().to_owned()))));
-        if first {
-            // SAFETY: registers a plain `extern "C"` function with the C runtime; it runs once, at `exit`.
-            #[allow(unsafe_code)]
-            unsafe {
-                libc::atexit(at_exit);
-            }
-        }
-    }
-
-    extern "C" fn at_exit() {
-        let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-        for (pid, dir) in state.iter() {
-            if let Ok(pid) = libc::pid_t::try_from(*pid) {
-                // SAFETY: kills a child we started and never reaped (the static owning it is never dropped).
-                #[allow(unsafe_code)]
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
-            }
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod oracle;
 pub mod proxy;
 mod resp;
 pub mod runtime;
+mod sentinel;
 mod server;
 pub mod worker;
 
@@ -52,6 +53,7 @@ pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
 pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};
+pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).

@@ -59,6 +59,8 @@ pub struct RedisServerBuilder {
     persistence: Persistence,
     extra: Vec<String>,
     cluster: bool,
+    /// The initial configuration file of a Sentinel.
+    sentinel: Option<String>,
 }
 
 impl RedisServerBuilder {
@@ -89,6 +91,16 @@ impl RedisServerBuilder {
     /// [`RedisCluster`](crate::RedisCluster) for a whole cluster.
     pub fn cluster(mut self, enabled: bool) -> Self {
         self.cluster = enabled;
+        self
+    }
+
+    /// Runs the process as a Redis Sentinel (`redis-server sentinel.conf --sentinel`), with `config` (lines such as
+    /// `sentinel monitor …`) as its configuration file. The file lives in the server's own directory and is written
+    /// only when absent, because a Sentinel rewrites it with what it learns (its id, the replicas and other
+    /// Sentinels it found) and must find that again after a [`restart`](RedisServer::restart). See
+    /// [`RedisSentinel`](crate::RedisSentinel) for a whole deployment.
+    pub fn sentinel(mut self, config: &str) -> Self {
+        self.sentinel = Some(config.to_owned());
         self
     }
 
@@ -254,6 +266,14 @@ impl RedisServer {
         let dir = self.dir.path().to_owned();
         let log = dir.join("redis.log");
         let mut cmd = Command::new(&self.binary);
+        if let Some(config) = &self.options.sentinel {
+            // The file must come first on the command line; the options after it still apply.
+            let file = dir.join("sentinel.conf");
+            if !file.exists() {
+                std::fs::write(&file, config)?;
+            }
+            cmd.arg(&file).arg("--sentinel");
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--protected-mode", "yes", "--daemonize", "no"])
@@ -351,6 +371,45 @@ pub(crate) fn spawn_tied_to_process(cmd: Command) -> io::Result<Child> {
         return cmd.spawn();
     }
     reply_rx.recv().map_err(|_| io::Error::other("spawner thread gone"))?
+}
+
+/// Cleans up the servers of a shared fixture ([`RedisCluster::shared`](crate::RedisCluster::shared),
+/// [`RedisSentinel::shared`](crate::RedisSentinel::shared)) when the test binary exits normally. Statics are never
+/// dropped, so without this the processes would die only by `PR_SET_PDEATHSIG` and their directories would stay.
+pub(crate) mod exit_hook {
+    use std::path::PathBuf;
+    use std::sync::Mutex;
+
+    use super::RedisServer;
+
+    static STATE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+    pub(crate) fn register<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) {
+        let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        let first = state.is_empty();
+        state.extend(servers.into_iter().filter_map(|s| Some((s.pid()?, s.dir().to_owned()))));
+        if first {
+            // SAFETY: registers a plain `extern "C"` function with the C runtime; it runs once, at `exit`.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::atexit(at_exit);
+            }
+        }
+    }
+
+    extern "C" fn at_exit() {
+        let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        for (pid, dir) in state.iter() {
+            if let Ok(pid) = libc::pid_t::try_from(*pid) {
+                // SAFETY: kills a child we started and never reaped (the static owning it is never dropped).
+                #[allow(unsafe_code)]
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
