@@ -7,6 +7,13 @@
 //! connection and cost a syscall pair per command on both sides. A connection whose transport failed is dropped
 //! from its slot ([`Pooled::discard`]); the next command on that slot opens a new one.
 //!
+//! Through Sentinel ([`Endpoint::Sentinel`]), a slot's connection is opened to the primary the Sentinels name at
+//! that moment, so the first command after a failover (whose old connection broke, or was closed by the Sentinels
+//! when they demoted its server) reaches the promoted replica. A connection that answers `READONLY` is on a node
+//! that is no longer the primary without having been disconnected (demoted by hand, or the Sentinels' view
+//! changed under it): it is dropped as well, so that error reaches a caller once, as a retryable
+//! `Unavailable`, and the next command asks the Sentinels again.
+//!
 //! A `deadpool_redis::Pool` the caller already has is used as it is (exclusive checkout, and its `UNWATCH` + `PING`
 //! on every checkout).
 //!
@@ -22,14 +29,82 @@
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisError, RedisResult};
+use redis::sentinel::SentinelClient;
+use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind};
 
-/// The shared connections of a store built from a URL.
+use crate::rt;
+
+/// Where the connections of a store (and its notification subscriber) go.
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    /// One server, always the same.
+    Server(Client),
+    /// The primary a set of Sentinels names for a service, asked again for every new connection.
+    Sentinel(Arc<Sentinels>),
+}
+
+/// A redis-rs Sentinel client and the bound on one lookup.
+pub(crate) struct Sentinels {
+    /// Behind an async mutex because a lookup needs `&mut` (it caches its connections to the Sentinels); lookups
+    /// are rare (one per reconnect), so serializing them costs nothing.
+    client: futures_util::lock::Mutex<SentinelClient>,
+    service: String,
+    lookup_timeout: Duration,
+}
+
+impl Sentinels {
+    pub(crate) fn new(client: SentinelClient, service: String, lookup_timeout: Duration) -> Self {
+        Sentinels { client: futures_util::lock::Mutex::new(client), service, lookup_timeout }
+    }
+
+    /// A client for the current primary. redis-rs asks the Sentinels (up to three at once) for the primaries they
+    /// consider up, and checks with `ROLE` that the one named really is a primary, so a demoted node is never
+    /// returned. Its own timeouts bound each step but add up over several Sentinels; this caps the whole lookup
+    /// at the connect timeout.
+    async fn primary(&self) -> RedisResult<Client> {
+        let lookup = async { self.client.lock().await.async_get_client().await };
+        match rt::timeout("connect", self.lookup_timeout, lookup).await {
+            Ok(found) => found,
+            Err(LockError::Timeout { .. }) => Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no primary found through the Sentinels in time",
+            ))),
+            Err(other) => Err(RedisError::from((ErrorKind::Client, "sentinel lookup failed", other.to_string()))),
+        }
+    }
+}
+
+impl Endpoint {
+    /// A client for the server commands should go to now.
+    pub(crate) async fn client(&self) -> RedisResult<Client> {
+        match self {
+            Endpoint::Server(client) => Ok(client.clone()),
+            Endpoint::Sentinel(sentinels) => sentinels.primary().await,
+        }
+    }
+
+    fn follows_primary(&self) -> bool {
+        matches!(self, Endpoint::Sentinel(_))
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Server(client) => f.debug_tuple("Server").field(client).finish(),
+            Endpoint::Sentinel(s) => f.debug_struct("Sentinel").field("service", &s.service).finish_non_exhaustive(),
+        }
+    }
+}
+
+/// The shared connections of a store built from a URL, or through Sentinel.
 pub(crate) struct Multiplexed {
-    client: Client,
+    endpoint: Endpoint,
     config: AsyncConnectionConfig,
     slots: Vec<Slot>,
     next: AtomicUsize,
@@ -43,9 +118,9 @@ struct Slot {
 }
 
 impl Multiplexed {
-    pub(crate) fn new(client: Client, config: AsyncConnectionConfig, size: usize) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, config: AsyncConnectionConfig, size: usize) -> Self {
         Multiplexed {
-            client,
+            endpoint,
             config,
             slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
@@ -67,7 +142,8 @@ impl Multiplexed {
             return Ok((conn, index));
         }
         // Boxed: opening a connection is a large future, and the fast path above should not carry it.
-        let conn = Box::pin(self.client.get_multiplexed_async_connection_with_config(&self.config)).await?;
+        let client = Box::pin(self.endpoint.client()).await?;
+        let conn = Box::pin(client.get_multiplexed_async_connection_with_config(&self.config)).await?;
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok((conn, index))
     }
@@ -106,7 +182,10 @@ impl Pool {
                 let (conn, index) = conns.get().await.map_err(PoolError::Backend)?;
                 Pooled::Own(conn, conns.clone(), index)
             }
-            Pool::Shared(pool) => Pooled::Shared(pool.get().await?),
+            // Boxed: deadpool's get future holds the future that opens a connection (tens of KB); inline, it
+            // would make every store call's future that large, allocated and moved on every call (measured: a
+            // 21.5 KB box per acquire and per release, the client's top cost in `memmove`).
+            Pool::Shared(pool) => Pooled::Shared(Box::pin(pool.get()).await?),
             Pool::Cluster(conn) => Pooled::Cluster(conn.clone()),
         })
     }
@@ -143,7 +222,17 @@ impl Pooled {
     /// Sends `cmd` and reads its reply.
     pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         match self {
-            Pooled::Own(conn, _, _) => cmd.query_async(conn).await,
+            Pooled::Own(conn, conns, index) => {
+                let reply = cmd.query_async(conn).await;
+                if let Err(err) = &reply {
+                    if err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) && conns.endpoint.follows_primary() {
+                        // This node is no longer the primary: open the next connection to the one the Sentinels
+                        // name now (see the module docs).
+                        conns.discard(*index);
+                    }
+                }
+                reply
+            }
             Pooled::Shared(conn) => cmd.query_async(&mut **conn).await,
             Pooled::Cluster(conn) => cmd.query_async(conn).await,
         }
