@@ -46,7 +46,7 @@ pub(crate) fn from_redis(
     if is_unavailable(&err) {
         return LockError::Unavailable { source: Box::new(err) };
     }
-    if err.kind() == ErrorKind::InvalidClientConfig {
+    if matches!(err.kind(), ErrorKind::InvalidClientConfig | ErrorKind::EmptySentinelList) {
         return LockError::invalid(format!("invalid redis connection settings: {err}"));
     }
     LockError::Backend { source: Box::new(err) }
@@ -80,6 +80,8 @@ fn is_unavailable(err: &RedisError) -> bool {
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::ReadOnly
             ) | ErrorKind::ClusterConnectionNotFound
+                // No Sentinel names a primary that is up: during a failover, until the replica is promoted.
+                | ErrorKind::MasterNameNotFoundBySentinel
         )
 }
 

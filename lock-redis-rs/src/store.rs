@@ -10,10 +10,11 @@ use lock_core::{
     Result, Token,
 };
 use redis::cluster::ClusterClientBuilder;
+use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
-use crate::pool::{Multiplexed, Pool, Pooled};
+use crate::pool::{Endpoint, Multiplexed, Pool, Pooled, Sentinels};
 use crate::rt;
 use crate::subscriber::Subscriber;
 
@@ -69,6 +70,8 @@ pub struct RedisStoreConfig {
     client: std::result::Result<Client, RedisError>,
     /// Seed node URLs of a Redis Cluster; `None` for a single server.
     cluster: Option<Vec<String>>,
+    /// Service name and Sentinel URLs of a Sentinel-managed primary; `None` for a single server.
+    sentinel: Option<(String, Vec<String>)>,
     pool_size: usize,
     deadlines: Deadlines,
 }
@@ -114,10 +117,53 @@ impl RedisStoreConfig {
         RedisStoreConfig { cluster: Some(seeds), ..Self::with_client(client) }
     }
 
+    /// Settings for the primary that the Sentinels at `sentinel_urls` monitor as `service_name` (Redis Sentinel:
+    /// a primary with replicas, failed over by the Sentinels).
+    ///
+    /// Every connection the store opens (one per [`pool_size`](Self::pool_size) slot, and the notification
+    /// subscriber's) goes to the primary the Sentinels name at that moment, which redis-rs confirms with `ROLE`.
+    /// After a failover the connections to the old primary break (it died, or the Sentinels disconnected its
+    /// clients when they demoted it): the command that was in flight fails as
+    /// [`Unavailable`](LockError::Unavailable) or [`Timeout`](LockError::Timeout), both retryable, and the next
+    /// command asks the Sentinels again. A connection that answers `READONLY` (its node was demoted without
+    /// disconnecting it) is dropped the same way. While the Sentinels name no primary that is up (between the
+    /// primary's failure and the promotion, about `down-after-milliseconds` plus a second or two), calls fail with
+    /// `Unavailable`; a waiting acquire retries them within its wait budget. Each lookup is bounded by the
+    /// [`connect_timeout`](Self::connect_timeout).
+    ///
+    /// Credentials and TLS in the Sentinel URLs (`redis://user:password@host:port`, `rediss://`) are used for the
+    /// Sentinels. The primary itself is reached over plain TCP, without credentials, database 0; a deployment
+    /// whose data nodes require a password or TLS is not supported by this constructor yet.
+    ///
+    /// What Sentinel guarantees for a lock (asynchronous replication: a failover can lose a just-granted lock and
+    /// the last fencing-counter increment) is in the [crate docs](crate#redis-sentinel).
+    ///
+    /// ```no_run
+    /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
+    /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
+    /// let store = lock_redis_rs::RedisStoreConfig::sentinel("mymaster", sentinels).connect().await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<I, S>(service_name: &str, sentinel_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let urls: Vec<String> = sentinel_urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let client = match urls.first() {
+            Some(first) => Client::open(first.as_str()),
+            None => Err(RedisError::from((ErrorKind::InvalidClientConfig, "Sentinel needs at least one sentinel URL"))),
+        };
+        RedisStoreConfig { sentinel: Some((service_name.to_owned(), urls)), ..Self::with_client(client) }
+    }
+
     fn with_client(client: std::result::Result<Client, RedisError>) -> Self {
         RedisStoreConfig {
             client,
             cluster: None,
+            sentinel: None,
             pool_size: DEFAULT_POOL_SIZE,
             deadlines: Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
         }
@@ -180,14 +226,22 @@ impl RedisStoreConfig {
             let conn = rt::timeout("connect", d.connect + d.command, connect)
                 .await?
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            let store = RedisStore::assemble(Pool::Cluster(conn), client, d);
+            let store = RedisStore::assemble(Pool::Cluster(conn), Endpoint::Server(client), d);
             Box::pin(store.ping()).await?;
             return Ok(store);
         }
         let connections =
             AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
-        let conns = Multiplexed::new(client.clone(), connections, self.pool_size);
-        let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), client, d);
+        let endpoint = match self.sentinel {
+            None => Endpoint::Server(client),
+            Some((service, urls)) => {
+                let sentinels = SentinelClient::build(urls, service.clone(), None, SentinelServerType::Master)
+                    .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                Endpoint::Sentinel(Arc::new(Sentinels::new(sentinels, service, d.connect)))
+            }
+        };
+        let conns = Multiplexed::new(endpoint.clone(), connections, self.pool_size);
+        let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), endpoint, d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
         // futures, which are often moved around whole on small thread stacks by `block_on`, should not carry it.
         Box::pin(store.ping()).await?;
@@ -201,19 +255,23 @@ impl RedisStoreConfig {
     /// command; a store built by [`connect`](Self::connect) avoids that.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a malformed URL, a zero timeout, or a [`cluster`](Self::cluster)
-    /// configuration.
+    /// [`LockError::InvalidArgument`] for a malformed URL, a zero timeout, or a [`cluster`](Self::cluster) or
+    /// [`sentinel`](Self::sentinel) configuration.
     pub fn build_with_pool(self, pool: deadpool_redis::Pool) -> Result<RedisStore> {
         if self.cluster.is_some() {
             return Err(LockError::invalid("a cluster store uses its own cluster connection, not a pool"));
         }
+        if self.sentinel.is_some() {
+            return Err(LockError::invalid("a Sentinel store opens its own connections to the current primary"));
+        }
         let client = self.validate()?;
-        Ok(RedisStore::assemble(Pool::Shared(pool), client, self.deadlines))
+        Ok(RedisStore::assemble(Pool::Shared(pool), Endpoint::Server(client), self.deadlines))
     }
 }
 
-/// A [`LockStore`] on one Redis server (or one primary) over redis-rs with pooled connections, or on a Redis
-/// Cluster over a redis-rs cluster connection ([`RedisStoreConfig::cluster`]).
+/// A [`LockStore`] on one Redis server (or one primary, found through Sentinel with
+/// [`RedisStoreConfig::sentinel`]) over redis-rs with pooled connections, or on a Redis Cluster over a redis-rs
+/// cluster connection ([`RedisStoreConfig::cluster`]).
 ///
 /// Cheap to clone: clones share the pool and the notification subscriber. See the [crate docs](crate) for the
 /// keys, scripts, round trips and errors.
@@ -253,13 +311,13 @@ impl RedisStore {
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
         RedisStore::assemble(
             Pool::Shared(pool),
-            subscriber,
+            Endpoint::Server(subscriber),
             Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
         )
     }
 
-    fn assemble(pool: Pool, client: Client, deadlines: Deadlines) -> Self {
-        let hub = Subscriber::hub(client, deadlines);
+    fn assemble(pool: Pool, endpoint: Endpoint, deadlines: Deadlines) -> Self {
+        let hub = Subscriber::hub(endpoint, deadlines);
         RedisStore { inner: Arc::new(Inner { pool, deadlines, hub }) }
     }
 

@@ -6,6 +6,12 @@
 //! poll), so nothing here ever fails an acquire: errors are logged and, at worst, waiters poll until the task has
 //! reconnected and resubscribed.
 //!
+//! Through Sentinel, every (re)connection asks the Sentinels for the current primary rather than subscribing on
+//! any node of the deployment. A replica would receive the releases too (`PUBLISH` is replicated), but only while
+//! its replication link is up, and with its lag; on the primary a subscriber hears a release as soon as it
+//! happens. A failover breaks the subscriber's connection (its server died, or the Sentinels disconnected the
+//! clients of the node they demoted), and the reconnect finds the promoted replica.
+//!
 //! The task starts with the first subscription (a store whose locks never wait opens no pub/sub connection) and
 //! lives inside the hub, which lives inside the store: dropping the last clone of the store cancels it.
 
@@ -20,9 +26,9 @@ use futures_util::future::{self, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{spawn_background, BackgroundTask, LockError, ReleaseHub, Result, SubscriptionControl};
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::Client;
 
 use crate::error::{self, Deadlines};
+use crate::pool::Endpoint;
 use crate::rt;
 
 /// First pause before reconnecting a lost subscriber connection; doubles on each failure up to the cap.
@@ -43,7 +49,7 @@ struct State {
 
 /// The [`SubscriptionControl`] of a [`RedisStore`](crate::RedisStore)'s hub.
 pub(crate) struct Subscriber {
-    client: Client,
+    endpoint: Endpoint,
     deadlines: Deadlines,
     /// The hub this control belongs to, for the task (weak: the hub owns this control, which owns the task).
     hub: Arc<OnceLock<Weak<ReleaseHub>>>,
@@ -51,10 +57,10 @@ pub(crate) struct Subscriber {
 }
 
 impl Subscriber {
-    /// A release hub whose subscriptions go over one pub/sub connection to `client`'s server.
-    pub(crate) fn hub(client: Client, deadlines: Deadlines) -> Arc<ReleaseHub> {
+    /// A release hub whose subscriptions go over one pub/sub connection to `endpoint`'s server.
+    pub(crate) fn hub(endpoint: Endpoint, deadlines: Deadlines) -> Arc<ReleaseHub> {
         let slot = Arc::new(OnceLock::new());
-        let hub = ReleaseHub::new(Subscriber { client, deadlines, hub: slot.clone(), state: Mutex::default() });
+        let hub = ReleaseHub::new(Subscriber { endpoint, deadlines, hub: slot.clone(), state: Mutex::default() });
         // Set once, right here: nothing can have read the slot yet.
         let _ = slot.set(Arc::downgrade(&hub));
         hub
@@ -80,7 +86,7 @@ impl Subscriber {
         }
         let (queue, requests) = mpsc::unbounded();
         let hub = self.hub.get().cloned().unwrap_or_default();
-        let task = spawn_background(run(self.client.clone(), hub, requests, self.deadlines))
+        let task = spawn_background(run(self.endpoint.clone(), hub, requests, self.deadlines))
             .ok_or(LockError::NoRuntime("release notifications"))?;
         queue.unbounded_send(request).map_err(|_| LockError::unavailable("release subscriber stopped"))?;
         state.requests = Some(queue);
@@ -92,7 +98,7 @@ impl Subscriber {
 impl fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subscriber")
-            .field("client", &self.client)
+            .field("endpoint", &self.endpoint)
             .field("running", &self.state().task.is_some())
             .finish()
     }
@@ -120,10 +126,10 @@ impl SubscriptionControl for Subscriber {
 }
 
 /// The task: (re)connect, resubscribe, serve requests and messages; back off after each failure.
-async fn run(client: Client, hub: Weak<ReleaseHub>, mut requests: mpsc::UnboundedReceiver<Request>, d: Deadlines) {
+async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::UnboundedReceiver<Request>, d: Deadlines) {
     let mut backoff = RECONNECT_MIN;
     loop {
-        match open(&client, &hub, d).await {
+        match open(&endpoint, &hub, d).await {
             Ok((sink, messages)) => {
                 backoff = RECONNECT_MIN;
                 match serve(sink, messages, &hub, &mut requests, d).await {
@@ -140,10 +146,11 @@ async fn run(client: Client, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbounde
     }
 }
 
-/// Connects and subscribes to every channel that has waiters, within the connect deadline.
-async fn open(client: &Client, hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<(PubSubSink, PubSubStream)> {
+/// Connects (through Sentinel: to the primary named now) and subscribes to every channel that has waiters, within
+/// the connect deadline.
+async fn open(endpoint: &Endpoint, hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<(PubSubSink, PubSubStream)> {
     let connect = async {
-        let (mut sink, messages) = client.get_async_pubsub().await?.split();
+        let (mut sink, messages) = endpoint.client().await?.get_async_pubsub().await?.split();
         let channels = hub.upgrade().map(|hub| hub.watched_channels()).unwrap_or_default();
         if !channels.is_empty() {
             sink.subscribe(&channels).await?;

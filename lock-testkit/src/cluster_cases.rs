@@ -20,7 +20,7 @@ pub type StoreFactory =
     dyn Fn(&RedisCluster) -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send + '_>> + Send + Sync;
 
 /// Test cases fail by panicking, with the caller's location.
-trait OrPanic<T> {
+pub(crate) trait OrPanic<T> {
     fn or_panic(self) -> T;
 }
 
@@ -38,7 +38,7 @@ impl<T> OrPanic<T> for Option<T> {
     }
 }
 
-fn ms(n: u64) -> Duration {
+pub(crate) fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
@@ -113,23 +113,34 @@ pub async fn release_notifications_reach_waiters_from_every_primary(store: &Stor
         }
     }
     for (primary, name) in per_primary {
-        let guard = holder.acquire(&name, &LockOptions::new(ms(10_000))).await.or_panic();
-        let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
-        let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
-        let (waiter, n) = (waiter.clone(), name.clone());
-        let waiting = tokio::spawn(async move {
-            let guard = waiter.acquire(&n, &opts).await.or_panic();
-            let acquired = Instant::now();
-            guard.release().await.or_panic();
-            acquired
-        });
-        tokio::time::sleep(ms(150)).await;
-        let released = Instant::now();
-        assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
-        let delay = waiting.await.or_panic().saturating_duration_since(released);
+        let delay = release_wake_delay(&holder, &waiter, &name).await;
         tracing::info!("{name} on node {primary}: waiter acquired {delay:?} after the release");
-        assert!(delay < ms(200), "{name} on node {primary}: waiter took {delay:?}; no notification");
+        assert!(delay < NOTIFIED_WITHIN, "{name} on node {primary}: waiter took {delay:?}; no notification");
     }
+}
+
+/// A waiter woken by a release notification acquires within this long after the release; polling, pinned at
+/// 500 ms by [`release_wake_delay`], cannot.
+pub(crate) const NOTIFIED_WITHIN: Duration = Duration::from_millis(200);
+
+/// `holder` takes `name`, a waiter on `waiter` (a lock over another store) starts waiting with its backoff pinned
+/// at 500 ms, and the holder releases 150 ms later: how long after the release the waiter acquired. Under
+/// [`NOTIFIED_WITHIN`] only a release notification can have woken it.
+pub(crate) async fn release_wake_delay(holder: &Lock, waiter: &Arc<Lock>, name: &str) -> Duration {
+    let guard = holder.acquire(name, &LockOptions::new(ms(10_000))).await.or_panic();
+    let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
+    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+    let (waiter, n) = (waiter.clone(), name.to_owned());
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire(&n, &opts).await.or_panic();
+        let acquired = Instant::now();
+        guard.release().await.or_panic();
+        acquired
+    });
+    tokio::time::sleep(ms(150)).await;
+    let released = Instant::now();
+    assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
+    waiting.await.or_panic().saturating_duration_since(released)
 }
 
 /// `SCRIPT FLUSH` on every node between acquire, extend and release is invisible: EVALSHA falls back to EVAL.

@@ -33,6 +33,7 @@ pub mod proxy;
 mod resp;
 pub mod runtime;
 mod sentinel;
+pub mod sentinel_cases;
 mod server;
 pub mod worker;
 
@@ -169,6 +170,41 @@ macro_rules! cluster_tests {
                     $crate::cluster_cases::$case(&|cluster| {
                         ::std::boxed::Box::pin(async move {
                             ::std::sync::Arc::new($connect(cluster).await)
+                                as ::std::sync::Arc<dyn $crate::__private::LockStore>
+                        })
+                    })
+                    .await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per Sentinel case of [`sentinel_cases`], for a backend.
+///
+/// `sentinel_tests!(connect)`: `connect` is an `async fn(&RedisSentinel) -> S` where `S: LockStore`, connecting the
+/// backend's store to the given deployment (through its Sentinels). Cases run on a multi-threaded tokio runtime;
+/// the ones that kill a primary start a deployment of their own, the others share one per test binary
+/// ([`sentinel_cases::shared`]).
+#[macro_export]
+macro_rules! sentinel_tests {
+    ($connect:path) => {
+        $crate::sentinel_tests!(@cases $connect;
+            release_notification_wakes_waiter,
+            lock_keeps_working_after_failover,
+            failover_trials_with_and_without_replica_ack,
+            lost_grant_is_granted_again_and_its_fencing_token_may_repeat,
+            readonly_from_demoted_primary_is_retryable_once,
+        );
+    };
+    (@cases $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::sentinel_cases::$case(&|deployment| {
+                        ::std::boxed::Box::pin(async move {
+                            ::std::sync::Arc::new($connect(deployment).await)
                                 as ::std::sync::Arc<dyn $crate::__private::LockStore>
                         })
                     })
