@@ -90,6 +90,13 @@ impl Contender {
         Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: floor::NESTED })
     }
 
+    /// The floor acquiring with lock-core's fenced script: how much of our gap to the floor is fencing's own
+    /// server-side work (a diagnostic, not a target).
+    pub(crate) async fn floor_fenced(name: &str, urls: &[String]) -> anyhow::Result<Self> {
+        let floor = Floor::connect(urls, TTL).await?.fenced();
+        Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: CORE_NESTED })
+    }
+
     pub(crate) async fn pubsub(name: &str, url: &str) -> anyhow::Result<Self> {
         let floor = Floor::connect(&[url.to_owned()], TTL).await?;
         Ok(Contender { name: name.to_owned(), client: Client::PubSub(floor), nested: floor::NESTED })

@@ -43,6 +43,10 @@ return 0",
     )
 });
 
+/// lock-core's fenced acquire script, for the `floor-fenced` contender: the server-side cost of fencing, without
+/// the library around it.
+static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(lock_core::scripts::ACQUIRE));
+
 /// Commands that only ever run inside the floor's scripts (see `CommandStats::sent`).
 pub(crate) const NESTED: &[&str] = &["get", "del", "publish", "pexpire"];
 
@@ -67,6 +71,8 @@ pub(crate) struct Floor {
     conns: Vec<MultiplexedConnection>,
     ttl_ms: u64,
     quorum: usize,
+    /// Acquire with lock-core's fenced script instead of `SET NX PX` (a diagnostic: the cost of fencing itself).
+    fenced: bool,
 }
 
 /// A lock the floor holds: its key and token.
@@ -89,21 +95,39 @@ impl Floor {
             conns.push(conn);
         }
         let ttl_ms = u64::try_from(ttl.as_millis()).context("ttl too large")?;
-        Ok(Floor { quorum: conns.len() / 2 + 1, clients, conns, ttl_ms })
+        Ok(Floor { quorum: conns.len() / 2 + 1, clients, conns, ttl_ms, fenced: false })
+    }
+
+    /// This floor, acquiring with lock-core's fenced acquire script (the reply's fence is read and dropped).
+    pub(crate) fn fenced(mut self) -> Self {
+        self.fenced = true;
+        self
     }
 
     /// `SET key token NX PX ttl` on every server at once; `None` when fewer than a majority granted (anything
     /// granted is released again).
     pub(crate) async fn try_lock(&self, key: &str) -> anyhow::Result<Option<FloorHeld>> {
         let token = new_token();
+        let fence_key = format!("{key}:fence");
         let sets = self.conns.iter().map(|conn| {
             let mut conn = conn.clone();
             let cmd = set_nx(key, &token, self.ttl_ms);
-            async move { cmd.query_async::<Value>(&mut conn).await }
+            let mut fenced = ACQUIRE_FENCED.key(key);
+            fenced.key(&fence_key).arg(&token).arg(self.ttl_ms).arg("1");
+            let fenced_mode = self.fenced;
+            async move {
+                if fenced_mode {
+                    let reply: Vec<i64> = fenced.invoke_async(&mut conn).await?;
+                    Ok(reply.first() == Some(&1))
+                } else {
+                    Ok(matches!(cmd.query_async::<Value>(&mut conn).await?, Value::Okay))
+                }
+            }
         });
         let mut granted = 0;
         for reply in join_all(sets).await {
-            if matches!(reply.context("SET NX PX")?, Value::Okay) {
+            let reply: redis::RedisResult<bool> = reply;
+            if reply.context("acquire")? {
                 granted += 1;
             }
         }

@@ -23,8 +23,10 @@ pub(crate) async fn uncontended(ctx: &mut Ctx) -> anyhow::Result<()> {
         Contender::core("fred", Backend::Fred, &urls, true).await?,
         Contender::floor("floor", &urls).await?,
         Contender::rslock("rslock", &urls, None)?,
-        // Not a target: how much of the gap to the floor is the fencing counter (acquire without it is SET NX PX).
+        // Not targets: how much of the gap to the floor is fencing's own work. Our lock without fencing (acquire is
+        // then SET NX PX), and the floor acquiring with our fenced script.
         Contender::core("redis-rs-nofence", Backend::RedisRs, &urls, false).await?,
+        Contender::floor_fenced("floor-fenced", &urls).await?,
     ];
     ctx.settings.keep(&mut contenders);
     let bound = Bound::new(0.6, 1_000_000, ctx.settings.scale);
@@ -40,6 +42,8 @@ pub(crate) async fn concurrent_distinct(ctx: &mut Ctx) -> anyhow::Result<()> {
         Contender::core("fred", Backend::Fred, &urls, true).await?,
         Contender::floor("floor", &urls).await?,
         Contender::rslock("rslock", &urls, None)?,
+        Contender::core("redis-rs-nofence", Backend::RedisRs, &urls, false).await?,
+        Contender::floor_fenced("floor-fenced", &urls).await?,
     ];
     if ctx.settings.diagnostics {
         // How much of the gap is one connection per command instead of one shared, auto-pipelined connection.

@@ -122,7 +122,14 @@ fn targets(report: &Report) {
     // For context (no bar): the peer against the floor, as issue 8 quotes it.
     report.ratio("uncontended", "cycles_per_s", "rslock", "floor");
     report.ratio("concurrent-distinct", "cycles_per_s", "rslock", "floor");
-    report.ratio("uncontended", "cycles_per_s", "redis-rs-nofence", "floor");
+    // Fencing's share of the gap: the floor with our fenced acquire script against the plain floor, and our lock
+    // against each floor of its own kind (fenced against fenced, unfenced against plain): the library's own cost.
+    for scenario in ["uncontended", "concurrent-distinct"] {
+        report.ratio(scenario, "cycles_per_s", "redis-rs-nofence", "floor");
+        report.ratio(scenario, "cycles_per_s", "floor-fenced", "floor");
+        report.ratio(scenario, "cycles_per_s", "redis-rs", "floor-fenced");
+        report.ratio(scenario, "cycles_per_s", "fred", "floor-fenced");
+    }
     for n in ["redlock-3", "redlock-5"] {
         report.ratio(n, "cycles_per_s", "redis-rs-redlock", "floor-fanout");
         report.ratio(n, "cycles_per_s", "redis-rs-redlock-nofence", "floor-fanout");
