@@ -9,6 +9,9 @@ use lock_core::{scripts, LockError, LockKeys};
 /// of these messages (seen right after a server restart, while the client reconnects).
 const NOT_CONNECTED: [&str; 2] = ["Failed to route command.", "Too many failed write attempts."];
 
+/// Server error codes of a node that cannot take writes now.
+const NOT_WRITABLE: [&str; 3] = ["READONLY", "LOADING", "MASTERDOWN"];
+
 /// Maps the error of a script call on `keys`.
 pub(crate) fn from_script(err: Error, operation: &'static str, after: Duration, keys: &LockKeys) -> LockError {
     if scripts::is_wrongtype(err.details()) {
@@ -35,6 +38,13 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
             LockError::unavailable(err)
         }
         ErrorKind::Unknown if NOT_CONNECTED.contains(&err.details()) => LockError::unavailable(err),
+        // A server that cannot take writes now: a demoted primary (fred reconnects, through Sentinel to the new
+        // one) or one still loading its data.
+        ErrorKind::Unknown if NOT_WRITABLE.iter().any(|code| err.details().starts_with(code)) => {
+            LockError::unavailable(err)
+        }
+        // No Sentinel reachable, or none names a primary that answers as one: during a failover.
+        ErrorKind::Sentinel => LockError::unavailable(err),
         ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
         // A URL or configuration fred rejects before any I/O is the caller's input, not a server failure.
         ErrorKind::Url | ErrorKind::Config => {

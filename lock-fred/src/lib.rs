@@ -50,14 +50,35 @@
 //!
 //! # Deployments
 //! fred's [`Config`](fred::prelude::Config) is passed through untouched, including Sentinel
-//! ([`ServerConfig::Sentinel`](fred::prelude::ServerConfig)) and Cluster configurations: all keys of one lock share
-//! a hash tag and are listed in `KEYS[]`, so the scripts run on one cluster slot.
+//! ([`ServerConfig::Sentinel`](fred::prelude::ServerConfig), see [Redis Sentinel](#redis-sentinel)) and Cluster
+//! configurations: all keys of one lock share a hash tag and are listed in `KEYS[]`, so the scripts run on one
+//! cluster slot.
+//!
+//! # Redis Sentinel
+//! [`FredStoreBuilder::sentinel`] (or [`FredStoreBuilder::from_config`] with a
+//! [`ServerConfig::Sentinel`](fred::prelude::ServerConfig) of your own) connects the pool and the store's
+//! subscriber to the primary the Sentinels name, checked with `ROLE`, and fred asks again on every reconnect. After
+//! a failover the call in flight fails as `Unavailable` or `Timeout` (retryable; a waiting acquire retries it) and
+//! the next calls reach the promoted replica; a `READONLY` reply makes fred reconnect (its
+//! `custom-reconnect-errors` feature, which this crate enables) and reaches the caller once, as `Unavailable`. The
+//! subscriber subscribes on the primary, where releases are published, not on a replica that hears them only while
+//! its replication link is up.
+//!
+//! What Sentinel guarantees for a lock, tested in `tests/sentinel.rs` (cases in `lock_testkit::sentinel_cases`):
+//! replication is asynchronous, so a primary that dies right after a grant can lose it and the promoted replica
+//! grants the resource again (lost in 2 to 4 of 5 trials per run on loopback without `WAIT`);
+//! [`LockOptions::replica_ack`](lock_core::LockOptions::replica_ack) narrows that (0 lost with it) but cannot
+//! close it. **A fencing token can repeat after such a failover**: the counter's last increment is lost with the
+//! grant, and the next grant's `max(counter + 1, server clock in µs)` on the promoted replica is above the lost
+//! token only if that server's clock has passed it (true on one machine, not when the old primary's clock ran
+//! ahead of the replica's by more than the failover took). The tests show the exact repeat with a counter set
+//! ahead of the clock.
 //!
 //! # Errors
 //! fred errors become [`LockError`](lock_core::LockError)s with the fred error as their source: `WRONGTYPE` →
-//! `WrongType`, I/O, connection and cancellation errors → `Unavailable`, timeouts → `Timeout`, authentication →
-//! `Auth`, anything else → `Backend`. Every call is bounded by the store's command timeout
-//! ([`FredStoreBuilder::command_timeout`]).
+//! `WrongType`, I/O, connection and cancellation errors, `READONLY`/`LOADING`/`MASTERDOWN` and no primary found
+//! through Sentinel → `Unavailable`, timeouts → `Timeout`, authentication → `Auth`, anything else → `Backend`.
+//! Every call is bounded by the store's command timeout ([`FredStoreBuilder::command_timeout`]).
 #![deny(missing_docs)]
 
 mod error;

@@ -382,6 +382,41 @@ impl FredStoreBuilder {
         Self::with_source(Source::Config(Box::new(config)))
     }
 
+    /// Starts from a Redis Sentinel deployment: the primary that the Sentinels at `sentinels` (host and port of
+    /// each) monitor as `service_name`. The same as [`from_config`](Self::from_config) with
+    /// [`ServerConfig::new_sentinel`].
+    ///
+    /// fred asks the first Sentinel it can reach for the primary's address and checks with `ROLE` that it is a
+    /// primary, on the first connection and on every reconnect, for the pool's clients and the store's subscriber
+    /// alike. After a failover the old connections break (the primary died, or the Sentinels disconnected its
+    /// clients when they demoted it); the call in flight fails as [`Unavailable`](LockError::Unavailable) or
+    /// [`Timeout`](LockError::Timeout) (retryable), and fred reconnects, with the reconnect policy the table below
+    /// describes, to the primary the Sentinels name then. A `READONLY` reply (the node was demoted without
+    /// disconnecting its clients) also makes fred reconnect, and reaches the caller once, as `Unavailable`.
+    ///
+    /// Sentinel authentication is not set here: with the same password on Sentinels and data nodes, put it in a
+    /// [`Config`] and use [`from_config`](Self::from_config) (fred then uses it for both), or enable fred's
+    /// `sentinel-auth` feature for separate credentials. What Sentinel guarantees for a lock is in the
+    /// [crate docs](crate#redis-sentinel).
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> lock_fred::lock_core::Result<()> {
+    /// let sentinels = [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("10.0.0.3", 26379)];
+    /// let store = lock_fred::FredStoreBuilder::sentinel("mymaster", sentinels).build().await?;
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel<I, H>(service_name: &str, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = (H, u16)>,
+        H: Into<String>,
+    {
+        let hosts = sentinels.into_iter().collect();
+        Self::from_config(Config { server: ServerConfig::new_sentinel(hosts, service_name), ..Config::default() })
+    }
+
     /// Starts from a fred [`Builder`]. Its performance, connection and reconnect settings are kept, except the
     /// default command timeout, which becomes [`command_timeout`](Self::command_timeout).
     pub fn from_builder(builder: Builder) -> Self {

@@ -144,7 +144,11 @@ pub async fn lock_keeps_working_after_failover(store: &StoreFactory) {
     stop.store(true, Ordering::Relaxed);
     load.await.or_panic();
     let (calls, errors, slowest) = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    tracing::info!(calls, errors = errors.len(), ?slowest, first = ?errors.first(), "calls during the failover");
+    println_report(&format!(
+        "failover under load: promotion {took:?}; {calls} calls, {} retryable errors (first {:?}), slowest call {slowest:?}",
+        errors.len(),
+        errors.first()
+    ));
     assert!(slowest < CALL_BOUND, "a call took {slowest:?}");
 
     // Whether the lock held at the kill survived: reported, not asserted (replication is asynchronous).
@@ -320,7 +324,7 @@ pub async fn readonly_from_demoted_primary_is_retryable_once(store: &StoreFactor
             }
         }
     };
-    tracing::info!(?errors, "after the roles were swapped");
+    println_report(&format!("after the roles were swapped by hand: {errors:?}"));
     let on_new = deployment.primary().or_panic().command(&["GET", guard.keys().lock()]).or_panic();
     assert_eq!(on_new, stored(&guard), "the grant must be on the new primary");
     guard.release().await.or_panic();

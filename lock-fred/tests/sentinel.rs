@@ -1,0 +1,28 @@
+//! The fred backend on a Sentinel-managed primary (`FredStoreBuilder::sentinel`): one primary, one replica and three
+//! Sentinels on loopback. The whole conformance suite against one deployment shared by this test binary, release
+//! notifications, a failover under load, failover trials with and without `WAIT`, a grant lost by a failover (and
+//! its fencing token), and `READONLY` from a demoted primary.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+use std::time::Duration;
+
+use lock_fred::lock_core::Lock;
+use lock_fred::{FredStore, FredStoreBuilder};
+use lock_testkit::{conformance_tests, RedisSentinel, Subject};
+
+async fn store(deployment: &RedisSentinel) -> FredStore {
+    let sentinels = deployment.sentinel_addrs().into_iter().map(|a| (a.ip().to_string(), a.port()));
+    FredStoreBuilder::sentinel(deployment.service_name(), sentinels)
+        // Room for the 1 s WAIT of the failover trials (the bound must stay below the command timeout).
+        .command_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("connect: {err:?}"))
+}
+
+async fn subject() -> Subject {
+    Subject::new(Lock::new(store(lock_testkit::sentinel_cases::shared()).await))
+}
+
+conformance_tests!(tokio, subject());
+lock_testkit::sentinel_tests!(store);
