@@ -70,12 +70,19 @@ return redis.call('PTTL', KEYS[1])
 /// Release: delete the lock key only if it holds our token, and announce the release.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` release channel; `ARGV[1]` token, `ARGV[2]` the releasing store's origin
-/// (published as the payload). Reply: `1` released, `0` absent, `-1` held by another token.
+/// (published as the payload), `ARGV[3]` `"1"` to announce with `SPUBLISH` (sharded pub/sub, Redis 7.0+) instead of
+/// `PUBLISH`. Reply: `1` released, `0` absent, `-1` held by another token.
+///
+/// On Redis Cluster a classic `PUBLISH` is broadcast over the cluster bus to every node, whether anyone listens or
+/// not; `SPUBLISH` stays within the shard that owns the channel's slot (the lock's slot: the channel shares its hash
+/// tag). Measured on a 3-primary 7.0 cluster: about 6 µs of server CPU per release summed over the nodes with
+/// `PUBLISH`, 1–1.7 µs with `SPUBLISH`, and the `PUBLISH` cost grows with the number of nodes. Cluster stores
+/// therefore announce with `SPUBLISH` and listen with `SSUBSCRIBE`; single servers keep `PUBLISH`.
 pub const RELEASE: &str = r#"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
+  redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], ARGV[2])
   return 1
 elseif value then
   return -1
