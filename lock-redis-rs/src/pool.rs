@@ -42,8 +42,8 @@ use crate::rt;
 /// Where the connections of a store (and its notification subscriber) go.
 #[derive(Clone)]
 pub(crate) enum Endpoint {
-    /// One server, always the same.
-    Server(Client),
+    /// One server, always the same (boxed: a `Client` is a few hundred bytes, the other variant a pointer).
+    Server(Box<Client>),
     /// The primary a set of Sentinels names for a service, asked again for every new connection.
     Sentinel(Arc<Sentinels>),
 }
@@ -80,10 +80,14 @@ impl Sentinels {
 }
 
 impl Endpoint {
+    pub(crate) fn server(client: Client) -> Self {
+        Endpoint::Server(Box::new(client))
+    }
+
     /// A client for the server commands should go to now.
     pub(crate) async fn client(&self) -> RedisResult<Client> {
         match self {
-            Endpoint::Server(client) => Ok(client.clone()),
+            Endpoint::Server(client) => Ok((**client).clone()),
             Endpoint::Sentinel(sentinels) => sentinels.primary().await,
         }
     }

@@ -226,14 +226,14 @@ impl RedisStoreConfig {
             let conn = rt::timeout("connect", d.connect + d.command, connect)
                 .await?
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            let store = RedisStore::assemble(Pool::Cluster(conn), Endpoint::Server(client), d);
+            let store = RedisStore::assemble(Pool::Cluster(conn), Endpoint::server(client), d);
             Box::pin(store.ping()).await?;
             return Ok(store);
         }
         let connections =
             AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
         let endpoint = match self.sentinel {
-            None => Endpoint::Server(client),
+            None => Endpoint::server(client),
             Some((service, urls)) => {
                 let sentinels = SentinelClient::build(urls, service.clone(), None, SentinelServerType::Master)
                     .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
@@ -265,7 +265,7 @@ impl RedisStoreConfig {
             return Err(LockError::invalid("a Sentinel store opens its own connections to the current primary"));
         }
         let client = self.validate()?;
-        Ok(RedisStore::assemble(Pool::Shared(pool), Endpoint::Server(client), self.deadlines))
+        Ok(RedisStore::assemble(Pool::Shared(pool), Endpoint::server(client), self.deadlines))
     }
 }
 
@@ -311,7 +311,7 @@ impl RedisStore {
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
         RedisStore::assemble(
             Pool::Shared(pool),
-            Endpoint::Server(subscriber),
+            Endpoint::server(subscriber),
             Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
         )
     }

@@ -163,20 +163,7 @@ macro_rules! cluster_tests {
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::tokio(async {
-                    $crate::cluster_cases::$case(&|cluster| {
-                        ::std::boxed::Box::pin(async move {
-                            ::std::sync::Arc::new($connect(cluster).await)
-                                as ::std::sync::Arc<dyn $crate::__private::LockStore>
-                        })
-                    })
-                    .await;
-                });
-            }
-        )*
+        $crate::__fixture_cases!(cluster_cases, $connect; $($case),*);
     };
 }
 
@@ -198,13 +185,23 @@ macro_rules! sentinel_tests {
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
+        $crate::__fixture_cases!(sentinel_cases, $connect; $($case),*);
+    };
+}
+
+/// One `#[test]` per case of a fixture's case module (`cluster_cases`, `sentinel_cases`), each case given a
+/// factory that connects the backend's store to the fixture; not part of the API.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __fixture_cases {
+    ($module:ident, $connect:path; $($case:ident),*) => {
         $(
             #[test]
             fn $case() {
                 $crate::runtime::tokio(async {
-                    $crate::sentinel_cases::$case(&|deployment| {
+                    $crate::$module::$case(&|fixture| {
                         ::std::boxed::Box::pin(async move {
-                            ::std::sync::Arc::new($connect(deployment).await)
+                            ::std::sync::Arc::new($connect(fixture).await)
                                 as ::std::sync::Arc<dyn $crate::__private::LockStore>
                         })
                     })
