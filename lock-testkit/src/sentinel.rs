@@ -243,8 +243,8 @@ impl RedisSentinel {
         Ok(promoted)
     }
 
-    /// Swaps the roles of primary and replica by hand, without a Sentinel failover: `REPLICAOF NO ONE` on the
-    /// replica, `REPLICAOF` the new primary on the old one, and every Sentinel re-pointed at the new primary
+    /// Swaps the roles of primary and replica by hand, without a Sentinel failover: once the replica has caught up
+    /// with the primary's writes so far, `REPLICAOF NO ONE` on the replica, `REPLICAOF` the new primary on the old one, and every Sentinel re-pointed at the new primary
     /// (`SENTINEL REMOVE`, `SENTINEL MONITOR`). Unlike a failover, nothing disconnects the old primary's clients,
     /// so a client still connected there gets `READONLY` for its next write: the case a client must recover from
     /// by asking the Sentinels again. Returns the new primary's address once the deployment is ready again.
@@ -257,6 +257,9 @@ impl RedisSentinel {
             (Some(old), Some(new)) => (old, new),
             _ => return Err(ServerError::Start { reason: "both data nodes must be running".to_owned() }),
         };
+        // Like a coordinated failover, the replica first catches up with what the primary has written so far.
+        let written = repl_offset(old)?;
+        self.wait_for(timeout, "replica caught up", |_| Ok(repl_offset(new)? >= written))?;
         let name = self.service_name().to_owned();
         for sentinel in &self.sentinels {
             expect_ok(sentinel.command(&["SENTINEL", "REMOVE", &name])?, "SENTINEL REMOVE")?;
@@ -349,6 +352,14 @@ impl RedisSentinel {
             poll_pause();
         }
     }
+}
+
+/// `master_repl_offset` of a primary or replica: how far into the replication stream it is.
+fn repl_offset(server: &RedisServer) -> Result<u64, ServerError> {
+    let info = text(server.command(&["INFO", "replication"])?)?;
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("master_repl_offset:").and_then(|v| v.parse().ok()))
+        .ok_or_else(|| ServerError::Protocol(format!("no master_repl_offset in {info}")))
 }
 
 /// The field/value pairs of a Sentinel reply such as `SENTINEL MASTER` (a flat array of bulk strings).

@@ -11,6 +11,13 @@ fn alive(pid: u32) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
 }
 
+/// `SET key value`, acknowledged by the replica (`WAIT` covers the writes of its own connection).
+fn set_replicated(server: &lock_testkit::RedisServer, key: &str, value: &str) {
+    let mut conn = lock_testkit::Connection::open(server.addr(), Duration::from_secs(5)).unwrap();
+    assert_eq!(conn.command(&["SET", key, value]).unwrap(), Reply::Status("OK".into()));
+    assert_eq!(conn.command(&["WAIT", "1", "1000"]).unwrap(), Reply::Int(1));
+}
+
 fn role(server: &lock_testkit::RedisServer) -> String {
     let Reply::Array(items) = server.command(&["ROLE"]).unwrap() else { panic!("ROLE") };
     items[0].as_text().unwrap()
@@ -29,8 +36,7 @@ fn starts_replicates_and_dies_on_drop() {
     let replica = deployment.replica().unwrap();
     assert_eq!(deployment.reported_primaries().unwrap(), vec![Some(primary.addr()); 3]);
     assert_eq!((role(primary).as_str(), role(replica).as_str()), ("master", "slave"));
-    primary.command(&["SET", "k", "v"]).unwrap();
-    primary.command(&["WAIT", "1", "1000"]).unwrap();
+    set_replicated(primary, "k", "v");
     assert_eq!(replica.command(&["GET", "k"]).unwrap().as_text().as_deref(), Some("v"));
     let servers: Vec<_> = [primary, replica].into_iter().chain(deployment.sentinels()).collect();
     let pids: Vec<u32> = servers.iter().map(|s| s.pid().unwrap()).collect();
@@ -45,8 +51,7 @@ fn starts_replicates_and_dies_on_drop() {
 fn killed_primary_is_replaced_by_its_replica() {
     let mut deployment = RedisSentinel::start().unwrap();
     let replica = deployment.replica().unwrap().addr();
-    deployment.primary().unwrap().command(&["SET", "k", "v"]).unwrap();
-    deployment.primary().unwrap().command(&["WAIT", "1", "1000"]).unwrap();
+    set_replicated(deployment.primary().unwrap(), "k", "v");
     let t = Instant::now();
     let promoted = deployment.kill_primary_and_wait_for_promotion(Duration::from_secs(30)).unwrap();
     println!("kill primary -> replica promoted in {:?}", t.elapsed());
