@@ -91,9 +91,10 @@ impl RedisStoreConfig {
     /// Settings for a Redis Cluster reached through any of `urls` (seed nodes; the rest of the topology is
     /// discovered). Commands go over one redis-rs cluster connection (`redis::cluster_async`), which routes each
     /// script by its first key's slot (all keys of one lock share a hash tag), follows `MOVED`/`ASK` and retries
-    /// `TRYAGAIN` by itself; the pool size does not apply. Release notifications use one subscriber connection to
-    /// the first seed node: a classic `PUBLISH` on any node reaches subscribers on every node. While that node is
-    /// down, waiters fall back to polling.
+    /// `TRYAGAIN` by itself; the pool size does not apply. Releases are announced with sharded pub/sub (`SPUBLISH`,
+    /// Redis 7.0+), which stays on the shard that owns the lock's slot instead of being broadcast to every node, and
+    /// heard over a second cluster connection that `SSUBSCRIBE`s each watched channel on its shard and resubscribes
+    /// after reconnects and slot moves; a notification missed meanwhile costs a waiter one backoff interval.
     ///
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
@@ -226,7 +227,7 @@ impl RedisStoreConfig {
             let conn = rt::timeout("connect", d.connect + d.command, connect)
                 .await?
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            let store = RedisStore::assemble(Pool::Cluster(conn), Endpoint::server(client), d);
+            let store = RedisStore::assemble(Pool::Cluster(conn), Subscriber::sharded_hub(seeds.clone(), d), d);
             Box::pin(store.ping()).await?;
             return Ok(store);
         }
@@ -241,7 +242,7 @@ impl RedisStoreConfig {
             }
         };
         let conns = Multiplexed::new(endpoint.clone(), connections, self.pool_size);
-        let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), endpoint, d);
+        let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), Subscriber::hub(endpoint, d), d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
         // futures, which are often moved around whole on small thread stacks by `block_on`, should not carry it.
         Box::pin(store.ping()).await?;
@@ -265,7 +266,8 @@ impl RedisStoreConfig {
             return Err(LockError::invalid("a Sentinel store opens its own connections to the current primary"));
         }
         let client = self.validate()?;
-        Ok(RedisStore::assemble(Pool::Shared(pool), Endpoint::server(client), self.deadlines))
+        let hub = Subscriber::hub(Endpoint::server(client), self.deadlines);
+        Ok(RedisStore::assemble(Pool::Shared(pool), hub, self.deadlines))
     }
 }
 
@@ -309,15 +311,11 @@ impl RedisStore {
     /// A store over the caller's `deadpool_redis` pool, with `subscriber` (a client for the same server) used for
     /// the release-notification connection, and the default timeouts. See [`RedisStoreConfig::build_with_pool`].
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
-        RedisStore::assemble(
-            Pool::Shared(pool),
-            Endpoint::server(subscriber),
-            Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
-        )
+        let deadlines = Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT };
+        RedisStore::assemble(Pool::Shared(pool), Subscriber::hub(Endpoint::server(subscriber), deadlines), deadlines)
     }
 
-    fn assemble(pool: Pool, endpoint: Endpoint, deadlines: Deadlines) -> Self {
-        let hub = Subscriber::hub(endpoint, deadlines);
+    fn assemble(pool: Pool, hub: Arc<ReleaseHub>, deadlines: Deadlines) -> Self {
         RedisStore { inner: Arc::new(Inner { pool, deadlines, hub }) }
     }
 
@@ -460,7 +458,9 @@ impl LockStore for RedisStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
         // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
-        let args = [token.as_str(), self.inner.hub.origin()];
+        // A cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
+        let sharded = if matches!(self.inner.pool, Pool::Cluster(_)) { "1" } else { "0" };
+        let args = [token.as_str(), self.inner.hub.origin(), sharded];
         let script_keys = [keys.lock(), keys.channel()];
         scripts::parse_release(
             self.inner.eval("release", keys, &SCRIPTS.release, scripts::RELEASE, &script_keys, &args).await?,

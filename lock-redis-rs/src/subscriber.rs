@@ -12,6 +12,11 @@
 //! happens. A failover breaks the subscriber's connection (its server died, or the Sentinels disconnected the
 //! clients of the node they demoted), and the reconnect finds the promoted replica.
 //!
+//! On Redis Cluster the releases are announced with `SPUBLISH` (see [`lock_core::scripts::RELEASE`] for why) and
+//! heard through a second redis-rs cluster connection (RESP3) that `SSUBSCRIBE`s each channel on the shard that owns
+//! its slot; redis-rs routes those subscriptions, follows the slot map and resubscribes after a reconnect by
+//! itself, and hands every message to [`ReleaseHub::deliver`] from its connection driver.
+//!
 //! The task starts with the first subscription (a store whose locks never wait opens no pub/sub connection) and
 //! lives inside the hub, which lives inside the store: dropping the last clone of the store cancels it.
 
@@ -26,6 +31,9 @@ use futures_util::future::{self, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{spawn_background, BackgroundTask, LockError, ReleaseHub, Result, SubscriptionControl};
 use redis::aio::{PubSubSink, PubSubStream};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
 
 use crate::error::{self, Deadlines};
 use crate::pool::Endpoint;
@@ -47,9 +55,18 @@ struct State {
     task: Option<BackgroundTask>,
 }
 
+/// Where a subscriber listens.
+#[derive(Clone, Debug)]
+enum Target {
+    /// One server (or the primary Sentinel names): classic `SUBSCRIBE` on one pub/sub connection.
+    Node(Endpoint),
+    /// A Redis Cluster reached through these seed URLs: `SSUBSCRIBE` per channel on its shard.
+    Shards(Vec<String>),
+}
+
 /// The [`SubscriptionControl`] of a [`RedisStore`](crate::RedisStore)'s hub.
 pub(crate) struct Subscriber {
-    endpoint: Endpoint,
+    target: Target,
     deadlines: Deadlines,
     /// The hub this control belongs to, for the task (weak: the hub owns this control, which owns the task).
     hub: Arc<OnceLock<Weak<ReleaseHub>>>,
@@ -59,8 +76,17 @@ pub(crate) struct Subscriber {
 impl Subscriber {
     /// A release hub whose subscriptions go over one pub/sub connection to `endpoint`'s server.
     pub(crate) fn hub(endpoint: Endpoint, deadlines: Deadlines) -> Arc<ReleaseHub> {
+        Self::hub_on(Target::Node(endpoint), deadlines)
+    }
+
+    /// A release hub for a Redis Cluster: sharded subscriptions over a cluster connection to `seeds`.
+    pub(crate) fn sharded_hub(seeds: Vec<String>, deadlines: Deadlines) -> Arc<ReleaseHub> {
+        Self::hub_on(Target::Shards(seeds), deadlines)
+    }
+
+    fn hub_on(target: Target, deadlines: Deadlines) -> Arc<ReleaseHub> {
         let slot = Arc::new(OnceLock::new());
-        let hub = ReleaseHub::new(Subscriber { endpoint, deadlines, hub: slot.clone(), state: Mutex::default() });
+        let hub = ReleaseHub::new(Subscriber { target, deadlines, hub: slot.clone(), state: Mutex::default() });
         // Set once, right here: nothing can have read the slot yet.
         let _ = slot.set(Arc::downgrade(&hub));
         hub
@@ -86,8 +112,11 @@ impl Subscriber {
         }
         let (queue, requests) = mpsc::unbounded();
         let hub = self.hub.get().cloned().unwrap_or_default();
-        let task = spawn_background(run(self.endpoint.clone(), hub, requests, self.deadlines))
-            .ok_or(LockError::NoRuntime("release notifications"))?;
+        let task = match &self.target {
+            Target::Node(endpoint) => spawn_background(run(endpoint.clone(), hub, requests, self.deadlines)),
+            Target::Shards(seeds) => spawn_background(run_sharded(seeds.clone(), hub, requests, self.deadlines)),
+        }
+        .ok_or(LockError::NoRuntime("release notifications"))?;
         queue.unbounded_send(request).map_err(|_| LockError::unavailable("release subscriber stopped"))?;
         state.requests = Some(queue);
         state.task = Some(task);
@@ -98,7 +127,7 @@ impl Subscriber {
 impl fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subscriber")
-            .field("endpoint", &self.endpoint)
+            .field("target", &self.target)
             .field("running", &self.state().task.is_some())
             .finish()
     }
@@ -143,6 +172,92 @@ async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbo
             return;
         }
         backoff = (backoff * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// The task of a cluster store: connect (retrying with backoff), then apply the requests in order. The cluster
+/// connection reconnects, follows slot moves and resubscribes by itself, so this task never reconnects it.
+async fn run_sharded(
+    seeds: Vec<String>,
+    hub: Weak<ReleaseHub>,
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    d: Deadlines,
+) {
+    let mut backoff = RECONNECT_MIN;
+    let mut conn = loop {
+        match open_sharded(&seeds, &hub, d).await {
+            Ok(conn) => break conn,
+            Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
+        }
+        if !refuse_during(rt::sleep("subscriber backoff", backoff), &mut requests).await {
+            return;
+        }
+        backoff = (backoff * 2).min(RECONNECT_MAX);
+    };
+    while let Some(request) = requests.next().await {
+        match request {
+            Request::Subscribe(channel, done) => {
+                let result = confirm("subscribe", d, conn.ssubscribe(&channel)).await;
+                if let Err(err) = &result {
+                    tracing::debug!(channel, error = %err, "sharded subscribe failed; waiters poll");
+                }
+                let _ = done.send(result);
+            }
+            Request::Unsubscribe(channel) => {
+                if let Err(err) = confirm("unsubscribe", d, conn.sunsubscribe(&channel)).await {
+                    tracing::debug!(channel, error = %err, "sharded unsubscribe failed");
+                }
+            }
+        }
+    }
+}
+
+/// Opens the subscriber's cluster connection (RESP3, which sharded subscriptions need) and subscribes to every
+/// channel that has waiters, within the connect deadline.
+async fn open_sharded(seeds: &[String], hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<ClusterConnection> {
+    let listener = hub.clone();
+    let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .connection_timeout(d.connect)
+        .response_timeout(d.command)
+        .push_sender(move |push: PushInfo| {
+            deliver_sharded(&listener, push);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .build()
+        .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+    let connect = async {
+        // Boxed: opening a cluster connection is a large future.
+        let mut conn = Box::pin(client.get_async_connection()).await?;
+        let channels = hub.upgrade().map(|hub| hub.watched_channels()).unwrap_or_default();
+        if !channels.is_empty() {
+            conn.ssubscribe(&channels).await?;
+        }
+        Ok((conn, channels))
+    };
+    let (conn, channels) = rt::timeout("connect", d.connect + d.command, connect)
+        .await?
+        .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+    // As in `open`: a release announced before these subscriptions is lost, so one waiter per channel polls now.
+    if let Some(hub) = hub.upgrade() {
+        for channel in &channels {
+            hub.wake_one(channel);
+        }
+    }
+    Ok(conn)
+}
+
+/// Hands a sharded message (`smessage channel payload`) to the hub; other pushes (subscription confirmations) carry
+/// nothing for it.
+fn deliver_sharded(hub: &Weak<ReleaseHub>, push: PushInfo) {
+    if push.kind != PushKind::SMessage {
+        return;
+    }
+    if let ([Value::BulkString(channel), Value::BulkString(payload)], Some(hub)) = (push.data.as_slice(), hub.upgrade())
+    {
+        if let Ok(channel) = std::str::from_utf8(channel) {
+            hub.deliver(channel, payload);
+        }
     }
 }
 

@@ -96,9 +96,9 @@ pub async fn many_resources_over_all_slots_16_workers(store: &StoreFactory) {
     assert_eq!(holds, WORKERS * ROUNDS);
 }
 
-/// A release on any primary wakes a waiter whose store's subscriber sits on some one node: classic `PUBLISH` is
-/// forwarded over the cluster bus to every node. With the backoff pinned at 500 ms only a notification can wake
-/// the waiter within 200 ms.
+/// A release on any primary wakes a waiter of another store, whatever the backend listens with: a classic
+/// `PUBLISH` is forwarded over the cluster bus to every node, a sharded `SPUBLISH` reaches subscribers of the slot's
+/// shard. With the backoff pinned at 500 ms only a notification can wake the waiter within 200 ms.
 pub async fn release_notifications_reach_waiters_from_every_primary(store: &StoreFactory) {
     let cluster = shared();
     let holder = Lock::from_arc(store(cluster).await);
