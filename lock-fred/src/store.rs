@@ -80,6 +80,8 @@ struct Inner {
     subscriber: SubscriberClient,
     hub: Arc<ReleaseHub>,
     command_timeout: Duration,
+    /// A cluster store: releases go out with `SPUBLISH` and the subscriber uses `SSUBSCRIBE`.
+    sharded: bool,
     /// Whether the pool was built here (and is ours to disconnect) or handed in by the caller.
     owns_pool: bool,
     connections: Vec<ConnectHandle>,
@@ -249,7 +251,8 @@ impl LockStore for FredStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
         // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
-        let args = vec![token.as_str().to_owned(), self.inner.hub.origin().to_owned()];
+        let sharded = if self.inner.sharded { "1" } else { "0" };
+        let args = vec![token.as_str().to_owned(), self.inner.hub.origin().to_owned(), sharded.to_owned()];
         let reply = self
             .eval(
                 self.inner.pool.next_connected(),
@@ -511,13 +514,24 @@ async fn start(
     }
     let (ops, requests) = mpsc::unbounded_channel();
     let hub = ReleaseHub::new(Subscriptions::new(ops, timeout));
+    // On a cluster, releases are announced on their shard only (see `lock_core::scripts::RELEASE`).
+    let sharded = pool.next().is_clustered();
     // Plain tokio tasks (fred runs only on tokio anyway), aborted when the store's last clone drops.
     let tasks = vec![
-        tokio::spawn(apply_subscriptions(subscriber.clone(), requests)),
+        tokio::spawn(apply_subscriptions(subscriber.clone(), requests, sharded)),
         tokio::spawn(deliver_messages(messages, hub.clone())),
     ];
     Ok(FredStore {
-        inner: Arc::new(Inner { pool, subscriber, hub, command_timeout: timeout, owns_pool, connections, tasks }),
+        inner: Arc::new(Inner {
+            pool,
+            subscriber,
+            hub,
+            command_timeout: timeout,
+            sharded,
+            owns_pool,
+            connections,
+            tasks,
+        }),
     })
 }
 

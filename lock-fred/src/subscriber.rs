@@ -62,8 +62,14 @@ impl SubscriptionControl for Subscriptions {
     }
 }
 
-/// Applies subscription requests one at a time, in order, and restores them after every reconnect.
-pub(crate) async fn apply_subscriptions(subscriber: SubscriberClient, mut ops: mpsc::UnboundedReceiver<Op>) {
+/// Applies subscription requests one at a time, in order, and restores them after every reconnect. With `sharded`
+/// (a cluster store, whose releases are announced with `SPUBLISH`; see [`lock_core::scripts::RELEASE`]) it uses
+/// `SSUBSCRIBE`/`SUNSUBSCRIBE`, which fred routes to the shard that owns each channel's slot.
+pub(crate) async fn apply_subscriptions(
+    subscriber: SubscriberClient,
+    mut ops: mpsc::UnboundedReceiver<Op>,
+    sharded: bool,
+) {
     // The channels waiters want, confirmed or not. fred's `manage_subscriptions` would resubscribe only confirmed
     // channels, and from another task that can race an unsubscribe; doing it here keeps one order for everything.
     let mut wanted = BTreeSet::new();
@@ -74,11 +80,16 @@ pub(crate) async fn apply_subscriptions(subscriber: SubscriberClient, mut ops: m
                 Some(Op::Subscribe(channel, done)) => {
                     wanted.insert(channel.clone());
                     // The waiter may have stopped waiting for the confirmation; that is fine.
-                    let _ = done.send(subscriber.subscribe(channel).await);
+                    let _ = done.send(subscribe(&subscriber, sharded, channel).await);
                 }
                 Some(Op::Unsubscribe(channel)) => {
                     wanted.remove(&channel);
-                    if let Err(err) = subscriber.unsubscribe(channel.clone()).await {
+                    let result = if sharded {
+                        subscriber.sunsubscribe(channel.clone()).await
+                    } else {
+                        subscriber.unsubscribe(channel.clone()).await
+                    };
+                    if let Err(err) = result {
                         tracing::debug!(channel, error = %err, "unsubscribe failed; a reconnect will drop it");
                     }
                 }
@@ -88,10 +99,9 @@ pub(crate) async fn apply_subscriptions(subscriber: SubscriberClient, mut ops: m
             event = reconnects.recv() => match event {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
                     // A new connection starts with no subscriptions.
-                    if !wanted.is_empty() {
-                        let channels: Vec<String> = wanted.iter().cloned().collect();
-                        if let Err(err) = subscriber.subscribe(channels).await {
-                            tracing::warn!(error = %err, "resubscribing after reconnect failed; waiters poll");
+                    for channel in &wanted {
+                        if let Err(err) = subscribe(&subscriber, sharded, channel.clone()).await {
+                            tracing::warn!(channel, error = %err, "resubscribing after reconnect failed; waiters poll");
                         }
                     }
                 }
@@ -99,6 +109,15 @@ pub(crate) async fn apply_subscriptions(subscriber: SubscriberClient, mut ops: m
                 Err(RecvError::Closed) => break,
             },
         }
+    }
+}
+
+/// One channel at a time: the channels of one `SSUBSCRIBE` must share a slot.
+async fn subscribe(subscriber: &SubscriberClient, sharded: bool, channel: String) -> Result<(), FredError> {
+    if sharded {
+        subscriber.ssubscribe(channel).await
+    } else {
+        subscriber.subscribe(channel).await
     }
 }
 

@@ -39,4 +39,5 @@ lock_testkit::cluster_tests!(@cases store;
     release_notifications_reach_waiters_from_every_primary,
     script_flush_on_every_node_is_invisible,
     lock_keeps_working_after_primary_killed,
+    releases_are_announced_on_their_shard_only,
 );

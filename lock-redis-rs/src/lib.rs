@@ -50,7 +50,9 @@
 //! A waiter sleeps between tries and is woken early by the holder's release, which the release script publishes.
 //! Each store has **one** subscriber connection, outside the pool, opened when the first waiter needs it and
 //! closed when the last clone of the store is dropped; a lost subscriber connection is reopened with backoff and
-//! resubscribed. Pub/sub is at-most-once, so a notification is only a hint: waiters also wake at the holder's
+//! resubscribed. On Redis Cluster the release is announced with `SPUBLISH` on the lock's shard and heard through
+//! a cluster connection that `SSUBSCRIBE`s each channel there (see [`RedisStoreConfig::cluster`]). Pub/sub is
+//! at-most-once, so a notification is only a hint: waiters also wake at the holder's
 //! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
 //!
 //! # Connections and timeouts

@@ -230,8 +230,9 @@ async fn open_sharded(seeds: &[String], hub: &Weak<ReleaseHub>, d: Deadlines) ->
         // Boxed: opening a cluster connection is a large future.
         let mut conn = Box::pin(client.get_async_connection()).await?;
         let channels = hub.upgrade().map(|hub| hub.watched_channels()).unwrap_or_default();
-        if !channels.is_empty() {
-            conn.ssubscribe(&channels).await?;
+        // One at a time: the channels of one SSUBSCRIBE must share a slot.
+        for channel in &channels {
+            conn.ssubscribe(channel).await?;
         }
         Ok((conn, channels))
     };

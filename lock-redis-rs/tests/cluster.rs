@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use lock_redis_rs::lock_core::{Lock, LockOptions};
+use lock_redis_rs::lock_core::Lock;
 use lock_redis_rs::{RedisStore, RedisStoreConfig};
-use lock_testkit::{conformance_tests, RedisCluster, Reply, Subject};
+use lock_testkit::{conformance_tests, RedisCluster, Subject};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
     RedisStoreConfig::cluster(cluster.urls())
@@ -25,37 +25,4 @@ async fn subject() -> Subject {
 
 conformance_tests!(tokio, subject());
 lock_testkit::cluster_tests!(store);
-
-/// Calls of `command` on every node of `cluster`, from `INFO commandstats` (a `redis.call` inside a script counts).
-fn calls(cluster: &RedisCluster, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    cluster
-        .command_all(&["INFO", "commandstats"])
-        .unwrap()
-        .into_iter()
-        .map(|reply| match reply {
-            Reply::Bulk(Some(text)) => String::from_utf8_lossy(&text)
-                .lines()
-                .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse::<u64>().ok())
-                .unwrap_or(0),
-            other => panic!("INFO: {other:?}"),
-        })
-        .sum()
-}
-
-/// Releases are announced with sharded pub/sub, on the shard that owns the lock's slot, never with a classic
-/// `PUBLISH` that the cluster bus broadcasts to every node. Every test of this binary uses this backend on this
-/// cluster, so no node may have counted a `PUBLISH` at all.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn releases_are_announced_on_their_shard_only() {
-    let cluster = lock_testkit::cluster_cases::shared();
-    let lock = Lock::new(store(cluster).await);
-    let before = calls(cluster, "spublish");
-    for i in 0..10 {
-        let opts = LockOptions::new(Duration::from_secs(10));
-        let guard = lock.try_acquire(&format!("sharded-{i}"), &opts).await.unwrap().expect("free");
-        guard.release().await.unwrap();
-    }
-    assert!(calls(cluster, "spublish") >= before + 10, "every release announces itself with SPUBLISH");
-    assert_eq!(calls(cluster, "publish"), 0, "no release may be broadcast with PUBLISH");
-}
+lock_testkit::cluster_tests!(@cases store; releases_are_announced_on_their_shard_only);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RetryPolicy, DEFAULT_PREFIX};
 
-use crate::{Checker, Hold, RedisCluster};
+use crate::{Checker, Hold, RedisCluster, Reply};
 
 /// Connects a backend's store to a cluster (the argument of every case).
 pub type StoreFactory =
@@ -117,6 +117,36 @@ pub async fn release_notifications_reach_waiters_from_every_primary(store: &Stor
         tracing::info!("{name} on node {primary}: waiter acquired {delay:?} after the release");
         assert!(delay < NOTIFIED_WITHIN, "{name} on node {primary}: waiter took {delay:?}; no notification");
     }
+}
+
+/// Releases are announced with sharded pub/sub (`SPUBLISH`, on the shard that owns the lock's slot), never with a
+/// classic `PUBLISH`, which the cluster bus broadcasts to every node (see `lock_core::scripts::RELEASE`). Not in
+/// [`cluster_tests!`](crate::cluster_tests)'s default list, since a backend may choose classic pub/sub; ours list
+/// it. Every case of the calling test binary must use the same backend: no node may have counted a `PUBLISH`.
+pub async fn releases_are_announced_on_their_shard_only(store: &StoreFactory) {
+    let cluster = shared();
+    let lock = Lock::from_arc(store(cluster).await);
+    let before = calls(cluster, "spublish");
+    for i in 0..10 {
+        let guard =
+            lock.try_acquire(&format!("sharded-{i}"), &LockOptions::new(ms(10_000))).await.or_panic().or_panic();
+        guard.release().await.or_panic();
+    }
+    assert!(calls(cluster, "spublish") >= before + 10, "every release announces itself with SPUBLISH");
+    assert_eq!(calls(cluster, "publish"), 0, "no release may be broadcast with PUBLISH");
+}
+
+/// Calls of `command` summed over the live nodes, from `INFO commandstats` (a `redis.call` in a script counts).
+fn calls(cluster: &RedisCluster, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    let count = |reply: Reply| match reply {
+        Reply::Bulk(Some(text)) => String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0),
+        other => panic!("INFO commandstats: {other:?}"),
+    };
+    cluster.command_all(&["INFO", "commandstats"]).or_panic().into_iter().map(count).sum()
 }
 
 /// A waiter woken by a release notification acquires within this long after the release; polling, pinned at
