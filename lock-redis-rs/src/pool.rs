@@ -88,7 +88,9 @@ impl Endpoint {
     pub(crate) async fn client(&self) -> RedisResult<Client> {
         match self {
             Endpoint::Server(client) => Ok((**client).clone()),
-            Endpoint::Sentinel(sentinels) => sentinels.primary().await,
+            // Boxed: the lookup is a large future (it may open connections to several Sentinels and the primary),
+            // and the callers' futures (the subscriber's task, a slot's reconnect) should not carry it inline.
+            Endpoint::Sentinel(sentinels) => Box::pin(sentinels.primary()).await,
         }
     }
 
