@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, ServerInterface};
-use fred::prelude::{Builder, Config, Expiration, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
+use fred::prelude::{Builder, Config, Expiration, Options, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
 use lock_core::{
@@ -239,8 +239,12 @@ impl LockStore for FredStore {
         };
         if let (AcquireReply::Acquired { .. }, Some(ack)) = (&reply, request.replicas) {
             let timeout_ms = i64::try_from(ack.timeout().as_millis()).unwrap_or(i64::MAX).max(1);
+            // On a cluster, to the lock key's shard (the grant's connection): fred would send a keyless WAIT to
+            // any node, whose replicas say nothing about this grant.
+            let on_shard =
+                client.with_options(&Options { cluster_hash: Some(keys.lock().into()), ..Options::default() });
             let after = self.inner.command_timeout + ack.timeout();
-            let acknowledged = tokio::time::timeout(after, client.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
+            let acknowledged = tokio::time::timeout(after, on_shard.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
                 .await
                 .map_err(|_| LockError::Timeout { operation: "acquire", after })?
                 .map_err(|err| error::from_script(err, "acquire", after, keys))?;

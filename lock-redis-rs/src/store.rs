@@ -10,6 +10,7 @@ use lock_core::{
     Result, Token,
 };
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
@@ -408,9 +409,23 @@ async fn run_script<T: FromRedisValue>(
 }
 
 /// `WAIT replicas timeout` on the connection that made the grant (WAIT covers that connection's writes only).
-async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck) -> redis::RedisResult<i64> {
+///
+/// On a cluster it goes to the primary of the lock key's slot, over the same per-node connection as the grant:
+/// redis-rs would send a keyless `WAIT` to every primary and keep the smallest count, so any other shard's missing
+/// replica would fail the grant.
+async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck, lock_key: &str) -> redis::RedisResult<i64> {
     let timeout_ms = u64::try_from(ack.timeout().as_millis()).unwrap_or(u64::MAX).max(1);
-    conn.query(redis::cmd("WAIT").arg(ack.replicas()).arg(timeout_ms)).await
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(ack.replicas()).arg(timeout_ms);
+    match conn {
+        Pooled::Cluster(cluster) => {
+            let shard = Route::with_key(lock_key, SlotAddr::Master);
+            let reply =
+                cluster.route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(shard)));
+            Ok(i64::from_redis_value(reply.await?)?)
+        }
+        other => other.query(&wait).await,
+    }
 }
 
 #[async_trait]
@@ -444,7 +459,9 @@ impl LockStore for RedisStore {
                     }
                 };
                 let acknowledged = match (&reply, &request.replicas) {
-                    (Ok(AcquireReply::Acquired { .. }), Some(ack)) => Some(wait_replicas(conn, ack).await?),
+                    (Ok(AcquireReply::Acquired { .. }), Some(ack)) => {
+                        Some(wait_replicas(conn, ack, keys.lock()).await?)
+                    }
                     _ => None,
                 };
                 Ok((reply, acknowledged))

@@ -192,6 +192,11 @@ impl RedisCluster {
         self.nodes.get(i).and_then(|n| n.server.as_ref())
     }
 
+    /// Node `i`, unless it was killed, to pause or resume it.
+    pub fn node_mut(&mut self, i: usize) -> Option<&mut RedisServer> {
+        self.nodes.get_mut(i).and_then(|n| n.server.as_mut())
+    }
+
     /// The cluster node id of node `i`.
     pub fn node_id(&self, i: usize) -> Option<&str> {
         self.nodes.get(i).map(|n| n.id.as_str())

@@ -11,7 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RetryPolicy, DEFAULT_PREFIX};
+use lock_core::{
+    DistributedLock, Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, ReplicaAck, RetryPolicy,
+    DEFAULT_PREFIX,
+};
 
 use crate::{Checker, Hold, RedisCluster, Reply};
 
@@ -247,15 +250,44 @@ pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
     }
 }
 
-/// A primary killed right after an acquire: once its replica has taken over, new acquisitions on every resource
-/// succeed again (the lock "keeps working"). Whether the lock held at the kill survived is reported, not asserted:
-/// replication is asynchronous.
+/// Replica acknowledgement on a cluster with one replica per primary (`WAIT` reaches the grant's shard and only
+/// it), then a primary killed right after an acknowledged acquire: once its replica has taken over, new
+/// acquisitions on every resource succeed again (the lock "keeps working"). Whether the lock held at the kill
+/// survived is reported, not asserted: `WAIT` narrows the window, replication stays asynchronous.
 pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
     let mut cluster = RedisCluster::builder().replicas(1).start().or_panic();
     let lock = Lock::from_arc(store(&cluster).await);
     let name = "failover";
     let victim = owner(&cluster, name);
-    let held = lock.acquire(name, &LockOptions::new(ms(30_000))).await.or_panic();
+    // Replica acknowledgement asks the shard that made the grant, and only that shard: with another shard's
+    // replica stopped the grant is acknowledged; with its own shard's replica stopped it falls short and is given
+    // back (a WAIT sent to another node, or to every primary, would get one of these wrong).
+    let replica_of = |primary: usize| {
+        let id = cluster.node_id(primary).or_panic().to_owned();
+        let view = cluster.view(primary).or_panic();
+        let replica = view.iter().find(|v| v.primary_id.as_deref() == Some(&id)).or_panic();
+        cluster.index_of(&replica.id).or_panic()
+    };
+    let other = (victim + 1) % 3;
+    let (replica, elsewhere) = (replica_of(victim), replica_of(other));
+    cluster.node_mut(elsewhere).or_panic().pause();
+    // A write on the other shard that its stopped replica cannot acknowledge.
+    let there = (0..).map(|i| format!("other-shard-{i}")).find(|r| owner(&cluster, r) == other).or_panic();
+    let unacked = lock.try_acquire(&there, &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
+    let other_shard_down =
+        lock.try_acquire(name, &LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(1_000)))).await;
+    cluster.node_mut(elsewhere).or_panic().resume();
+    other_shard_down.or_panic().or_panic().release().await.or_panic();
+    unacked.release().await.or_panic();
+    cluster.node_mut(replica).or_panic().pause();
+    let short = lock.try_acquire(name, &LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(200)))).await;
+    cluster.node_mut(replica).or_panic().resume();
+    assert!(matches!(short, Err(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{short:?}");
+    let keys = LockKeys::new(DEFAULT_PREFIX, name).or_panic();
+    let left = cluster.node(victim).or_panic().command(&["EXISTS", keys.lock()]).or_panic();
+    assert_eq!(left, Reply::Int(0), "a short grant is given back");
+    let acked = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(1_000)));
+    let held = lock.acquire(name, &acked.wait(ms(5_000))).await.or_panic();
     let (cluster, promoted) = tokio::task::spawn_blocking(move || {
         let promoted = cluster.kill_primary_and_wait(victim, Duration::from_secs(30));
         (cluster, promoted)
