@@ -40,6 +40,22 @@
 //! executor is async-std. With no usable runtime, operations that must wait return [`LockError::NoRuntime`]
 //! instead of panicking, and a dropped guard is left to expire at its TTL.
 //!
+//! # Deployments and what each guarantees
+//! The same [`Lock`] runs on each; the backend's store picks the deployment (`lock-redis-rs`:
+//! `RedisStoreConfig::{new, cluster, sentinel}`; `lock-fred`: `FredStoreBuilder::{from_url, from_config, sentinel}`).
+//! Each row is tested on real servers by the backends' `tests/` (conformance suite plus the `lock-testkit` cluster
+//! and Sentinel cases).
+//!
+//! | deployment | mutual exclusion holds while… | fencing tokens |
+//! |---|---|---|
+//! | one Redis | the server keeps its data (a restart without persistence frees every lock) | strictly increase per resource, also across a restart that lost the counter (time floor, clock not stepped back) |
+//! | [`Redlock`] over N independent Redis | a majority is up and no instance restarts empty inside a holder's quorum | strictly increase across quorums (quorum write-back) |
+//! | Redis Cluster | the slot's primary keeps its data; a failover right after a grant can lose it (asynchronous replication) | strictly increase while the primary keeps its data; after a failover that lost a grant, only the time floor keeps them above the lost one |
+//! | Sentinel (primary + replicas) | as Cluster, for the one primary | as Cluster: a token can repeat after a failover that lost a grant when the old primary's clock ran ahead of the new one's by more than the failover took |
+//!
+//! [`LockOptions::replica_ack`] (Redis `WAIT`) narrows the failover window on Cluster and Sentinel; it does not close
+//! it. The fencing token checked at the protected resource is the protection in every row.
+//!
 //! # Safety model
 //! A lease lock cannot by itself protect against a holder that pauses (GC, swap, `SIGSTOP`) past its validity:
 //! use the [`FencingToken`] of each acquisition at the protected resource, and watch the [`LostSignal`].
