@@ -24,7 +24,7 @@ use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, Release
 use crate::token::{FencingToken, Token};
 use crate::wait::{until_acquired, Attempt};
 use crate::watchdog::{self, Renewable};
-use crate::{lease, rt};
+use crate::{lease, redlock, rt};
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -165,7 +165,8 @@ impl Lock {
         until_acquired(resource, options, hub, || self.attempt(&keys, options)).instrument(span).await
     }
 
-    /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing) one fence write-back.
+    /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing, when the quorum's counters
+    /// disagree) one fence write-back.
     async fn attempt(&self, keys: &Arc<LockKeys>, options: &LockOptions) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
         let inst = &self.instances;
@@ -179,6 +180,9 @@ impl Lock {
             token: inflight.token(),
             ttl,
             fencing: options.fencing_enabled(),
+            // One floor for every instance (see the Redlock docs): instances in step return equal values, and
+            // a quorum of equal values needs no write-back.
+            fence_floor: (n > 1 && options.fencing_enabled()).then(redlock::fence_floor).flatten(),
             replicas: options.replica_ack_policy(),
         };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
@@ -218,20 +222,25 @@ impl Lock {
         if Instant::now() >= valid_until {
             return exhausted(inflight).await;
         }
-        let mut fence = tally.granted.iter().filter_map(|(_, f)| *f).max();
+        let fence = tally.granted.iter().filter_map(|(_, f)| *f).max();
         if n > 1 {
-            if let Some(highest) = fence {
-                // See the Redlock docs: t = max over the quorum + 1, written back to a quorum before use.
-                let t = highest.saturating_add(1);
-                let raised = raise_fences(inst, keys, inflight.token(), t, call_timeout, &tally.granted).await;
-                if raised < inst.quorum {
+            if let Some(t) = fence {
+                // See the Redlock docs: t = max over the quorum, written back before use to the granting instances
+                // whose counter is below it (none, when the quorum's counters were in step).
+                let (at_t, behind): (Vec<_>, Vec<_>) = tally.granted.iter().partition(|(_, f)| *f == Some(t));
+                let raised = if behind.is_empty() {
+                    0
+                } else {
+                    raise_fences(inst, keys, inflight.token(), t, call_timeout, &behind).await
+                };
+                if at_t.len() + raised < inst.quorum {
                     if Instant::now() >= valid_until {
                         return exhausted(inflight).await;
                     }
                     inflight.release_now().await;
-                    return Err(LockError::Quorum { granted: raised, required: inst.quorum, total: n });
+                    let granted = at_t.len() + raised;
+                    return Err(LockError::Quorum { granted, required: inst.quorum, total: n });
                 }
-                fence = Some(t);
             }
         }
         if Instant::now() >= valid_until {
@@ -352,7 +361,7 @@ async fn raise_fences(
     token: &Token,
     t: u64,
     call_timeout: Duration,
-    granted: &[(usize, Option<u64>)],
+    granted: &[&(usize, Option<u64>)],
 ) -> usize {
     let raises = granted.iter().filter_map(|(i, _)| inst.stores.get(*i)).map(|store| async move {
         matches!(rt::timeout("raise-fence", call_timeout, store.raise_fence(keys, token, t)).await, Ok(Ok(true)))

@@ -112,7 +112,7 @@ impl LockStore for MemoryStore {
             .insert(request.keys.lock().to_owned(), Entry { token: request.token.clone(), expires: now + request.ttl });
         let fence = request.fencing.then(|| {
             let counter = st.fences.entry(request.keys.fence().to_owned()).or_insert(0);
-            *counter += 1;
+            *counter = (*counter + 1).max(request.fence_floor.unwrap_or(0));
             *counter
         });
         drop(st);

@@ -21,30 +21,41 @@
 //! Per-instance counters are not monotonic across quorums: two successive holders may be granted by different
 //! majorities whose counters differ. This implementation makes them monotonic:
 //!
-//! - The acquire script advances each instance's counter and returns it. The client takes
-//!   `t = max(counters of its quorum) + 1`.
-//! - Before reporting success it writes `t` back (`counter := max(counter, t)`) to the instances that granted,
-//!   **only where the key still holds its token**, and requires a quorum of those write-backs.
+//! - The acquire script advances each instance's counter, `counter := max(counter + 1, floor)`, and returns it.
+//!   The client takes `t = max(counters of its quorum)`.
+//! - Before reporting success it writes `t` back (`counter := max(counter, t)`) to the granting instances whose
+//!   counter is below `t`, **only where the key still holds its token**, and requires that a quorum of instances
+//!   holds `t`: those that returned it plus those whose write-back succeeded.
+//! - The floor is the same for every instance of one attempt: the client's wall clock in µs (a single server uses
+//!   its own clock instead). Instances whose counters are in step, the normal case when every instance granted the
+//!   previous acquisitions too, therefore all return the floor, and the attempt needs no write-back: one round
+//!   trip, like Redlock without fencing. Instances that missed acquisitions (down, slow, or held by someone else)
+//!   return smaller values and are written back.
 //!
-//! Why a later holder H₂ gets a larger token than an earlier holder H₁: H₁'s write-back quorum W₁ and H₂'s grant
-//! quorum Q₂ are both majorities, so they share an instance j. On j, H₁'s write-back succeeded while H₁'s key was
-//! present; H₂'s SET succeeded only once that key was gone (expired or released, and never recreated, since
-//! extension cannot recreate a key). So on j the write-back happened before H₂'s acquire, which then advanced
-//! j's counter to at least `t₁ + 1`; hence `t₂ = max(Q₂) + 1 > t₁`.
+//! Why a later holder H₂ gets a larger token than an earlier holder H₁: the instances holding `t₁` after H₁'s
+//! acquire (W₁) and H₂'s grant quorum Q₂ are both majorities, so they share an instance j. On j, `t₁` was set while
+//! H₁'s key was present (by H₁'s own acquire, or by its write-back, which checks the key); H₂'s SET succeeded only
+//! once that key was gone (expired or released, and never recreated, since extension cannot recreate a key). So
+//! H₂'s acquire advanced j's counter to at least `t₁ + 1`; hence `t₂ = max(Q₂) > t₁`. The floor and the clocks play
+//! no part in this argument: they only decide how often a write-back is needed.
 //!
 //! # Assumptions and limits (read these)
 //! - Instances keep their counters and keys across restarts (`appendonly yes` with `appendfsync always`), **or**
 //!   a restarted instance stays down for longer than the longest TTL in use. An instance that restarts empty inside
-//!   a holder's quorum can grant the same lock to a second client (the published Redlock limit); the time floor of
-//!   the counter keeps fencing tokens from going backwards even then, so a fenced resource still rejects the stale
-//!   holder.
-//! - Clocks: only the rate of each instance's clock matters (TTL expiry), bounded by the drift allowance
-//!   (1 % + 2 ms). The client uses a monotonic clock.
+//!   a holder's quorum can grant the same lock to a second client (the published Redlock limit); the floor of the
+//!   counter (the acquiring client's wall clock) keeps fencing tokens from going backwards even then, as long as
+//!   the clients' clocks do not lag the tokens already issued, so a fenced resource still rejects the stale holder.
+//! - Clocks: for mutual exclusion only the rate of each instance's clock matters (TTL expiry), bounded by the drift
+//!   allowance (1 % + 2 ms); the client times validity with a monotonic clock. Wall clocks only set the fencing
+//!   floor above: a client whose clock is behind still gets increasing tokens (the write-back sees to it), at the
+//!   cost of a write-back.
 //! - Like every lease lock, a client that pauses past its validity may act on a lock it lost; fencing tokens
 //!   checked by the protected resource are the defence.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{LockError, Result};
 use crate::lock::{Instances, Lock};
@@ -111,4 +122,15 @@ impl Redlock {
         }
         Ok(Lock::with_instances(Instances { stores: self.stores, quorum, instance_timeout: self.instance_timeout }))
     }
+}
+
+/// The fencing floor one Redlock attempt sends to every instance: the client's wall clock in µs (see the module
+/// docs). `None` when the clock reads before 1970 or past 2^52 µs (year 2112), where Lua's doubles would lose
+/// exactness; each instance then uses its own clock, and the write-back keeps tokens monotonic as before.
+pub(crate) fn fence_floor() -> Option<u64> {
+    // Wall-clock time is the point here (a floor shared by the instances), not a duration.
+    #[allow(clippy::disallowed_methods)]
+    let now = SystemTime::now();
+    let micros = now.duration_since(UNIX_EPOCH).ok()?.as_micros();
+    u64::try_from(micros).ok().filter(|&m| m < 1 << 52)
 }

@@ -16,7 +16,9 @@ use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
 
 /// Acquire: `SET lock token NX PX ttl`; with fencing, advance the counter in the same step.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing.
+/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing,
+/// `ARGV[4]` (optional, decimal) the counter's floor in place of the server's clock (see
+/// [`AcquireRequest::fence_floor`](crate::AcquireRequest::fence_floor)).
 /// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
 /// server reports none). Errors with `WRONGTYPE` when either key holds a foreign value; that check runs before
 /// any write.
@@ -40,8 +42,11 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not fencing then
     return {1}
   end
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
     step = 1

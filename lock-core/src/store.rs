@@ -26,6 +26,11 @@ pub struct AcquireRequest<'a> {
     pub ttl: Duration,
     /// Whether to advance the fencing counter in the same atomic step and return its new value.
     pub fencing: bool,
+    /// With fencing: the floor of the new counter value, `max(counter + 1, floor)`, in place of the store's own
+    /// (a Redis store's is its clock in µs). [`Redlock`](crate::Redlock) passes one value to every instance, so
+    /// instances whose counters are in step return equal values and need no write-back. A store may ignore it;
+    /// the engine never relies on it for correctness.
+    pub fence_floor: Option<u64>,
     /// After a grant, wait for replicas on the same connection (Redis `WAIT`) and apply
     /// [`ReplicaAck::check`] to the count; a store without replicas reports 0.
     pub replicas: Option<ReplicaAck>,

@@ -2,7 +2,7 @@
 //! properties are checked against real redis-server processes in the backend crates.)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,8 @@ const PAUSED: u8 = 2;
 struct Instance {
     inner: MemoryStore,
     mode: AtomicU8,
+    /// Fence write-backs this instance was sent.
+    raises: AtomicU64,
 }
 
 impl Instance {
@@ -49,6 +51,7 @@ impl LockStore for Instance {
         self.inner.extend(keys, token, ttl).await
     }
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> lock_core::Result<bool> {
+        self.raises.fetch_add(1, Ordering::SeqCst);
         self.gate().await?;
         self.inner.raise_fence(keys, token, at_least).await
     }
@@ -58,8 +61,9 @@ impl LockStore for Instance {
 }
 
 fn cluster(n: usize) -> (Lock, Vec<Arc<Instance>>) {
-    let instances: Vec<Arc<Instance>> =
-        (0..n).map(|_| Arc::new(Instance { inner: MemoryStore::new(), mode: AtomicU8::new(UP) })).collect();
+    let instances: Vec<Arc<Instance>> = (0..n)
+        .map(|_| Arc::new(Instance { inner: MemoryStore::new(), mode: AtomicU8::new(UP), raises: AtomicU64::new(0) }))
+        .collect();
     let stores = instances.iter().map(|i| i.clone() as Arc<dyn LockStore>).collect();
     (Redlock::new(stores).build().unwrap(), instances)
 }
@@ -149,8 +153,14 @@ async fn every_subset_of_blocked_instances() {
             let other = Token::generate();
             for (i, inst) in instances.iter().enumerate() {
                 if mask & (1 << i) != 0 {
-                    let req =
-                        AcquireRequest { keys: &keys, token: &other, ttl: ms(10_000), fencing: true, replicas: None };
+                    let req = AcquireRequest {
+                        keys: &keys,
+                        token: &other,
+                        ttl: ms(10_000),
+                        fencing: true,
+                        fence_floor: None,
+                        replicas: None,
+                    };
                     assert!(matches!(inst.inner.acquire(req).await.unwrap(), AcquireReply::Acquired { .. }));
                 }
             }
@@ -227,4 +237,71 @@ async fn fencing_tokens_stay_monotonic_across_changing_quorums() {
     assert!(report.overlaps.is_empty(), "overlaps: {:?}", &report.overlaps[..report.overlaps.len().min(3)]);
     assert!(report.fence_regressions.is_empty(), "regressions: {:?}", &report.fence_regressions[..1]);
     assert!(flips > 10, "the chaos never ran");
+}
+
+fn raises(instances: &[Arc<Instance>]) -> u64 {
+    instances.iter().map(|i| i.raises.load(Ordering::SeqCst)).sum()
+}
+
+/// The quorum's fencing token needs a write-back only when the granting instances' counters disagree. With the
+/// counters in step (every instance granted every acquisition, or lagged behind the shared floor), an acquisition
+/// is one round trip: no write-back at all, tokens still increasing. An instance whose counter ran ahead (here: set
+/// directly, as another client with a fast clock would) makes the quorum's token its value, and the others are
+/// raised to it; after that they are in step again.
+#[tokio::test]
+async fn fence_write_back_only_when_counters_disagree() {
+    let (lock, instances) = cluster(3);
+    let opts = LockOptions::new(ms(10_000));
+    let mut last = 0u64;
+    let cycle = |expect_raises: std::ops::RangeInclusive<u64>| {
+        let (lock, instances, opts) = (lock.clone(), instances.clone(), opts.clone());
+        async move {
+            let before = raises(&instances);
+            let g = lock.acquire("in-step", &opts).await.unwrap();
+            let t = g.fencing_token().unwrap().get();
+            g.release().await.unwrap();
+            let sent = raises(&instances) - before;
+            assert!(expect_raises.contains(&sent), "{sent} write-backs for token {t}, expected {expect_raises:?}");
+            t
+        }
+    };
+    for _ in 0..20 {
+        let t = cycle(0..=0).await;
+        assert!(t > last, "{t} after {last}");
+        last = t;
+    }
+    // Instance 1 misses acquisitions: it lags, and the shared floor catches it up without a write-back.
+    instances[1].mode.store(DOWN, Ordering::SeqCst);
+    for _ in 0..3 {
+        let t = cycle(0..=0).await;
+        assert!(t > last);
+        last = t;
+    }
+    instances[1].mode.store(UP, Ordering::SeqCst);
+    let t = cycle(0..=0).await;
+    assert!(t > last);
+    last = t;
+    // Instance 0's counter runs far ahead of the floor.
+    let keys = LockKeys::new("lock:", "in-step").unwrap();
+    let ahead = last + 1_000_000_000;
+    let req = AcquireRequest {
+        keys: &keys,
+        token: &Token::generate(),
+        ttl: ms(1),
+        fencing: true,
+        fence_floor: Some(ahead),
+        replicas: None,
+    };
+    assert!(
+        matches!(instances[0].inner.acquire(req).await.unwrap(), AcquireReply::Acquired { fence: Some(f) } if f == ahead)
+    );
+    tokio::time::sleep(ms(5)).await;
+    // The attempt decides on the first quorum: instance 0 and one or both others, which are raised.
+    let t = cycle(1..=2).await;
+    assert_eq!(t, ahead + 1, "the quorum's token is the highest counter");
+    // Without instance 0, the next quorum is the raised ones: its token is above t only through the write-back.
+    instances[0].mode.store(DOWN, Ordering::SeqCst);
+    let t2 = cycle(0..=1).await;
+    assert!(t2 > t, "{t2} after {t}: the write-back must carry t to the other instances");
+    instances[0].mode.store(UP, Ordering::SeqCst);
 }

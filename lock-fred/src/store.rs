@@ -226,7 +226,8 @@ impl LockStore for FredStore {
         // One client (one connection) for the grant and, when asked, the WAIT that must follow it there.
         let client = self.inner.pool.next_connected();
         let reply = if request.fencing {
-            let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned()];
+            let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+            let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned(), floor];
             let reply =
                 self.eval(client, "acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
             scripts::parse_acquire(&integers("acquire", reply)?, true)?

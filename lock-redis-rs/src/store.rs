@@ -438,7 +438,8 @@ impl LockStore for RedisStore {
         }
         let ttl = scripts::ttl_millis(request.ttl).to_string();
         let fence_keys = [keys.lock(), keys.fence()];
-        let fence_args = [request.token.as_str(), &ttl, "1"];
+        let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+        let fence_args = [request.token.as_str(), &ttl, "1", &floor];
         let mut set = redis::cmd("SET");
         set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
         // One connection for the grant and, when asked, the WAIT that must follow it on the same connection.
