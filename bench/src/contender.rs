@@ -18,6 +18,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(10);
 /// nothing but `EVALSHA` (and `SCRIPT LOAD`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`).
 const CORE_NESTED: &[&str] = &["get", "set", "del", "publish", "pexpire", "time", "incrby", "type", "pttl"];
 
+/// The same without fencing, where acquire is a plain `SET NX PX` the client sends itself (counted as sent).
+const CORE_NESTED_NOFENCE: &[&str] = &["get", "del", "publish", "pexpire", "type", "pttl"];
+
 /// Which of our backends, with its default settings or (diagnostic rows only) another pool size.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Backend {
@@ -82,7 +85,8 @@ impl Contender {
             _ => Redlock::new(stores).build().context("building the Redlock")?,
         };
         let options = LockOptions::new(TTL).fencing(fencing);
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested: CORE_NESTED })
+        let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested })
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {
