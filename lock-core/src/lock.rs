@@ -5,8 +5,10 @@
 //! every line of waiting, validity, cancellation, renewal and loss handling.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -17,6 +19,7 @@ use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
+use crate::notify::{ReleaseHub, ReleaseWatch};
 use crate::options::{validate_ttl, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
@@ -162,7 +165,13 @@ impl Lock {
         let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait_budget());
         // Any instance's release notification is a good enough hint; the wait loop re-polls all of them.
         let hub = self.instances.stores.iter().find_map(|s| s.release_hub()).map(|hub| (hub, keys.channel()));
-        until_acquired(resource, options, hub, || self.attempt(&keys, options)).instrument(span).await
+        let (guard, watch) =
+            until_acquired(resource, options, hub, || self.attempt(&keys, options)).instrument(span).await?;
+        // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
+        // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
+        // coming straight back, say) queues behind instead of trying a lock that is held.
+        *lock_mutex(&guard.state.watch) = watch;
+        Ok(guard)
     }
 
     /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing, when the quorum's counters
@@ -260,6 +269,7 @@ impl Lock {
             extending: futures_util::lock::Mutex::new(()),
             stopping: AtomicBool::new(false),
             watchdog: Mutex::new(None),
+            watch: Mutex::new(None),
             runtime: rt::current(),
         });
         if let Some(policy) = options.renew_policy() {
@@ -445,6 +455,8 @@ struct GuardState {
     /// Set before release: no extension starts after it.
     stopping: AtomicBool,
     watchdog: Mutex<Option<BackgroundTask>>,
+    /// The release-channel registration of a holder that waited (see [`Lock::acquire`]); dropped at release.
+    watch: Mutex<Option<ReleaseWatch>>,
     /// The runtime the lock was acquired on: a release on drop runs there, wherever the guard is dropped (the
     /// store's connections may only work on that runtime).
     runtime: Option<rt::Runtime>,
@@ -507,20 +519,40 @@ impl GuardState {
         self.stopping.store(true, Ordering::SeqCst);
         self.lost.mark(LostReason::Released);
         drop(lock_mutex(&self.watchdog).take());
+        drop(lock_mutex(&self.watch).take());
+    }
+
+    /// Wakes the next local waiter after a release that deleted our key.
+    fn wake_after_release(&self, hub: &ReleaseHub, reply: Result<ReleaseOutcome>) -> Result<ReleaseOutcome> {
+        if matches!(reply, Ok(ReleaseOutcome::Released)) {
+            hub.wake_one(self.keys.channel());
+        }
+        reply
     }
 
     /// Compare-and-delete on every instance, after any extension in flight has finished.
     async fn release(&self) -> Result<ReleaseReport> {
         let _serial = self.extending.lock().await;
         let releases = self.instances.stores.iter().map(|store| async move {
-            let reply = rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token)).await;
-            let reply = reply.and_then(|r| r);
-            if matches!(reply, Ok(ReleaseOutcome::Released)) {
-                if let Some(hub) = store.release_hub() {
-                    hub.wake_one(self.keys.channel());
+            let hub = store.release_hub();
+            let mut call =
+                std::pin::pin!(rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token)));
+            let mut woken = false;
+            if let (Some(hub), true) = (hub, store.orders_commands()) {
+                // The release command is queued once its call is pending: wake the next local waiter now, so its
+                // acquire is executed right behind the release (see `LockStore::orders_commands`).
+                let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+                if let Poll::Ready(reply) = first {
+                    return self.wake_after_release(hub, reply.and_then(|r| r));
                 }
+                hub.wake_one(self.keys.channel());
+                woken = true;
             }
-            reply
+            let reply = call.await.and_then(|r| r);
+            match hub {
+                Some(hub) if !woken => self.wake_after_release(hub, reply),
+                _ => reply,
+            }
         });
         let mut report = ReleaseReport::default();
         let mut last_error = None;

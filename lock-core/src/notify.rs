@@ -121,7 +121,7 @@ impl ReleaseHub {
         }
     }
 
-    /// How many local waiters watch `channel`.
+    /// How many local waiters watch `channel` (a holder that had to wait stays registered until it releases).
     pub fn waiters(&self, channel: &str) -> usize {
         let state = self.channels().get(channel).cloned();
         state.map_or(0, |state| lock(&state).watchers)

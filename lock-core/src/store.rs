@@ -108,6 +108,18 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         None
     }
+
+    /// Whether the server executes this store's commands in the order their calls were first polled, across tasks
+    /// (one pipelined connection): a call whose future has been polled once and is pending has its command queued
+    /// ahead of any call started afterwards. The engine then wakes the next local waiter as soon as a release is
+    /// on its way, so that waiter's acquire runs on the server right behind the release: a hand-off costs one
+    /// round trip after the release starts instead of two. A store that cannot promise it keeps the default,
+    /// `false`, and waiters are woken when the release has completed. (Were the order broken, say by a reconnect
+    /// in between, the early waiter would find the lock still held and fall back to its backoff: later, never
+    /// wrong.)
+    fn orders_commands(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait]
@@ -126,5 +138,8 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         (**self).release_hub()
+    }
+    fn orders_commands(&self) -> bool {
+        (**self).orders_commands()
     }
 }

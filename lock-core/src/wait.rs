@@ -19,7 +19,9 @@ pub(crate) enum Attempt<G> {
     Held { holder_ttl: Option<Duration> },
 }
 
-/// Tries `attempt` until it acquires, the wait budget is spent, or the attempt limit is reached.
+/// Tries `attempt` until it acquires, the wait budget is spent, or the attempt limit is reached. Returns the
+/// guard and, when it had to wait, its registration on the release channel, for the holder to keep (see
+/// [`Lock::acquire`](crate::Lock::acquire)).
 ///
 /// The last try happens at the deadline at the latest; no sleep follows it. Transient errors (see
 /// [`LockError::is_retryable`]) are retried like contention; if the budget runs out after one, that error is
@@ -29,7 +31,7 @@ pub(crate) async fn until_acquired<G, F, Fut>(
     options: &LockOptions,
     hub: Option<(&Arc<ReleaseHub>, &str)>,
     mut attempt: F,
-) -> Result<G>
+) -> Result<(G, Option<ReleaseWatch>)>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<G>>>,
@@ -61,7 +63,7 @@ where
         // Listen before trying: a release between the try and the sleep must still wake us.
         let listener = watch.as_ref().map(ReleaseWatch::listen);
         let (holder_ttl, last_error) = match attempt().await {
-            Ok(Attempt::Acquired(guard)) => return Ok(guard),
+            Ok(Attempt::Acquired(guard)) => return Ok((guard, watch)),
             Ok(Attempt::Held { holder_ttl }) => (holder_ttl, None),
             Err(err) if err.is_retryable() => {
                 tracing::debug!(resource, error = %err, "transient error while waiting for lock");

@@ -294,6 +294,11 @@ impl LockStore for FredStore {
         scripts::parse_raise_fence(integer("raise-fence", reply)?)
     }
 
+    /// A pool of one client (the default) writes every command through that client's one ordered queue.
+    fn orders_commands(&self) -> bool {
+        self.inner.pool.size() == 1
+    }
+
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         Some(&self.inner.hub)
     }

@@ -154,6 +154,11 @@ impl Multiplexed {
         Ok((conn, index))
     }
 
+    /// Whether every command goes over one connection (and so reaches the server in the order it was issued).
+    pub(crate) fn is_single(&self) -> bool {
+        self.slots.len() == 1
+    }
+
     fn discard(&self, index: usize) {
         if let Some(slot) = self.slots.get(index) {
             *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;

@@ -504,6 +504,11 @@ impl LockStore for RedisStore {
         )
     }
 
+    /// One shared multiplexed connection (the default pool size) sends every command through one ordered queue.
+    fn orders_commands(&self) -> bool {
+        matches!(&self.inner.pool, Pool::Own(conns) if conns.is_single())
+    }
+
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         Some(&self.inner.hub)
     }
