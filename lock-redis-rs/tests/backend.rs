@@ -520,3 +520,35 @@ async fn dropping_the_store_stops_its_subscriber() {
     }
     holder.release().await.expect("release");
 }
+
+/// Two tasks of one store trading a lock: every hand-off is the holder's release and the waiter's one acquire,
+/// nothing else. The waiter is woken as soon as the release is queued on the store's one connection, so its acquire
+/// runs on the server right behind the release: were it ever executed first it would fail, and show as an extra
+/// `EVALSHA`. A holder that waited keeps the channel subscribed, so hand-offs cause no `UNSUBSCRIBE`/`SUBSCRIBE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_hand_off_is_one_release_and_one_acquire() {
+    const ROUNDS: u64 = 50;
+    let server = start();
+    let lock = Arc::new(Lock::new(connect(&server).await));
+    let before = command_calls(&server);
+    let tasks = (0..2).map(|_| {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.acquire("hand-off", &opts(10_000, 10_000)).await.unwrap();
+                tokio::time::sleep(ms(2)).await;
+                guard.release().await.unwrap();
+            }
+        })
+    });
+    for task in futures_util::future::join_all(tasks).await {
+        task.unwrap();
+    }
+    let after = command_calls(&server);
+    let delta = |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let acquisitions = 2 * ROUNDS;
+    // Each acquisition: one acquire and one release script; a few failed tries while the first waiter queues.
+    assert!(delta("evalsha") <= 2 * acquisitions + 4, "evalsha: {} for {acquisitions} acquisitions", delta("evalsha"));
+    assert!(delta("subscribe") <= 2, "subscribe: {}", delta("subscribe"));
+    assert!(delta("unsubscribe") <= 2, "unsubscribe: {}", delta("unsubscribe"));
+}
