@@ -297,8 +297,15 @@ impl RedisServer {
         loop {
             if let Ok(reply) = resp::command(self.addr(), &["PING"], Duration::from_millis(200)) {
                 if reply == Reply::Status("PONG".into()) {
-                    self.child = Some(child);
-                    return Ok(());
+                    // Between `free_port` and our bind another test's server may have taken the port (many start
+                    // at once): then it answered, ours failed to bind, and the caller must try another port.
+                    if self.process_id() == Some(child.id()) {
+                        self.child = Some(child);
+                        return Ok(());
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(ServerError::Start { reason: format!("port {} taken by another server", self.port) });
                 }
             }
             let exited = child.try_wait()?.is_some();
@@ -312,6 +319,14 @@ impl RedisServer {
             // Synchronous by design (test setup); the server is up within a few milliseconds.
             std::thread::park_timeout(Duration::from_millis(2));
         }
+    }
+}
+
+impl RedisServer {
+    /// The `process_id` the server on our port reports.
+    fn process_id(&self) -> Option<u32> {
+        let info = resp::command(self.addr(), &["INFO", "server"], Duration::from_millis(500)).ok()?.as_text()?;
+        info.lines().find_map(|line| line.strip_prefix("process_id:")?.trim().parse().ok())
     }
 }
 
