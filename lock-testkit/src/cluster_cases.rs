@@ -252,13 +252,19 @@ pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
 
 /// Replica acknowledgement on a cluster with one replica per primary (`WAIT` reaches the grant's shard and only
 /// it), then a primary killed right after an acknowledged acquire: once its replica has taken over, new
-/// acquisitions on every resource succeed again (the lock "keeps working"). Whether the lock held at the kill
+/// acquisitions on every resource succeed again (the lock "keeps working"), and a release on that shard still
+/// wakes another store's waiter by notification, before and after the failover. Whether the lock held at the kill
 /// survived is reported, not asserted: `WAIT` narrows the window, replication stays asynchronous.
 pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
     let mut cluster = RedisCluster::builder().replicas(1).start().or_panic();
     let lock = Lock::from_arc(store(&cluster).await);
     let name = "failover";
     let victim = owner(&cluster, name);
+    // A second store's waiter is woken by a release on the shard that will fail over (this opens its subscriber).
+    let waiter = Arc::new(Lock::from_arc(store(&cluster).await));
+    let notified = (0..).map(|i| format!("notified-{i}")).find(|r| owner(&cluster, r) == victim).or_panic();
+    let delay = release_wake_delay(&lock, &waiter, &notified).await;
+    assert!(delay < NOTIFIED_WITHIN, "before the failover: waiter took {delay:?}; no notification");
     // Replica acknowledgement asks the shard that made the grant, and only that shard: with another shard's
     // replica stopped the grant is acknowledged; with its own shard's replica stopped it falls short and is given
     // back (a WAIT sent to another node, or to every primary, would get one of these wrong).
@@ -315,6 +321,9 @@ pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
         g.release().await.or_panic();
     }
     let _ = held.release().await;
+    // Release notifications reach the same store's subscriber again, from the promoted primary.
+    let delay = release_wake_delay(&lock, &waiter, &notified).await;
+    assert!(delay < NOTIFIED_WITHIN, "after the failover: waiter took {delay:?}; no notification");
     // Every other primary's resources still work too.
     for i in 0..8 {
         let g = lock.acquire(&format!("after-{i}"), &LockOptions::new(ms(5_000)).wait(ms(5_000))).await.or_panic();
