@@ -533,12 +533,15 @@ impl GuardState {
     /// Compare-and-delete on every instance, after any extension in flight has finished.
     async fn release(&self) -> Result<ReleaseReport> {
         let _serial = self.extending.lock().await;
+        let single = self.instances.n() == 1;
         let releases = self.instances.stores.iter().map(|store| async move {
             let hub = store.release_hub();
             let mut call =
                 std::pin::pin!(rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token)));
             let mut woken = false;
-            if let (Some(hub), true) = (hub, store.orders_commands()) {
+            // One instance only: over Redlock the waiter's acquire also goes to instances whose release may not be
+            // queued yet, and would fail there.
+            if let (Some(hub), true) = (hub, single && store.orders_commands()) {
                 // The release command is queued once its call is pending: wake the next local waiter now, so its
                 // acquire is executed right behind the release (see `LockStore::orders_commands`).
                 let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
