@@ -34,16 +34,7 @@ fn command(server: &RedisServer, args: &[&str]) -> Reply {
 
 /// `INFO commandstats` as command name → calls.
 fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
-    let info = command(server, &["INFO", "commandstats"]).as_text().unwrap_or_default();
-    println!("{info}");
-    info.lines()
-        .filter_map(|line| line.strip_prefix("cmdstat_"))
-        .filter_map(|line| {
-            let (name, stats) = line.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
+    server.command_calls().unwrap_or_else(|err| panic!("INFO commandstats: {err}"))
 }
 
 fn keys(name: &str) -> LockKeys {

@@ -39,14 +39,7 @@ fn command(server: &RedisServer, args: &[&str]) -> Reply {
 
 /// `INFO commandstats` as `name -> calls` (`script|load` for subcommands).
 fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
-    let text = command(server, &["INFO", "commandstats"]).as_text().expect("INFO text");
-    text.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect()
+    server.command_calls().expect("INFO commandstats")
 }
 
 fn fence(guard: &lock_redis_rs::lock_core::Guard) -> FencingToken {

@@ -139,17 +139,12 @@ pub async fn releases_are_announced_on_their_shard_only(store: &StoreFactory) {
     assert_eq!(calls(cluster, "publish"), 0, "no release may be broadcast with PUBLISH");
 }
 
-/// Calls of `command` summed over the live nodes, from `INFO commandstats` (a `redis.call` in a script counts).
+/// Calls of `command` summed over the live nodes (a `redis.call` in a script counts).
 fn calls(cluster: &RedisCluster, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    let count = |reply: Reply| match reply {
-        Reply::Bulk(Some(text)) => String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix)?.split(',').next()?.parse::<u64>().ok())
-            .unwrap_or(0),
-        other => panic!("INFO commandstats: {other:?}"),
-    };
-    cluster.command_all(&["INFO", "commandstats"]).or_panic().into_iter().map(count).sum()
+    (0..cluster.len())
+        .filter_map(|i| cluster.node(i))
+        .map(|node| node.command_calls().or_panic().get(command).copied().unwrap_or(0))
+        .sum()
 }
 
 /// A waiter woken by a release notification acquires within this long after the release; polling, pinned at

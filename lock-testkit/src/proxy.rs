@@ -75,13 +75,16 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Starts a proxy on a free loopback port in front of `upstream`.
+    /// Starts a proxy on a free loopback port in front of `upstream`. Callable from synchronous and async code
+    /// alike: the proxy runs on a thread and runtime of its own, and nothing here blocks on a future.
     ///
     /// # Errors
     /// When no port can be bound or the proxy's thread cannot start.
     pub fn start(upstream: SocketAddr) -> io::Result<Self> {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let listener = runtime.block_on(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))?;
+        // Bound here with std (the port must be known before returning); handed to tokio on the proxy's thread.
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let (generation, _) = watch::channel(0u64);
         let shared =
@@ -89,7 +92,15 @@ impl FaultProxy {
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
         let accept_shared = shared.clone();
         let thread = std::thread::Builder::new().name(format!("fault-proxy-{}", addr.port())).spawn(move || {
+            // The proxy thread's own runtime: this block_on is the thread's root, never inside async code.
             runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(listener) => listener,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "fault proxy cannot listen");
+                        return;
+                    }
+                };
                 tokio::select! {
                     _ = stop => {}
                     _ = accept_loop(listener, upstream, accept_shared) => {}

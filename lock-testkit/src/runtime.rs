@@ -1,4 +1,7 @@
 //! Runs a test body on one of the runtimes the suite supports; the macro picks one by name.
+//!
+//! These are the roots of synchronous `#[test]` functions (what `conformance_tests!` writes): each blocks the test's
+//! thread on its future. They must never be called from async code.
 
 use std::future::Future;
 use std::time::Duration;

@@ -4,6 +4,7 @@
 //! when the test panics), and on Linux also when the test process dies (`PR_SET_PDEATHSIG`), so a SIGKILLed
 //! test run leaves no server behind.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -204,6 +205,24 @@ impl RedisServer {
     /// [`ServerError::Io`] when the server cannot be reached within 5 s.
     pub fn command(&self, args: &[&str]) -> Result<Reply, ServerError> {
         Ok(resp::command(self.addr(), args, COMMAND_TIMEOUT)?)
+    }
+
+    /// `INFO commandstats` as command name → calls (`script|load` for subcommands). A `redis.call` inside a script
+    /// counts as a call of its command.
+    ///
+    /// # Errors
+    /// As [`command`](Self::command); [`ServerError::Protocol`] for a reply that is not text.
+    pub fn command_calls(&self) -> Result<BTreeMap<String, u64>, ServerError> {
+        let reply = self.command(&["INFO", "commandstats"])?;
+        let text = reply.as_text().ok_or_else(|| ServerError::Protocol(format!("INFO commandstats: {reply:?}")))?;
+        Ok(text
+            .lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?.parse().ok()?;
+                Some((name.to_owned(), calls))
+            })
+            .collect())
     }
 
     /// Waits (at most `limit`) until this replica reports `master_link_status:up`.

@@ -696,11 +696,8 @@ fn case12_tiny_pool_many_waiters_holder_can_always_release() {
 
 /// Requests clients sent (script calls; the commands a script runs inside the server are not requests).
 fn client_requests(server: &RedisServer) -> u64 {
-    let info = server.command(&["INFO", "commandstats"]).unwrap().as_text().unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok())
-        .sum()
+    let calls = server.command_calls().unwrap();
+    ["evalsha", "eval"].iter().map(|name| calls.get(*name).copied().unwrap_or(0)).sum()
 }
 
 /// Case 13 — 200 waiters on one key. Invariants: Redis load during the wait stays bounded, and every waiter

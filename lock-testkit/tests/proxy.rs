@@ -69,3 +69,12 @@ fn reset_closes_open_connections() {
     let read = conn.read_to_end(&mut rest);
     assert!(read.is_err() || rest.is_empty(), "connection still answered after a reset: {rest:?}");
 }
+
+/// A proxy can be started from async code (a `#[tokio::test]`): starting one blocks on no future, so it does not
+/// trip tokio's "runtime within a runtime" panic.
+#[test]
+fn starts_from_async_code() {
+    let server = RedisServer::start().unwrap();
+    let proxy = lock_testkit::runtime::tokio(async { FaultProxy::start(server.addr()).unwrap() });
+    assert_eq!(send_command(proxy.addr(), &["PING"], T).unwrap(), Reply::Status("PONG".into()));
+}
