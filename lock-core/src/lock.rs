@@ -19,7 +19,7 @@ use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
-use crate::notify::{ReleaseHub, ReleaseWatch};
+use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
@@ -69,9 +69,10 @@ impl Instances {
 /// # async fn main() -> lock_core::Result<()> {
 /// let lock = Lock::new(MemoryStore::new()).with_key_prefix("billing:lock:");
 /// let guard = lock.acquire("customer-7", &LockOptions::new(Duration::from_secs(2))).await?;
-/// let fence = guard.fencing_token().expect("fencing is on by default");
-/// // ... write to the protected resource, passing `fence` along ...
-/// # let _ = fence;
+/// if let Some(fence) = guard.fencing_token() {
+///     // ... write to the protected resource, passing `fence` along (fencing is on by default) ...
+///     # let _ = fence;
+/// }
 /// assert_eq!(guard.release().await?, ReleaseOutcome::Released);
 /// # Ok(())
 /// # }
@@ -522,40 +523,36 @@ impl GuardState {
         drop(lock_mutex(&self.watch).take());
     }
 
-    /// Wakes the next local waiter after a release that deleted our key.
-    fn wake_after_release(&self, hub: &ReleaseHub, reply: Result<ReleaseOutcome>) -> Result<ReleaseOutcome> {
-        if matches!(reply, Ok(ReleaseOutcome::Released)) {
-            hub.wake_one(self.keys.channel());
-        }
-        reply
-    }
-
     /// Compare-and-delete on every instance, after any extension in flight has finished.
     async fn release(&self) -> Result<ReleaseReport> {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
         let releases = self.instances.stores.iter().map(|store| async move {
-            let hub = store.release_hub();
-            let mut call =
-                std::pin::pin!(rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token)));
-            let mut woken = false;
+            let call = rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token));
+            let Some(hub) = store.release_hub() else {
+                return call.await.and_then(|r| r);
+            };
+            let mut call = std::pin::pin!(call);
             // One instance only: over Redlock the waiter's acquire also goes to instances whose release may not be
             // queued yet, and would fail there.
-            if let (Some(hub), true) = (hub, single && store.orders_commands()) {
-                // The release command is queued once its call is pending: wake the next local waiter now, so its
-                // acquire is executed right behind the release (see `LockStore::orders_commands`).
-                let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-                if let Poll::Ready(reply) = first {
-                    return self.wake_after_release(hub, reply.and_then(|r| r));
+            let reply = if single && store.orders_commands() {
+                match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+                    // The release command is queued once its call is pending: wake the next local waiter now, so
+                    // its acquire is executed right behind the release (see `LockStore::orders_commands`).
+                    Poll::Pending => {
+                        hub.wake_one(self.keys.channel());
+                        return call.await.and_then(|r| r);
+                    }
+                    Poll::Ready(reply) => reply,
                 }
+            } else {
+                call.await
+            }
+            .and_then(|r| r);
+            if matches!(reply, Ok(ReleaseOutcome::Released)) {
                 hub.wake_one(self.keys.channel());
-                woken = true;
             }
-            let reply = call.await.and_then(|r| r);
-            match hub {
-                Some(hub) if !woken => self.wake_after_release(hub, reply),
-                _ => reply,
-            }
+            reply
         });
         let mut report = ReleaseReport::default();
         let mut last_error = None;

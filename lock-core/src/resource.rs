@@ -19,12 +19,13 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// | `{prefix}{resource}:released` | pub/sub channel a release publishes on |
 ///
 /// ```
-/// let keys = lock_core::LockKeys::new("lock:", "orders/42").unwrap();
+/// let keys = lock_core::LockKeys::new("lock:", "orders/42")?;
 /// assert_eq!(keys.lock(), "lock:{orders/42}");
 /// assert_eq!(keys.fence(), "lock:{orders/42}:fence");
 /// assert_eq!(keys.channel(), "lock:{orders/42}:released");
-/// assert_eq!(lock_core::LockKeys::new("lock:", "a}b").unwrap().lock(), "lock:{a%7Db}");
+/// assert_eq!(lock_core::LockKeys::new("lock:", "a}b")?.lock(), "lock:{a%7Db}");
 /// assert!(lock_core::LockKeys::new("lock:", "").is_err());
+/// # Ok::<(), lock_core::LockError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct LockKeys {

@@ -168,10 +168,9 @@ async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbo
             }
             Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
         }
-        if !refuse_during(rt::sleep("subscriber backoff", backoff), &mut requests).await {
+        if !back_off(&mut backoff, &mut requests).await {
             return;
         }
-        backoff = (backoff * 2).min(RECONNECT_MAX);
     }
 }
 
@@ -189,10 +188,9 @@ async fn run_sharded(
             Ok(conn) => break conn,
             Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
         }
-        if !refuse_during(rt::sleep("subscriber backoff", backoff), &mut requests).await {
+        if !back_off(&mut backoff, &mut requests).await {
             return;
         }
-        backoff = (backoff * 2).min(RECONNECT_MAX);
     };
     while let Some(request) = requests.next().await {
         match request {
@@ -349,6 +347,14 @@ async fn confirm(
     request: impl std::future::Future<Output = redis::RedisResult<()>>,
 ) -> Result<()> {
     rt::timeout(operation, d.command, request).await?.map_err(|err| error::from_redis(err, operation, None, d.command))
+}
+
+/// Waits out `backoff` (refusing subscriptions meanwhile) and doubles it up to the cap. Returns `false` when the
+/// task should end.
+async fn back_off(backoff: &mut Duration, requests: &mut mpsc::UnboundedReceiver<Request>) -> bool {
+    let go_on = refuse_during(rt::sleep("subscriber backoff", *backoff), requests).await;
+    *backoff = (*backoff * 2).min(RECONNECT_MAX);
+    go_on
 }
 
 /// Waits for `pause` while refusing subscriptions at once (the hub's list is resubscribed after reconnecting, so

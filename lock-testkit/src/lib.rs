@@ -11,7 +11,7 @@
 //! use lock_testkit::{conformance_tests, RedisServer, Subject};
 //!
 //! async fn subject() -> Subject {
-//!     let server = RedisServer::start().expect("redis-server");
+//!     let server = RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"));
 //!     let store = lock_core::MemoryStore::new(); // your store, connected to `server.url()`
 //!     Subject::new(Lock::new(store)).keep(server)
 //! }

@@ -14,20 +14,25 @@ use crate::server::{CommandStats, Server};
 /// Cycles each contender runs before the measured rounds (connections, script cache, pools).
 const WARMUP_CYCLES: u64 = 300;
 
+/// The contenders of scenarios 1 and 2 on one server.
+async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contender>> {
+    Ok(vec![
+        Contender::core("redis-rs", Backend::RedisRs, urls, true).await?,
+        Contender::core("fred", Backend::Fred, urls, true).await?,
+        Contender::floor("floor", urls).await?,
+        Contender::rslock("rslock", urls, None)?,
+        // Not targets: how much of the gap to the floor is fencing's own work. Our lock without fencing (acquire is
+        // then SET NX PX), and the floor acquiring with our fenced script.
+        Contender::core("redis-rs-nofence", Backend::RedisRs, urls, false).await?,
+        Contender::floor_fenced("floor-fenced", urls).await?,
+    ])
+}
+
 /// Scenario 1: one task, one server.
 pub(crate) async fn uncontended(ctx: &mut Ctx) -> anyhow::Result<()> {
     let servers = ctx.servers(1)?;
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
-    let mut contenders = vec![
-        Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
-        Contender::core("fred", Backend::Fred, &urls, true).await?,
-        Contender::floor("floor", &urls).await?,
-        Contender::rslock("rslock", &urls, None)?,
-        // Not targets: how much of the gap to the floor is fencing's own work. Our lock without fencing (acquire is
-        // then SET NX PX), and the floor acquiring with our fenced script.
-        Contender::core("redis-rs-nofence", Backend::RedisRs, &urls, false).await?,
-        Contender::floor_fenced("floor-fenced", &urls).await?,
-    ];
+    let mut contenders = single_server_contenders(&urls).await?;
     ctx.settings.keep(&mut contenders);
     let bound = Bound::new(0.6, 1_000_000, ctx.settings.scale);
     cycle_scenario(ctx, "uncontended", &servers, &contenders, 1, bound).await
@@ -37,14 +42,7 @@ pub(crate) async fn uncontended(ctx: &mut Ctx) -> anyhow::Result<()> {
 pub(crate) async fn concurrent_distinct(ctx: &mut Ctx) -> anyhow::Result<()> {
     let servers = ctx.servers(1)?;
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
-    let mut contenders = vec![
-        Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
-        Contender::core("fred", Backend::Fred, &urls, true).await?,
-        Contender::floor("floor", &urls).await?,
-        Contender::rslock("rslock", &urls, None)?,
-        Contender::core("redis-rs-nofence", Backend::RedisRs, &urls, false).await?,
-        Contender::floor_fenced("floor-fenced", &urls).await?,
-    ];
+    let mut contenders = single_server_contenders(&urls).await?;
     if ctx.settings.diagnostics {
         // How much of the gap is one connection per command instead of one shared, auto-pipelined connection.
         contenders.push(Contender::core("redis-rs-pool1", Backend::RedisRsPool(1), &urls, true).await?);
