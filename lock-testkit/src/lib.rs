@@ -32,6 +32,7 @@ mod oracle;
 pub mod proxy;
 mod resp;
 pub mod runtime;
+pub mod scripted;
 mod sentinel;
 pub mod sentinel_cases;
 mod server;
