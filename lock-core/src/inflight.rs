@@ -39,9 +39,13 @@ impl InFlight {
     }
 
     /// Releases what may have been acquired, waiting for it (bounded), so the next try does not find our own key.
+    ///
+    /// Stays armed until the release has completed: if this future is dropped first (the caller was cancelled),
+    /// the release may never have been sent (a client drops a request whose caller is gone), so `Drop` sends
+    /// it again in the background.
     pub(crate) async fn release_now(mut self) {
-        self.armed = false;
         release_all(&self.instances.stores, &self.keys, &self.token, self.timeout).await;
+        self.armed = false;
     }
 }
 
