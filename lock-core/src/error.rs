@@ -162,10 +162,11 @@ impl LockError {
         )
     }
 
-    /// Whether a request may have been applied by the server although no reply was read (so whatever it may
-    /// have acquired must be released by token).
-    pub(crate) fn outcome_unknown(&self) -> bool {
-        // A replica shortfall is reported after the grant was applied: it must be given back too.
-        matches!(self, LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::ReplicasShort { .. })
+    /// Whether this error may come from a request the server applied, so that whatever it may have acquired must
+    /// be released by token. Only errors raised before a request left (bad input, no runtime) are known to leave
+    /// nothing behind: a server error can follow a write in the same script (an `INCRBY` after the `SET`), a `WAIT`
+    /// refused by the ACL follows the grant, and a timeout or a broken connection hides whether it was applied.
+    pub(crate) fn may_follow_a_write(&self) -> bool {
+        !matches!(self, LockError::InvalidArgument(_) | LockError::NoRuntime(_))
     }
 }

@@ -210,10 +210,11 @@ impl Lock {
         drop(replies);
 
         if tally.granted.len() < inst.quorum {
-            // Granted somewhere, unanswered, or failed in a way that may hide an applied SET (a timeout, a dropped
-            // connection): give it back everywhere. "Held" and definite errors mean nothing of ours exists.
+            // Granted somewhere, unanswered, or failed after the request left (a server error after the SET, a
+            // refused WAIT, a timeout, a dropped connection): give it back everywhere. Only "held" replies and
+            // errors raised before sending mean nothing of ours exists.
             let maybe_ours =
-                !tally.granted.is_empty() || answered < n || tally.errors.iter().any(LockError::outcome_unknown);
+                !tally.granted.is_empty() || answered < n || tally.errors.iter().any(LockError::may_follow_a_write);
             if maybe_ours {
                 inflight.release_now().await;
             } else {

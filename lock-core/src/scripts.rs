@@ -34,7 +34,9 @@ local fencing = ARGV[3] == '1'
 local current = false
 if fencing then
   current = redis.pcall('GET', KEYS[2])
-  if type(current) == 'table' or (current and not tonumber(current)) then
+  -- What INCRBY accepts (a decimal integer, no spaces, no exponent, no hex, within 64 bits), not what Lua's
+  -- tonumber reads: checked before the SET, so a counter INCRBY would refuse never leaves the lock key behind.
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
     return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
   end
 end
@@ -62,11 +64,17 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
 /// it taken: the holder's remaining TTL, or `WRONGTYPE` when the key is not a lock at all.
 ///
-/// `KEYS[1]` lock key. Reply: the PTTL in ms (negative when the server reports none). Backends acquiring without
+/// `KEYS[1]` lock key. Reply: the PTTL in ms; -1 for a key without expiry; -2 when the key is gone (it expired or
+/// was released between the `SET` and this script: the lock is free, and [`parse_holder`] says "try again at
+/// once"). Backends acquiring without
 /// fencing send `SET NX PX` first (one round trip, the same command a hand-written client would send) and this
 /// script only when that failed, so an uncontended lock without fencing costs no Lua on the server.
 pub const HOLDER: &str = r#"
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'none' then
+  return -2
+end
+if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 return redis.call('PTTL', KEYS[1])
@@ -119,7 +127,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 local raw = redis.pcall('GET', KEYS[2])
-local current = type(raw) ~= 'table' and tonumber(raw or '0')
+local current = type(raw) ~= 'table' and string.match(raw or '0', '^%-?%d+$') and #(raw or '0') <= 18
+  and tonumber(raw or '0')
 if not current then
   return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
 end
@@ -158,9 +167,15 @@ pub fn parse_acquire(reply: &[i64], fencing: bool) -> Result<AcquireReply> {
     }
 }
 
-/// Interprets the integer [`HOLDER`] returned: the lock is held, for this long if known.
+/// Interprets the integer [`HOLDER`] returned: the lock is held, for this long if known. A key that vanished since
+/// the `SET` (-2) is reported as held for zero time, so a waiting acquire tries again at once and a single try
+/// reports what it saw when it tried.
 pub fn parse_holder(pttl: i64) -> AcquireReply {
-    AcquireReply::Held { ttl: u64::try_from(pttl).ok().map(Duration::from_millis) }
+    let ttl = match pttl {
+        -2 => Some(Duration::ZERO),
+        ms => u64::try_from(ms).ok().map(Duration::from_millis),
+    };
+    AcquireReply::Held { ttl }
 }
 
 /// Interprets the integer [`RELEASE`] returned.

@@ -59,6 +59,23 @@ async fn a_cancelled_give_back_still_releases() {
     eventually("the cancelled give-back released the key", ms(2_000), || server.memory().held_count() == 0).await;
 }
 
+/// Finding 8 (engine part): an error raised after the server applied the acquire (an `INCRBY` failing after the
+/// `SET`, a `WAIT` refused by the ACL) is not "nothing of ours exists": the grant is given back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_the_grant_was_applied_gives_it_back() {
+    for injected in [Injected::Auth, Injected::Backend] {
+        let server = ScriptedServer::new();
+        let lock = Lock::new(server.client());
+        server.once(Op::Acquire, Fault::FailAfter(injected));
+        let err = lock.try_acquire("applied", &LockOptions::new(ms(30_000))).await.err();
+        assert!(err.as_ref().is_some_and(lock_testkit::scripted::is_injected), "{injected:?}: got {err:?}");
+        eventually("the applied grant was given back", ms(2_000), || server.memory().held_count() == 0).await;
+        // And the lock is usable at once.
+        let g = lock.try_acquire("applied", &LockOptions::new(ms(30_000))).await.unwrap().expect("free");
+        assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
+    }
+}
+
 /// The errors the scripted store injects are told apart from errors the engine makes up.
 #[tokio::test]
 async fn injected_errors_are_recognisable() {

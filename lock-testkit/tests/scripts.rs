@@ -1,0 +1,69 @@
+//! lock-core's Lua scripts on a real redis-server, in the states a client cannot force through a store: a key that
+//! vanished between two commands, fence counters in formats Lua reads as numbers but `INCRBY` refuses.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
+
+use lock_core::scripts::{self, parse_holder};
+use lock_core::AcquireReply;
+use lock_testkit::{RedisServer, Reply};
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
+}
+
+fn eval(server: &RedisServer, script: &str, keys: &[&str], args: &[&str]) -> Reply {
+    let numkeys = keys.len().to_string();
+    let mut command = vec!["EVAL", script, numkeys.as_str()];
+    command.extend_from_slice(keys);
+    command.extend_from_slice(args);
+    server.command(&command).unwrap()
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.command(&["EXISTS", key]).unwrap().as_int() == Some(1)
+}
+
+/// Finding 2: without fencing, acquire is `SET NX PX`, then `HOLDER` when the key was taken. A key that expired
+/// or was released between the two is free, not "a value that is not a lock": the script says so (-2), and the
+/// waiting loop tries again at once.
+#[test]
+fn holder_of_a_vanished_key_says_free() {
+    let s = server();
+    let reply = eval(&s, scripts::HOLDER, &["lock:{gone}"], &[]);
+    assert_eq!(reply, Reply::Int(-2), "HOLDER on an absent key");
+    assert_eq!(parse_holder(-2), AcquireReply::Held { ttl: Some(std::time::Duration::ZERO) });
+    // A foreign type is still refused, and a live lock reports its TTL.
+    s.command(&["HSET", "lock:{hash}", "f", "v"]).unwrap();
+    assert!(eval(&s, scripts::HOLDER, &["lock:{hash}"], &[]).is_error());
+    s.command(&["SET", "lock:{held}", "t", "PX", "5000"]).unwrap();
+    let pttl = eval(&s, scripts::HOLDER, &["lock:{held}"], &[]).as_int().unwrap();
+    assert!((1..=5000).contains(&pttl), "{pttl}");
+}
+
+/// Finding 8: `ACQUIRE` checks the fence counter before any write, with the rule `INCRBY` applies: a counter Lua
+/// would read as a number but `INCRBY` refuses ("1e3", "0x10", " 7", "7 ", "1.5", a value past 64 bits) fails the
+/// script with `WRONGTYPE` and leaves no lock key behind. `RAISE_FENCE` refuses them the same way.
+#[test]
+fn a_fence_counter_incrby_refuses_fails_before_any_write() {
+    let s = server();
+    for (i, bad) in ["1e3", "0x10", " 7", "7 ", "1.5", "99999999999999999999", "abc", ""].iter().enumerate() {
+        let lock = format!("lock:{{bad{i}}}");
+        let fence = format!("lock:{{bad{i}}}:fence");
+        s.command(&["SET", &fence, bad]).unwrap();
+        let reply = eval(&s, scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1"]);
+        let text = reply.as_text().unwrap_or_default();
+        assert!(reply.is_error() && text.contains("WRONGTYPE"), "fence {bad:?}: {reply:?}");
+        assert!(!exists(&s, &lock), "fence {bad:?}: the lock key was written before the check");
+        s.command(&["SET", &lock, "token", "PX", "30000"]).unwrap();
+        let raised = eval(&s, scripts::RAISE_FENCE, &[&lock, &fence], &["token", "100"]);
+        assert!(raised.is_error(), "raise-fence over {bad:?}: {raised:?}");
+        assert_eq!(s.command(&["GET", &fence]).unwrap().as_text().as_deref(), Some(*bad));
+    }
+    // Integers INCRBY takes still work, negative ones included.
+    for (i, good) in ["7", "-3", "0"].iter().enumerate() {
+        let lock = format!("lock:{{good{i}}}");
+        let fence = format!("lock:{{good{i}}}:fence");
+        s.command(&["SET", &fence, good]).unwrap();
+        let reply = eval(&s, scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1", "5"]);
+        assert!(matches!(reply, Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))), "{good:?}: {reply:?}");
+    }
+}
