@@ -85,7 +85,7 @@ pub use error::{BoxError, LockError, Result};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 pub use memory::MemoryStore;
-pub use notify::{ReleaseHub, ReleaseWatch, SubscriptionControl};
+pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
     validate_ttl, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
 };

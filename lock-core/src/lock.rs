@@ -19,13 +19,12 @@ use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
-use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
 use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::{FencingToken, Token};
-use crate::wait::{until_acquired, Attempt};
+use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
 use crate::{lease, redlock, rt};
 
@@ -164,10 +163,11 @@ impl Lock {
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
         let keys = self.prepare(resource, options)?;
         let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait_budget());
-        // Any instance's release notification is a good enough hint; the wait loop re-polls all of them.
-        let hub = self.instances.stores.iter().find_map(|s| s.release_hub()).map(|hub| (hub, keys.channel()));
-        let (guard, watch) =
-            until_acquired(resource, options, hub, || self.attempt(&keys, options)).instrument(span).await?;
+        // A release notification from any instance is a hint to try again; each try polls all of them.
+        let stores = &self.instances.stores;
+        let (guard, watch) = until_acquired(resource, options, stores, keys.channel(), || self.attempt(&keys, options))
+            .instrument(span)
+            .await?;
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
         // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
         // coming straight back, say) queues behind instead of trying a lock that is held.
@@ -361,6 +361,13 @@ impl Tally {
         if let Some(pos) = self.errors.iter().position(|e| !e.is_retryable()) {
             return Err(self.errors.swap_remove(pos));
         }
+        if self.held > 0 {
+            // Another owner holds it where we could look, and the rest did not answer (or failed): that is
+            // contention, to wait out with notifications, not an outage. (The attempt stops as soon as the quorum
+            // is out of reach, so the instances left unasked may well say "held" too.)
+            tracing::trace!(resource, held = self.held, errors = self.errors.len(), "lock held; others unreachable");
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl });
+        }
         tracing::debug!(resource, granted = self.granted.len(), answered, quorum, "no quorum");
         Err(LockError::Quorum { granted: self.granted.len(), required: quorum, total: n })
     }
@@ -458,7 +465,7 @@ struct GuardState {
     stopping: AtomicBool,
     watchdog: Mutex<Option<BackgroundTask>>,
     /// The release-channel registration of a holder that waited (see [`Lock::acquire`]); dropped at release.
-    watch: Mutex<Option<ReleaseWatch>>,
+    watch: Mutex<Option<Watches>>,
     /// The runtime the lock was acquired on: a release on drop runs there, wherever the guard is dropped (the
     /// store's connections may only work on that runtime).
     runtime: Option<rt::Runtime>,
@@ -539,10 +546,14 @@ impl GuardState {
             let reply = if single && store.orders_commands() {
                 match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
                     // The release command is queued once its call is pending: wake the next local waiter now, so
-                    // its acquire is executed right behind the release (see `LockStore::orders_commands`).
+                    // its acquire is executed right behind the release (see `LockStore::orders_commands`). Should
+                    // that acquire overtake the release after all (the command was not queued yet: a full channel,
+                    // a spent coop budget), `early` wakes a waiter again when the release has completed.
                     Poll::Pending => {
-                        hub.wake_one(self.keys.channel());
-                        return call.await.and_then(|r| r);
+                        let early = hub.release_started(self.keys.channel());
+                        let reply = call.await.and_then(|r| r);
+                        drop(early);
+                        return reply;
                     }
                     Poll::Ready(reply) => reply,
                 }

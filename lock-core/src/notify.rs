@@ -7,22 +7,29 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use async_trait::async_trait;
 use event_listener::{Event, EventListener, IntoNotification};
 
 use crate::error::Result;
 
+/// The confirmation of one subscription request: resolves once the server confirmed it, or with the reason it
+/// did not (the waiter then polls).
+pub type Confirmation = Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>;
+
 /// How a [`ReleaseHub`] asks its backend to follow or stop following a channel.
 ///
-/// A backend implements this over one shared subscriber connection. Calls for one channel arrive in order and
-/// must be applied in that order (a queue to one task does it).
-#[async_trait]
+/// A backend implements this over one shared subscriber connection. The hub calls both methods while it holds its
+/// own lock, so the requests for one channel are made in the order the hub decided them (the last waiter leaving,
+/// then a new one arriving, is unsubscribe then subscribe); the backend must keep that order to the server (a queue
+/// to one task does it) and must not block in either call.
 pub trait SubscriptionControl: Send + Sync + fmt::Debug + 'static {
-    /// Starts delivering messages of `channel` to the hub; returns once the server confirmed.
-    async fn subscribe(&self, channel: &str) -> Result<()>;
-    /// Stops delivering messages of `channel` (fire and forget; called from `Drop`).
+    /// Queues a request to deliver the messages of `channel` to the hub; the returned confirmation resolves once
+    /// the server confirmed it.
+    fn subscribe(&self, channel: &str) -> Confirmation;
+    /// Queues a request to stop delivering the messages of `channel` (fire and forget).
     fn unsubscribe(&self, channel: &str);
 }
 
@@ -30,10 +37,9 @@ pub trait SubscriptionControl: Send + Sync + fmt::Debug + 'static {
 #[derive(Debug)]
 struct Local;
 
-#[async_trait]
 impl SubscriptionControl for Local {
-    async fn subscribe(&self, _channel: &str) -> Result<()> {
-        Ok(())
+    fn subscribe(&self, _channel: &str) -> Confirmation {
+        Box::pin(std::future::ready(Ok(())))
     }
     fn unsubscribe(&self, _channel: &str) {}
 }
@@ -41,6 +47,18 @@ impl SubscriptionControl for Local {
 struct Channel {
     event: Event,
     watchers: usize,
+    /// Local releases that woke a waiter before they completed (see [`EarlyRelease`]) and have not completed yet.
+    releasing: usize,
+    /// How many such releases have completed so far.
+    completed: u64,
+    /// A waiter's try found the lock held while such a release was still on its way: wake one at its completion.
+    raced: bool,
+}
+
+impl Channel {
+    fn new() -> Self {
+        Channel { event: Event::new(), watchers: 0, releasing: 0, completed: 0, raced: false }
+    }
 }
 
 /// Per-store registry of waiters by release channel.
@@ -82,23 +100,22 @@ impl ReleaseHub {
     /// Registers a waiter on `channel`; the first waiter of a channel subscribes (a failure is logged, not returned:
     /// the waiter then polls).
     pub async fn watch(self: &Arc<Self>, channel: &str) -> ReleaseWatch {
-        let (state, first) = {
+        let (state, confirmation) = {
             let mut map = self.channels();
-            let state = map
-                .entry(channel.to_owned())
-                .or_insert_with(|| Arc::new(Mutex::new(Channel { event: Event::new(), watchers: 0 })))
-                .clone();
+            let state = map.entry(channel.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Channel::new()))).clone();
             let first = {
                 let mut ch = lock(&state);
                 ch.watchers += 1;
                 ch.watchers == 1
             };
-            (state, first)
+            // Requested under the map lock, like the unsubscribe of the last waiter leaving (see `Drop`), so the
+            // two reach the backend in the order they were decided.
+            (state, first.then(|| self.control.subscribe(channel)))
         };
         // Built before the await so that a cancelled subscribe still unregisters.
         let watch = ReleaseWatch { hub: self.clone(), channel: channel.to_owned(), state };
-        if first {
-            if let Err(err) = self.control.subscribe(channel).await {
+        if let Some(confirmation) = confirmation {
+            if let Err(err) = confirmation.await {
                 tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
             }
         }
@@ -119,6 +136,20 @@ impl ReleaseHub {
         if let Some(state) = state {
             lock(&state).event.notify(1.additional());
         }
+    }
+
+    /// Wakes the next local waiter on `channel` for a release of ours that is on its way to the server but has not
+    /// completed (see [`LockStore::orders_commands`](crate::LockStore::orders_commands)). Should the waiter's try
+    /// still find the lock held (the release was not queued yet after all), the returned value wakes a waiter
+    /// again when it is dropped, at the release's completion.
+    pub(crate) fn release_started(&self, channel: &str) -> EarlyRelease {
+        let state = self.channels().get(channel).cloned();
+        if let Some(state) = &state {
+            let mut ch = lock(state);
+            ch.releasing += 1;
+            ch.event.notify(1.additional());
+        }
+        EarlyRelease { state }
     }
 
     /// How many local waiters watch `channel` (a holder that had to wait stays registered until it releases).
@@ -160,6 +191,31 @@ impl ReleaseWatch {
     pub fn listen(&self) -> EventListener {
         lock(&self.state).event.listen()
     }
+
+    /// The hub this registration is on.
+    pub(crate) fn hub(&self) -> &Arc<ReleaseHub> {
+        &self.hub
+    }
+
+    /// How many early-woken local releases have completed: read before a try, then pass to
+    /// [`held_during`](Self::held_during) when the try found the lock held.
+    pub(crate) fn progress(&self) -> u64 {
+        lock(&self.state).completed
+    }
+
+    /// After a try (started at `progress`) found the lock held: whether to try again now, because a local release
+    /// completed meanwhile (the "held" may predate it). When one is still on its way, its completion is asked to
+    /// wake a waiter.
+    pub(crate) fn held_during(&self, progress: u64) -> bool {
+        let mut ch = lock(&self.state);
+        if ch.completed > progress {
+            return true;
+        }
+        if ch.releasing > 0 {
+            ch.raced = true;
+        }
+        false
+    }
 }
 
 impl Drop for ReleaseWatch {
@@ -172,8 +228,27 @@ impl Drop for ReleaseWatch {
         };
         if last {
             map.remove(&self.channel);
-            drop(map);
+            // Under the map lock: a waiter arriving now subscribes after this (see `watch`).
             self.hub.control.unsubscribe(&self.channel);
+        }
+    }
+}
+
+/// A local release that woke a waiter before it completed (see [`ReleaseHub::release_started`]); dropped when the
+/// release completed (or was cancelled).
+pub(crate) struct EarlyRelease {
+    state: Option<Arc<Mutex<Channel>>>,
+}
+
+impl Drop for EarlyRelease {
+    fn drop(&mut self) {
+        if let Some(state) = &self.state {
+            let mut ch = lock(state);
+            ch.releasing = ch.releasing.saturating_sub(1);
+            ch.completed += 1;
+            if std::mem::take(&mut ch.raced) {
+                ch.event.notify(1.additional());
+            }
         }
     }
 }

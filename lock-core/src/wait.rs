@@ -5,11 +5,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::{select, Either};
+use event_listener::EventListener;
+use futures_util::future::{select, select_all, Either};
 
 use crate::error::{LockError, Result};
 use crate::notify::{ReleaseHub, ReleaseWatch};
 use crate::options::LockOptions;
+use crate::store::LockStore;
 
 /// The result of one try.
 pub(crate) enum Attempt<G> {
@@ -19,8 +21,104 @@ pub(crate) enum Attempt<G> {
     Held { holder_ttl: Option<Duration> },
 }
 
+/// One waiter's registrations on the release channel of a lock, one per instance that has notifications (a
+/// Redlock waiter hears a release on any of its instances).
+pub(crate) struct Watches {
+    watches: Vec<ReleaseWatch>,
+    /// Each registration's [`ReleaseWatch::progress`] when the current try started.
+    marks: Vec<u64>,
+}
+
+impl Watches {
+    /// Registers on `channel` with every hub of `stores`; `None` when no store has notifications.
+    async fn new(stores: &[Arc<dyn LockStore>], channel: &str) -> Option<Self> {
+        let watches = stores.iter().filter_map(|s| s.release_hub()).map(|hub| hub.watch(channel));
+        let watches = futures_util::future::join_all(watches).await;
+        let marks = vec![0; watches.len()];
+        (!watches.is_empty()).then_some(Watches { watches, marks })
+    }
+
+    /// Listeners for the next wake-up on any instance (create them *before* a try, see [`ReleaseWatch::listen`]),
+    /// and the marks [`held_during`](Self::held_during) compares with.
+    fn before_try(&mut self) -> Listeners {
+        for (mark, w) in self.marks.iter_mut().zip(&self.watches) {
+            *mark = w.progress();
+        }
+        Listeners(self.watches.iter().map(ReleaseWatch::listen).collect())
+    }
+
+    /// See [`ReleaseWatch::held_during`]: whether to try again now.
+    fn held_during(&self) -> bool {
+        // Every registration is asked, so each early release on its way learns that a try raced it.
+        self.watches.iter().zip(&self.marks).fold(false, |again, (w, mark)| w.held_during(*mark) | again)
+    }
+
+    fn hub(&self, i: usize) -> Option<&Arc<ReleaseHub>> {
+        self.watches.get(i).map(ReleaseWatch::hub)
+    }
+}
+
+/// Listeners of one wait, one per instance.
+struct Listeners(Vec<EventListener>);
+
+impl Listeners {
+    /// Waits for a wake-up or `pause`, whichever comes first: `Some(i)` when instance `i`'s hub woke us.
+    async fn or_sleep(self, pause: Duration) -> Result<Option<usize>> {
+        let sleep = std::pin::pin!(crate::rt::sleep(pause));
+        let mut listeners = self.0;
+        let woken = async move {
+            match listeners.len() {
+                // `select_all` would allocate for the common case of one instance.
+                0 | 1 => match listeners.pop() {
+                    Some(one) => {
+                        one.await;
+                        0
+                    }
+                    None => std::future::pending().await,
+                },
+                _ => select_all(listeners).await.1,
+            }
+        };
+        match select(std::pin::pin!(woken), sleep).await {
+            Either::Left((i, _)) => Ok(Some(i)),
+            Either::Right((slept, _)) => slept.map(|()| None),
+        }
+    }
+}
+
+/// A wake-up this waiter consumed and has not yet turned into an answer (the lock acquired, or found held). If
+/// the waiter leaves before that (cancelled while its try is on the way, out of budget, a failed try), the
+/// wake-up goes to the next waiter on drop, so a release is never lost with a waiter that gave up.
+struct OwedWake<'a> {
+    hub: Option<Arc<ReleaseHub>>,
+    channel: &'a str,
+}
+
+impl<'a> OwedWake<'a> {
+    fn none(channel: &'a str) -> Self {
+        OwedWake { hub: None, channel }
+    }
+
+    fn owe(&mut self, hub: &Arc<ReleaseHub>) {
+        self.hub = Some(hub.clone());
+    }
+
+    /// The try answered: nothing is owed.
+    fn settle(&mut self) {
+        self.hub = None;
+    }
+}
+
+impl Drop for OwedWake<'_> {
+    fn drop(&mut self) {
+        if let Some(hub) = self.hub.take() {
+            hub.wake_one(self.channel);
+        }
+    }
+}
+
 /// Tries `attempt` until it acquires, the wait budget is spent, or the attempt limit is reached. Returns the
-/// guard and, when it had to wait, its registration on the release channel, for the holder to keep (see
+/// guard and, when it had to wait, its registrations on the release channel, for the holder to keep (see
 /// [`Lock::acquire`](crate::Lock::acquire)).
 ///
 /// The last try happens at the deadline at the latest; no sleep follows it. Transient errors (see
@@ -29,9 +127,10 @@ pub(crate) enum Attempt<G> {
 pub(crate) async fn until_acquired<G, F, Fut>(
     resource: &str,
     options: &LockOptions,
-    hub: Option<(&Arc<ReleaseHub>, &str)>,
+    stores: &[Arc<dyn LockStore>],
+    channel: &str,
     mut attempt: F,
-) -> Result<(G, Option<ReleaseWatch>)>
+) -> Result<(G, Option<Watches>)>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<G>>>,
@@ -40,31 +139,38 @@ where
     let deadline = started + options.wait_budget();
     let policy = options.retry_policy();
     // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
-    let mut watch = None;
+    let mut watch: Option<Watches> = None;
+    // Declared after `watch`, so dropped before it: a wake-up passed on never reaches our own registration.
+    let mut owed = OwedWake::none(channel);
     let mut delays = policy.delays();
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
     // wakes it, or after one backoff step at the latest.
-    if let Some((hub, channel)) = hub {
-        if !options.wait_budget().is_zero() && hub.waiters(channel) > 0 {
-            let queued = hub.watch(channel).await;
-            let listener = queued.listen();
+    let queued = stores.iter().filter_map(|s| s.release_hub()).any(|hub| hub.waiters(channel) > 0);
+    if !options.wait_budget().is_zero() && queued {
+        if let Some(queue) = Watches::new(stores, channel).await {
             let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
-            let sleep = crate::rt::sleep(pause);
-            if let Either::Right((slept, _)) = select(listener, std::pin::pin!(sleep)).await {
-                slept?;
+            let mut queue = queue;
+            if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
+                owed.owe(hub);
             }
-            watch = Some(queued);
+            watch = Some(queue);
         }
     }
     let mut attempts: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
         // Listen before trying: a release between the try and the sleep must still wake us.
-        let listener = watch.as_ref().map(ReleaseWatch::listen);
+        let listeners = watch.as_mut().map(Watches::before_try);
         let (holder_ttl, last_error) = match attempt().await {
-            Ok(Attempt::Acquired(guard)) => return Ok((guard, watch)),
-            Ok(Attempt::Held { holder_ttl }) => (holder_ttl, None),
+            Ok(Attempt::Acquired(guard)) => {
+                owed.settle();
+                return Ok((guard, watch));
+            }
+            Ok(Attempt::Held { holder_ttl }) => {
+                owed.settle();
+                (holder_ttl, None)
+            }
             Err(err) if err.is_retryable() => {
                 tracing::debug!(resource, error = %err, "transient error while waiting for lock");
                 (None, Some(err))
@@ -81,9 +187,16 @@ where
             }));
         }
         if watch.is_none() && last_error.is_none() {
-            if let Some((hub, channel)) = hub {
-                watch = Some(hub.watch(channel).await);
+            if let Some(registered) = Watches::new(stores, channel).await {
+                watch = Some(registered);
                 // A release may have landed before the subscription: look again before sleeping.
+                continue;
+            }
+        }
+        if let (Some(w), None) = (&watch, &last_error) {
+            // A release of ours completed while this try was on its way (it was woken early and overtook the
+            // release): the "held" may predate the release, so look again now.
+            if w.held_during() {
                 continue;
             }
         }
@@ -93,14 +206,14 @@ where
             pause = pause.min(ttl + Duration::from_millis(1));
         }
         pause = pause.min(deadline.saturating_duration_since(now));
-        let sleep = crate::rt::sleep(pause);
-        match listener {
-            Some(listener) => {
-                if let Either::Right((slept, _)) = select(listener, std::pin::pin!(sleep)).await {
-                    slept?;
+        match listeners {
+            Some(listeners) => {
+                let woken = listeners.or_sleep(pause).await?;
+                if let Some(hub) = woken.and_then(|i| watch.as_ref()?.hub(i)) {
+                    owed.owe(hub);
                 }
             }
-            None => sleep.await?,
+            None => crate::rt::sleep(pause).await?,
         }
     }
 }

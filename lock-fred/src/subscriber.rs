@@ -8,12 +8,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use fred::clients::SubscriberClient;
 use fred::error::Error as FredError;
 use fred::interfaces::{EventInterface, PubsubInterface};
 use fred::types::Message;
-use lock_core::{LockError, ReleaseHub, Result, SubscriptionControl};
+use lock_core::{Confirmation, LockError, ReleaseHub, Result, SubscriptionControl};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -42,18 +41,21 @@ fn shut_down() -> LockError {
     LockError::unavailable("the store's release subscriber has shut down")
 }
 
-#[async_trait]
 impl SubscriptionControl for Subscriptions {
-    async fn subscribe(&self, channel: &str) -> Result<()> {
+    fn subscribe(&self, channel: &str) -> Confirmation {
         let (done, confirmed) = oneshot::channel();
-        self.ops.send(Op::Subscribe(channel.to_owned(), done)).map_err(|_| shut_down())?;
-        // Bounded here too: the request may queue behind others while the server is unreachable, and a waiter
-        // must not start late because of a hint. A request that times out is still applied, in order.
-        match tokio::time::timeout(self.timeout, confirmed).await {
-            Err(_) => Err(LockError::Timeout { operation: "subscribe", after: self.timeout }),
-            Ok(Err(_)) => Err(shut_down()),
-            Ok(Ok(reply)) => reply.map_err(|err| error::from_fred(err, "subscribe", self.timeout)),
-        }
+        let queued = self.ops.send(Op::Subscribe(channel.to_owned(), done)).map_err(|_| shut_down());
+        let timeout = self.timeout;
+        Box::pin(async move {
+            queued?;
+            // Bounded here too: the request may queue behind others while the server is unreachable, and a waiter
+            // must not start late because of a hint. A request that times out is still applied, in order.
+            match tokio::time::timeout(timeout, confirmed).await {
+                Err(_) => Err(LockError::Timeout { operation: "subscribe", after: timeout }),
+                Ok(Err(_)) => Err(shut_down()),
+                Ok(Ok(reply)) => reply.map_err(|err| error::from_fred(err, "subscribe", timeout)),
+            }
+        })
     }
 
     fn unsubscribe(&self, channel: &str) {

@@ -25,11 +25,10 @@ use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures_channel::{mpsc, oneshot};
 use futures_util::future::{self, Either};
 use futures_util::stream::{self, StreamExt};
-use lock_core::{spawn_background, BackgroundTask, LockError, ReleaseHub, Result, SubscriptionControl};
+use lock_core::{spawn_background, BackgroundTask, Confirmation, LockError, ReleaseHub, Result, SubscriptionControl};
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -133,17 +132,19 @@ impl fmt::Debug for Subscriber {
     }
 }
 
-#[async_trait]
 impl SubscriptionControl for Subscriber {
-    async fn subscribe(&self, channel: &str) -> Result<()> {
+    fn subscribe(&self, channel: &str) -> Confirmation {
         let (done, confirmed) = oneshot::channel();
-        self.send(Request::Subscribe(channel.to_owned(), done), true)?;
+        let queued = self.send(Request::Subscribe(channel.to_owned(), done), true);
         // The task answers within its own bounds (connect, then one command); this covers the rest.
-        let bound = self.deadlines.connect + self.deadlines.command;
-        match rt::timeout("subscribe", bound, confirmed).await? {
-            Ok(result) => result,
-            Err(oneshot::Canceled) => Err(LockError::unavailable("release subscriber stopped")),
-        }
+        let bound = self.deadlines.connect.saturating_add(self.deadlines.command);
+        Box::pin(async move {
+            queued?;
+            match rt::timeout("subscribe", bound, confirmed).await? {
+                Ok(result) => result,
+                Err(oneshot::Canceled) => Err(LockError::unavailable("release subscriber stopped")),
+            }
+        })
     }
 
     fn unsubscribe(&self, channel: &str) {

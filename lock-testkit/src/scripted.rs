@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use event_listener::Event;
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, MemoryStore, ReleaseHub,
+    AcquireReply, AcquireRequest, Confirmation, ExtendReply, LockError, LockKeys, LockStore, MemoryStore, ReleaseHub,
     ReleaseOutcome, Result, SubscriptionControl, Token,
 };
 
@@ -542,11 +542,10 @@ impl fmt::Debug for ClientControl {
     }
 }
 
-#[async_trait]
 impl SubscriptionControl for ClientControl {
-    async fn subscribe(&self, channel: &str) -> Result<()> {
+    fn subscribe(&self, channel: &str) -> Confirmation {
         self.apply(channel, true);
-        Ok(())
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn unsubscribe(&self, channel: &str) {

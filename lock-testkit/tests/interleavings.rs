@@ -76,6 +76,123 @@ async fn an_error_after_the_grant_was_applied_gives_it_back() {
     }
 }
 
+/// Finding 5: a waiter that was woken by a release and then leaves before its try tells it anything (cancelled
+/// while its acquire is on the way) passes its wake-up on: the next waiter gets the lock at once, not at its
+/// backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_that_is_cancelled_passes_its_wake_up_on() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client());
+    let holder = lock.try_acquire("pass-on", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("pass-on", &patient()).await.map(|_| ()) }
+    });
+    eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("pass-on", &patient()).await }
+    });
+    eventually("the second waiter queues", ms(5_000), || {
+        lock.stores()[0].release_hub().is_some_and(|hub| hub.waiters(&keys("pass-on")) >= 2)
+    })
+    .await;
+    tokio::time::sleep(ms(20)).await;
+    let acquires = count(&server, Op::Acquire);
+    let gate = Gate::new();
+    server.once(Op::Acquire, Fault::Gate(gate.clone()));
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    // The release woke the longest waiter, the first; its try is held at the gate. Cancel it there.
+    assert!(gate.wait_arrivals(1, ms(5_000)).await, "nobody was woken");
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    gate.open();
+    let (second, waited) = timed(second).await;
+    let guard = second.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the second waiter slept {waited:?}: the wake-up was swallowed");
+    assert!(count(&server, Op::Acquire) > acquires + 1);
+    guard.release().await.unwrap();
+}
+
+/// Finding 7: with a store that orders commands, the engine wakes the next waiter as soon as the release call is
+/// pending. When the release was not queued yet (a busy channel, a coop budget), the woken waiter's try finds
+/// the lock still held; it must get the lock once the release completes, not at its backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_wake_that_overtakes_its_release_still_hands_off() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("early", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("early", &patient()).await }
+    });
+    eventually("the waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    tokio::time::sleep(ms(20)).await;
+    let acquires = count(&server, Op::Acquire);
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    // The early wake made the waiter try while the release is held back: it found the lock held.
+    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    tokio::time::sleep(ms(20)).await;
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(waiter).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the waiter slept {waited:?} after the release completed");
+    guard.release().await.unwrap();
+}
+
+/// Finding 4: a Redlock waiter hears releases on every instance, not only the first: with instance 0 down, the
+/// holder's release on instances 1 and 2 wakes a waiter in another process at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiters_hear_every_instance() {
+    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
+    servers[0].rule(|_| Some(Fault::FailBefore(Injected::Unavailable)));
+    let process = || {
+        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
+        Redlock::new(stores).build().unwrap()
+    };
+    let (holder_process, waiter_process) = (process(), process());
+    let holder = holder_process.try_acquire("redlock", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    assert_eq!(holder.held_instances(), vec![1, 2]);
+    let waiter = tokio::spawn(async move { waiter_process.acquire("redlock", &patient()).await });
+    // The waiter's tries reach whichever instances answer first; let it settle into its sleep.
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(waiter).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the waiter slept {waited:?}: it heard only instance 0");
+    guard.release().await.unwrap();
+}
+
+/// Finding 6: a subscribe and an unsubscribe of one channel reach the server in the order the hub decided them.
+/// The last waiter leaves (unsubscribe) while a new one arrives (subscribe); whatever the timing, the server ends
+/// up subscribed exactly when the hub has a waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_requests_reach_the_server_in_order() {
+    let server = ScriptedServer::new();
+    let client = server.client();
+    let hub = client.hub().unwrap().clone();
+    // The window between the hub's decision to unsubscribe and the request reaching the server.
+    server.slow_unsubscribe(ms(100));
+    let first = hub.watch("channel").await;
+    assert!(server.subscriptions(client.id()).contains("channel"));
+    let leaving = std::thread::spawn(move || drop(first));
+    tokio::time::sleep(ms(30)).await;
+    let second = hub.watch("channel").await;
+    leaving.join().unwrap();
+    assert_eq!(hub.waiters("channel"), 1);
+    assert!(
+        server.subscriptions(client.id()).contains("channel"),
+        "the hub has a waiter but the server is unsubscribed; requests: {:?}",
+        server.subscription_requests(client.id())
+    );
+    drop(second);
+    assert!(server.subscriptions(client.id()).is_empty());
+}
+
 /// The errors the scripted store injects are told apart from errors the engine makes up.
 #[tokio::test]
 async fn injected_errors_are_recognisable() {
