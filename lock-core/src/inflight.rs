@@ -74,11 +74,17 @@ impl Drop for InFlight {
 }
 
 /// Compare-and-delete `token` on every store concurrently; errors are logged (the TTL is the fallback).
+///
+/// On one instance the key it deletes was the lock itself, which waiters may have seen held: the next local waiter
+/// is woken. Over Redlock it is at most a minority grant, which held nobody back (the lock as a whole was never
+/// ours), and waking would only send a waiter (often the caller itself, listening while it tries) into a try that
+/// the real holder still blocks.
 pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], keys: &LockKeys, token: &Token, timeout: Duration) {
+    let single = stores.len() == 1;
     let releases = stores.iter().map(|store| async move {
         match crate::rt::timeout("release", timeout, store.release(keys, token)).await {
             Ok(Ok(outcome)) => {
-                if outcome == crate::ReleaseOutcome::Released {
+                if single && outcome == crate::ReleaseOutcome::Released {
                     if let Some(hub) = store.release_hub() {
                         hub.wake_one(keys.channel());
                     }

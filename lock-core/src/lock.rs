@@ -535,6 +535,10 @@ impl GuardState {
     async fn release(&self) -> Result<ReleaseReport> {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
+        // Local waiters listen on every instance's hub, so one wake-up per release reaches them: the first instance
+        // that reports the key deleted sends it (more would wake a waiter per instance for one release).
+        let woken = AtomicBool::new(false);
+        let woken = &woken;
         let releases = self.instances.stores.iter().map(|store| async move {
             let call = rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token));
             let Some(hub) = store.release_hub() else {
@@ -561,7 +565,7 @@ impl GuardState {
                 call.await
             }
             .and_then(|r| r);
-            if matches!(reply, Ok(ReleaseOutcome::Released)) {
+            if matches!(reply, Ok(ReleaseOutcome::Released)) && !woken.swap(true, Ordering::SeqCst) {
                 hub.wake_one(self.keys.channel());
             }
             reply

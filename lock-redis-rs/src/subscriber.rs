@@ -158,10 +158,13 @@ impl SubscriptionControl for Subscriber {
 /// The task: (re)connect, resubscribe, serve requests and messages; back off after each failure.
 async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::UnboundedReceiver<Request>, d: Deadlines) {
     let mut backoff = RECONNECT_MIN;
+    // Releases can only have been missed once a connection was lost (see `open`).
+    let mut reconnecting = false;
     loop {
-        match open(&endpoint, &hub, d).await {
+        match open(&endpoint, &hub, d, reconnecting).await {
             Ok((sink, messages)) => {
                 backoff = RECONNECT_MIN;
+                reconnecting = true;
                 match serve(sink, messages, &hub, &mut requests, d).await {
                     Exit::StoreGone => return,
                     Exit::Lost(err) => tracing::warn!(error = %err, "release subscriber disconnected; waiters poll"),
@@ -184,14 +187,16 @@ async fn run_sharded(
     d: Deadlines,
 ) {
     let mut backoff = RECONNECT_MIN;
+    let mut retried = false;
     let mut conn = loop {
-        match open_sharded(&seeds, &hub, d).await {
+        match open_sharded(&seeds, &hub, d, retried).await {
             Ok(conn) => break conn,
             Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
         }
         if !back_off(&mut backoff, &mut requests).await {
             return;
         }
+        retried = true;
     };
     while let Some(request) = requests.next().await {
         match request {
@@ -212,8 +217,14 @@ async fn run_sharded(
 }
 
 /// Opens the subscriber's cluster connection (RESP3, which sharded subscriptions need) and subscribes to every
-/// channel that has waiters, within the connect deadline.
-async fn open_sharded(seeds: &[String], hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<ClusterConnection> {
+/// channel that has waiters, within the connect deadline; with `missed` (earlier tries failed), wakes one waiter
+/// per channel as `open` does.
+async fn open_sharded(
+    seeds: &[String],
+    hub: &Weak<ReleaseHub>,
+    d: Deadlines,
+    missed: bool,
+) -> Result<ClusterConnection> {
     let listener = hub.clone();
     let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .use_protocol(redis::ProtocolVersion::RESP3)
@@ -239,7 +250,7 @@ async fn open_sharded(seeds: &[String], hub: &Weak<ReleaseHub>, d: Deadlines) ->
         .await?
         .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
     // As in `open`: a release announced before these subscriptions is lost, so one waiter per channel polls now.
-    if let Some(hub) = hub.upgrade() {
+    if let Some(hub) = hub.upgrade().filter(|_| missed) {
         for channel in &channels {
             hub.wake_one(channel);
         }
@@ -262,8 +273,13 @@ fn deliver_sharded(hub: &Weak<ReleaseHub>, push: PushInfo) {
 }
 
 /// Connects (through Sentinel: to the primary named now) and subscribes to every channel that has waiters, within
-/// the connect deadline.
-async fn open(endpoint: &Endpoint, hub: &Weak<ReleaseHub>, d: Deadlines) -> Result<(PubSubSink, PubSubStream)> {
+/// the connect deadline. With `missed` (a connection was lost before), wakes one waiter per channel.
+async fn open(
+    endpoint: &Endpoint,
+    hub: &Weak<ReleaseHub>,
+    d: Deadlines,
+    missed: bool,
+) -> Result<(PubSubSink, PubSubStream)> {
     let connect = async {
         let (mut sink, messages) = endpoint.client().await?.get_async_pubsub().await?.split();
         let channels = hub.upgrade().map(|hub| hub.watched_channels()).unwrap_or_default();
@@ -277,8 +293,9 @@ async fn open(endpoint: &Endpoint, hub: &Weak<ReleaseHub>, d: Deadlines) -> Resu
         .await?
         .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
     // A release published while we were away is lost: let one waiter per channel poll now rather than at its
-    // backoff cap.
-    if let Some(hub) = hub.upgrade() {
+    // backoff cap. On the first connection nothing was missed (each waiter polls once right after subscribing),
+    // and a wake-up then would only cost a waiter a try.
+    if let Some(hub) = hub.upgrade().filter(|_| missed) {
         for channel in &channels {
             hub.wake_one(channel);
         }

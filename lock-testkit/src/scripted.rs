@@ -330,9 +330,7 @@ impl ScriptedServer {
     }
 
     fn build(data: Arc<dyn LockStore>, memory: Option<MemoryStore>) -> Self {
-        ScriptedServer {
-            shared: Arc::new(Shared { data, memory, state: Mutex::default(), seq: AtomicUsize::new(0) }),
-        }
+        ScriptedServer { shared: Arc::new(Shared { data, memory, state: Mutex::default(), seq: AtomicUsize::new(0) }) }
     }
 
     fn state(&self) -> MutexGuard<'_, ServerState> {

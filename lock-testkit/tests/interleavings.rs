@@ -211,3 +211,29 @@ fn count(server: &ScriptedServer, op: Op) -> usize {
 fn keys(resource: &str) -> String {
     lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, resource).unwrap().channel().to_owned()
 }
+
+/// Finding 12 (`attempt_limit_is_respected` flaked on Redlock): a Redlock waiter whose try was granted on a
+/// minority gives that grant back, and the give-back woke the waiter itself (its listener is registered before
+/// the try), so its next try came at once instead of after the pause. A give-back of a minority grant is no
+/// release of the lock and wakes nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_give_back_wakes_nobody() {
+    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
+    let lock = {
+        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
+        Redlock::new(stores).build().unwrap()
+    };
+    // The holder holds instances 1 and 2 only; instance 0 is free, so every try of the waiter is granted there
+    // and given back.
+    servers[0].once(Op::Acquire, Fault::FailBefore(Injected::Unavailable));
+    let holder = lock.try_acquire("give-back", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    assert_eq!(holder.held_instances(), vec![1, 2]);
+    let policy = RetryPolicy::default().min_delay(ms(20)).max_delay(ms(20)).max_attempts(Some(3));
+    let opts = LockOptions::new(ms(30_000)).wait(ms(10_000)).retry(policy);
+    let (err, took) = timed(lock.acquire("give-back", &opts)).await;
+    assert!(matches!(err, Err(LockError::Contended { .. })), "{err:?}");
+    // Three tries: the first, one right after subscribing, one after a 20 ms pause.
+    assert!(took >= ms(19), "3 tries with a 20 ms pause took only {took:?}");
+    assert_eq!(count(&servers[0], Op::Release), 3, "each try's grant on instance 0 was given back");
+    holder.release().await.unwrap();
+}
