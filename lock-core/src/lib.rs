@@ -72,7 +72,7 @@ mod notify;
 mod options;
 pub mod redlock;
 mod resource;
-mod rt;
+pub mod rt;
 mod scoped;
 pub mod scripts;
 mod store;

@@ -92,6 +92,12 @@ impl MemoryStore {
     }
 }
 
+/// When a key set at `now` with `ttl` expires; a TTL too long to represent (a direct caller's `Duration::MAX`) is
+/// capped at the longest TTL a lock accepts rather than overflowing.
+fn expiry(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl).or_else(|| now.checked_add(crate::MAX_TTL)).unwrap_or(now)
+}
+
 /// The live entry under `key`, dropping it if expired.
 fn live<'a>(st: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
     if st.locks.get(key).is_some_and(|e| e.expires <= now) {
@@ -108,8 +114,10 @@ impl LockStore for MemoryStore {
         if let Some(entry) = live(&mut st, request.keys.lock(), now) {
             return Ok(AcquireReply::Held { ttl: Some(entry.expires - now) });
         }
-        st.locks
-            .insert(request.keys.lock().to_owned(), Entry { token: request.token.clone(), expires: now + request.ttl });
+        st.locks.insert(
+            request.keys.lock().to_owned(),
+            Entry { token: request.token.clone(), expires: expiry(now, request.ttl) },
+        );
         let fence = request.fencing.then(|| {
             let counter = st.fences.entry(request.keys.fence().to_owned()).or_insert(0);
             *counter = (*counter + 1).max(request.fence_floor.unwrap_or(0));
@@ -144,7 +152,7 @@ impl LockStore for MemoryStore {
             None => ExtendReply::Absent,
             Some(entry) if entry.token != *token => ExtendReply::OwnedByOther,
             Some(entry) => {
-                entry.expires = now + ttl;
+                entry.expires = expiry(now, ttl);
                 ExtendReply::Extended
             }
         })

@@ -77,7 +77,7 @@ impl ReleaseHub {
     /// A hub that follows channels through `control`.
     pub fn new(control: impl SubscriptionControl) -> Arc<Self> {
         Arc::new(ReleaseHub {
-            origin: format!("{:016x}", rand::random::<u64>()),
+            origin: format!("{:016x}", crate::token::random_u128() as u64),
             control: Box::new(control),
             channels: Mutex::new(HashMap::new()),
         })

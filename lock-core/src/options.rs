@@ -178,7 +178,8 @@ impl RenewPolicy {
         self
     }
 
-    /// Stops renewing, and turns the guard lost, this long after the acquisition.
+    /// Stops renewing, and turns the guard lost, this long after the acquisition. A limit too far out to
+    /// represent (`Duration::MAX`, say) means no limit.
     pub fn max_hold(mut self, limit: Duration) -> Self {
         self.max_hold = Some(limit);
         self
@@ -208,12 +209,16 @@ impl RenewPolicy {
     /// Checks the policy against the lock's TTL.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] when the interval is zero or not shorter than the TTL (the lock would lapse
-    /// between renewals), or the maximum hold is zero.
+    /// [`LockError::InvalidArgument`] when the interval is zero or not shorter than the lock's validity
+    /// (`ttl − drift`, see [`lease`](crate::lease)): the first renewal would then be due when the holder must
+    /// already consider the lock lost. Also when the maximum hold is zero.
     pub fn validate(&self, ttl: Duration) -> Result<()> {
         let interval = self.interval(ttl);
-        if interval.is_zero() || interval >= ttl {
-            return Err(LockError::invalid(format!("renewal interval {interval:?} must be in (0, ttl {ttl:?})")));
+        let validity = ttl.saturating_sub(crate::lease::drift(ttl));
+        if interval.is_zero() || interval >= validity {
+            return Err(LockError::invalid(format!(
+                "renewal interval {interval:?} must be in (0, validity {validity:?}) for ttl {ttl:?}"
+            )));
         }
         if self.max_hold.is_some_and(|h| h.is_zero()) {
             return Err(LockError::invalid("max_hold must be positive"));

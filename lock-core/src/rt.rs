@@ -1,9 +1,11 @@
-//! The runtime abstraction (crate-private): sleep, time out and spawn on whichever enabled runtime is current.
+//! Sleep, time out and spawn on whichever enabled runtime is current: the runtime abstraction of lock-core, public
+//! so that backends time out and spawn exactly as the engine does.
 //!
 //! tokio is used when a tokio runtime is current on this thread. Otherwise, with `rt-async-std` or `rt-smol`,
 //! timers come from `async-io` (the reactor async-std and smol share, which also runs outside their executors)
 //! and tasks go to async-std's or smol's global executor. With none of these, operations that need a runtime
-//! return [`LockError::NoRuntime`] instead of panicking.
+//! return [`LockError::NoRuntime`] instead of panicking; so do timers on a tokio runtime built without
+//! `enable_time()` (tokio itself would panic there).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +14,18 @@ use std::time::Duration;
 use futures_util::future::{AbortHandle, Abortable};
 
 use crate::error::{LockError, Result};
+
+/// What a timer on a tokio runtime without its time driver reports.
+#[cfg(feature = "rt-tokio")]
+const TOKIO_WITHOUT_TIME: LockError =
+    LockError::NoRuntime("timers: the current tokio runtime was built without `enable_time()`");
+
+/// Builds a tokio timer, which panics at creation when the runtime has no time driver; that panic becomes
+/// [`LockError::NoRuntime`] (the panic hook still prints it once per attempt).
+#[cfg(feature = "rt-tokio")]
+fn tokio_timer<T>(make: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(make)).map_err(|_| TOKIO_WITHOUT_TIME)
+}
 
 #[derive(Clone, Debug)]
 pub(crate) enum Runtime {
@@ -45,21 +59,24 @@ pub(crate) fn current() -> Option<Runtime> {
     }
 }
 
-/// Sleeps for `d`.
+/// Sleeps for `d` on the current runtime.
 ///
 /// # Errors
-/// [`LockError::NoRuntime`] when no enabled runtime is available.
+/// [`LockError::NoRuntime`] when no enabled runtime is available (or tokio's has no timers).
+///
+/// # Cancel safety
+/// Cancel-safe: dropping it just stops the sleep.
 #[cfg_attr(
     not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
     allow(unreachable_code, unused_variables)
 )]
-pub(crate) async fn sleep(d: Duration) -> Result<()> {
+pub async fn sleep(d: Duration) -> Result<()> {
     let Some(runtime) = current() else {
         return Err(LockError::NoRuntime("sleep"));
     };
     match runtime {
         #[cfg(feature = "rt-tokio")]
-        Runtime::Tokio(_) => tokio::time::sleep(d).await,
+        Runtime::Tokio(_) => tokio_timer(|| tokio::time::sleep(d))?.await,
         #[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
         _ => {
             async_io::Timer::after(d).await;
@@ -68,23 +85,26 @@ pub(crate) async fn sleep(d: Duration) -> Result<()> {
     Ok(())
 }
 
-/// Runs `fut` for at most `after`.
+/// Runs `fut` for at most `after` on the current runtime's timer.
 ///
 /// # Errors
 /// [`LockError::Timeout`] naming `operation` when the deadline passes first (the future is dropped), or
 /// [`LockError::NoRuntime`].
+///
+/// # Cancel safety
+/// As cancel-safe as `fut`: dropping this drops `fut`.
 #[cfg_attr(
     not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
     allow(unreachable_code, unused_variables)
 )]
-pub(crate) async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Result<F::Output> {
+pub async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Result<F::Output> {
     let Some(runtime) = current() else {
         return Err(LockError::NoRuntime(operation));
     };
     match runtime {
         #[cfg(feature = "rt-tokio")]
         Runtime::Tokio(_) => {
-            tokio::time::timeout(after, fut).await.map_err(|_| LockError::Timeout { operation, after })
+            tokio_timer(|| tokio::time::timeout(after, fut))?.await.map_err(|_| LockError::Timeout { operation, after })
         }
         #[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
         _ => {

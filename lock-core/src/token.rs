@@ -1,9 +1,16 @@
 //! Owner tokens (random, one per acquisition) and fencing tokens (increasing, one per acquisition).
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Once, OnceLock};
+use std::time::Instant;
 
-/// The random value that marks one acquisition as ours: 128 bits from the thread-local CSPRNG of `rand`
-/// (ChaCha, seeded from the operating system), written as 32 lowercase hex digits.
+/// The random value that marks one acquisition as ours: 128 bits drawn from the operating system's random number
+/// generator (`getrandom`) for every token, written as 32 lowercase hex digits.
+///
+/// Drawn from the OS each time, not from a user-space generator seeded once: after a `fork()` a copied generator
+/// would hand parent and child the same tokens, and a release by one could then delete the other's lock.
 ///
 /// Release and extend only touch a key that still holds this exact value, so a holder whose lock expired can never
 /// delete or prolong the next holder's lock.
@@ -21,7 +28,7 @@ impl Token {
     /// A fresh token with 128 random bits.
     pub fn generate() -> Self {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let bits: u128 = rand::random();
+        let bits = random_u128();
         let mut out = [0u8; 32];
         for (i, byte) in out.iter_mut().enumerate() {
             let nibble = (bits >> (124 - 4 * i)) & 0xf;
@@ -35,6 +42,32 @@ impl Token {
         // Only ASCII hex digits are ever stored.
         std::str::from_utf8(&self.0).unwrap_or_default()
     }
+}
+
+/// 128 bits from the operating system's random number generator.
+///
+/// Should the OS refuse (no entropy source on an exotic target), the value still differs from every other one this
+/// process draws and, with overwhelming likelihood, from other processes' (a per-process counter, the process id,
+/// the monotonic clock and the thread, hashed); that is logged once.
+pub(crate) fn random_u128() -> u128 {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_ok() {
+        return u128::from_le_bytes(bytes);
+    }
+    static WARNED: Once = Once::new();
+    WARNED.call_once(|| tracing::error!("the OS random number generator failed; owner tokens use a fallback"));
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let since = EPOCH.get_or_init(Instant::now).elapsed().as_nanos();
+    let mut halves = [0u64; 2];
+    for (i, half) in halves.iter_mut().enumerate() {
+        // Fixed keys: no randomness is needed to keep distinct inputs apart.
+        let mut h = std::hash::DefaultHasher::new();
+        (i, count, std::process::id(), since, std::thread::current().id()).hash(&mut h);
+        *half = h.finish();
+    }
+    (u128::from(halves[0]) << 64) | u128::from(halves[1])
 }
 
 impl fmt::Display for Token {

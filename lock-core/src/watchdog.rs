@@ -46,7 +46,8 @@ pub(crate) fn start(
         t.lost_signal().renewed_by_watchdog();
     }
     let interval = policy.interval(ttl);
-    let hold_until = policy.hold_limit().map(|limit| acquired_at + limit);
+    // A limit past what an `Instant` can hold is no limit (never an overflow panic on user input).
+    let hold_until = policy.hold_limit().and_then(|limit| acquired_at.checked_add(limit));
     let max_renewals = policy.renewal_limit();
     rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at))
 }

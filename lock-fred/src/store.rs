@@ -244,7 +244,7 @@ impl LockStore for FredStore {
             // any node, whose replicas say nothing about this grant.
             let on_shard =
                 client.with_options(&Options { cluster_hash: Some(keys.lock().into()), ..Options::default() });
-            let after = self.inner.command_timeout + ack.timeout();
+            let after = self.inner.command_timeout.saturating_add(ack.timeout());
             let acknowledged = tokio::time::timeout(after, on_shard.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
                 .await
                 .map_err(|_| LockError::Timeout { operation: "acquire", after })?
@@ -466,8 +466,8 @@ impl FredStoreBuilder {
     /// (fred bounds each connection attempt by its connect timeout).
     pub async fn build(self) -> Result<FredStore> {
         let FredStoreBuilder { source, pool_size, command_timeout: timeout } = self;
-        if timeout.is_zero() {
-            return Err(LockError::invalid("command timeout must be positive"));
+        if timeout.is_zero() || timeout > lock_core::MAX_WAIT {
+            return Err(LockError::invalid(format!("command timeout must be in (0, {:?}]", lock_core::MAX_WAIT)));
         }
         if pool_size == 0 {
             return Err(LockError::invalid("pool size must be at least 1"));

@@ -427,3 +427,13 @@ async fn store_from_a_fred_builder() {
     let invalid = FredStoreBuilder::from_url("not a url");
     assert!(matches!(invalid, Err(LockError::InvalidArgument(_))), "{invalid:?}");
 }
+
+/// Finding 9: an absurd command timeout is a typed `InvalidArgument` (it overflowed when a replica wait was added
+/// to it).
+#[tokio::test]
+async fn an_absurd_command_timeout_is_a_typed_error() {
+    let server = server();
+    let err =
+        FredStoreBuilder::from_url(&server.url()).expect("url").command_timeout(Duration::MAX).build().await.err();
+    assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
+}

@@ -17,8 +17,15 @@ const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
 pub(crate) struct Deadlines {
     /// Bound on one command's reply.
     pub(crate) command: Duration,
-    /// Bound on opening a connection. A store call as a whole is bounded by `connect + command`.
+    /// Bound on opening a connection. A store call as a whole is bounded by [`call`](Self::call).
     pub(crate) connect: Duration,
+}
+
+impl Deadlines {
+    /// Bound on one store call as a whole: opening a connection, then one command.
+    pub(crate) fn call(&self) -> Duration {
+        self.connect.saturating_add(self.command)
+    }
 }
 
 /// Maps a redis error from `operation`; `keys` names the lock whose keys a `WRONGTYPE` refers to, and `after` is

@@ -111,7 +111,6 @@
 
 mod error;
 mod pool;
-mod rt;
 mod store;
 mod subscriber;
 

@@ -37,7 +37,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind};
 
-use crate::rt;
+use lock_core::rt;
 
 /// Where the connections of a store (and its notification subscriber) go.
 #[derive(Clone)]

@@ -16,8 +16,8 @@ use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError
 
 use crate::error::{self, Deadlines};
 use crate::pool::{Endpoint, Multiplexed, Pool, Pooled, Sentinels};
-use crate::rt;
 use crate::subscriber::Subscriber;
+use lock_core::rt;
 
 /// Connections of a store built from a URL, unless set with [`RedisStoreConfig::pool_size`]. One multiplexed
 /// connection pipelines the commands of every task, which is what a single-threaded Redis serves best.
@@ -192,8 +192,12 @@ impl RedisStoreConfig {
     }
 
     fn validate(&self) -> Result<Client> {
-        if self.deadlines.command.is_zero() || self.deadlines.connect.is_zero() {
-            return Err(LockError::invalid("redis command and connect timeouts must be positive"));
+        let in_range = |t: Duration| !t.is_zero() && t <= lock_core::MAX_WAIT;
+        if !in_range(self.deadlines.command) || !in_range(self.deadlines.connect) {
+            return Err(LockError::invalid(format!(
+                "redis command and connect timeouts must be in (0, {:?}]",
+                lock_core::MAX_WAIT
+            )));
         }
         self.client.clone().map_err(|err| error::from_redis(err, "connect", None, self.deadlines.connect))
     }
@@ -225,7 +229,7 @@ impl RedisStoreConfig {
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
             // Boxed for the same reason as the ping below. Bounded: discovery may try every seed node.
             let connect = Box::pin(cluster.get_async_connection());
-            let conn = rt::timeout("connect", d.connect + d.command, connect)
+            let conn = rt::timeout("connect", d.call(), connect)
                 .await?
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
             let store = RedisStore::assemble(Pool::Cluster(conn), Subscriber::sharded_hub(seeds.clone(), d), d);
@@ -333,7 +337,7 @@ impl RedisStore {
                 .await
                 .map_err(|err| error::from_redis(err, "connect", None, d.command))
         };
-        rt::timeout("connect", d.connect + d.command, call).await?
+        rt::timeout("connect", d.call(), call).await?
     }
 }
 
@@ -383,7 +387,7 @@ impl Inner {
             // timeout (redis-rs's own); a second timer per call would only cost.
             Pool::Own(_) => call.await,
             // Waiting for a caller's pool, or cluster retries, are not: bound the call as a whole.
-            Pool::Shared(_) | Pool::Cluster(_) => rt::timeout(operation, d.connect + d.command, call).await?,
+            Pool::Shared(_) | Pool::Cluster(_) => rt::timeout(operation, d.call(), call).await?,
         }
     }
 }

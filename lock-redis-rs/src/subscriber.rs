@@ -36,7 +36,7 @@ use redis::{PushInfo, PushKind, Value};
 
 use crate::error::{self, Deadlines};
 use crate::pool::Endpoint;
-use crate::rt;
+use lock_core::rt;
 
 /// First pause before reconnecting a lost subscriber connection; doubles on each failure up to the cap.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);
@@ -137,7 +137,7 @@ impl SubscriptionControl for Subscriber {
         let (done, confirmed) = oneshot::channel();
         let queued = self.send(Request::Subscribe(channel.to_owned(), done), true);
         // The task answers within its own bounds (connect, then one command); this covers the rest.
-        let bound = self.deadlines.connect.saturating_add(self.deadlines.command);
+        let bound = self.deadlines.call();
         Box::pin(async move {
             queued?;
             match rt::timeout("subscribe", bound, confirmed).await? {
@@ -246,7 +246,7 @@ async fn open_sharded(
         }
         Ok((conn, channels))
     };
-    let (conn, channels) = rt::timeout("connect", d.connect + d.command, connect)
+    let (conn, channels) = rt::timeout("connect", d.call(), connect)
         .await?
         .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
     // As in `open`: a release announced before these subscriptions is lost, so one waiter per channel polls now.
@@ -370,7 +370,7 @@ async fn confirm(
 /// Waits out `backoff` (refusing subscriptions meanwhile) and doubles it up to the cap. Returns `false` when the
 /// task should end.
 async fn back_off(backoff: &mut Duration, requests: &mut mpsc::UnboundedReceiver<Request>) -> bool {
-    let go_on = refuse_during(rt::sleep("subscriber backoff", *backoff), requests).await;
+    let go_on = refuse_during(rt::sleep(*backoff), requests).await;
     *backoff = (*backoff * 2).min(RECONNECT_MAX);
     go_on
 }

@@ -545,3 +545,21 @@ async fn a_local_hand_off_is_one_release_and_one_acquire() {
     assert!(delta("subscribe") <= 2, "subscribe: {}", delta("subscribe"));
     assert!(delta("unsubscribe") <= 2, "unsubscribe: {}", delta("unsubscribe"));
 }
+
+/// Finding 9: absurd timeouts are a typed `InvalidArgument` (they overflowed adding the connect and command
+/// timeouts), and a tokio runtime without timers gets `NoRuntime` at connect instead of a panic inside redis-rs.
+#[test]
+fn absurd_timeouts_and_a_runtime_without_timers_are_typed_errors() {
+    let server = start();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+    for config in [
+        RedisStoreConfig::new(&server.url()).command_timeout(Duration::MAX),
+        RedisStoreConfig::new(&server.url()).connect_timeout(Duration::MAX),
+    ] {
+        let err = runtime.block_on(config.connect()).err();
+        assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
+    }
+    let without_timers = tokio::runtime::Builder::new_current_thread().enable_io().build().expect("rt");
+    let err = without_timers.block_on(RedisStore::connect(&server.url())).err();
+    assert!(matches!(err, Some(LockError::NoRuntime(_))), "{err:?}");
+}
