@@ -9,6 +9,9 @@ use lock_core::{scripts, LockError, LockKeys};
 /// of these messages (seen right after a server restart, while the client reconnects).
 const NOT_CONNECTED: [&str; 2] = ["Failed to route command.", "Too many failed write attempts."];
 
+/// Server error codes that mean "these credentials are not good enough" (a missing ACL permission included).
+const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+
 /// Server error codes of a node that cannot take writes now.
 const NOT_WRITABLE: [&str; 3] = ["READONLY", "LOADING", "MASTERDOWN"];
 
@@ -46,6 +49,8 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
         // No Sentinel reachable, or none names a primary that answers as one: during a failover.
         ErrorKind::Sentinel => LockError::unavailable(err),
         ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
+        // fred reports a server's ACL refusal of one command (`NOPERM`) as a plain server error.
+        _ if AUTH_CODES.iter().any(|code| err.details().starts_with(code)) => LockError::Auth { source: Box::new(err) },
         // A URL or configuration fred rejects before any I/O is the caller's input, not a server failure.
         ErrorKind::Url | ErrorKind::Config => {
             LockError::invalid(format!("fred rejected the configuration: {}", err.details()))

@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fred::clients::{Client, SubscriberClient};
+use fred::clients::{Client, ExclusivePool, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, ServerInterface};
 use fred::prelude::{Builder, Config, Expiration, Options, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
 use fred::types::scripts::Script;
@@ -84,6 +84,8 @@ struct Inner {
     sharded: bool,
     /// Whether the pool was built here (and is ours to disconnect) or handed in by the caller.
     owns_pool: bool,
+    /// Clients for a grant followed by `WAIT` (see [`FredStore::exclusive`]), connected on first use.
+    exclusive: tokio::sync::OnceCell<ExclusivePool>,
     connections: Vec<ConnectHandle>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -122,6 +124,35 @@ impl FredStore {
     /// The bound on each call to the server.
     pub fn command_timeout(&self) -> Duration {
         self.inner.command_timeout
+    }
+
+    /// A client nothing else uses until the returned value is dropped, for a grant followed by `WAIT`: the `WAIT`
+    /// blocks its connection on the server for up to its timeout, and on the store's shared, pipelined clients it
+    /// would hold up every other command. The clients (at most [`EXCLUSIVE_CLIENTS`], configured like the pool's)
+    /// connect on first use.
+    async fn exclusive(&self) -> Result<ExclusiveClient> {
+        let timeout = self.inner.command_timeout;
+        let pool = self
+            .inner
+            .exclusive
+            .get_or_try_init(|| async {
+                let client = self.inner.pool.next();
+                let mut builder = Builder::from_config(client.client_config());
+                builder.set_performance_config(client.perf_config());
+                builder.set_connection_config(client.connection_config().clone());
+                if let Some(policy) = client.client_reconnect_policy() {
+                    builder.set_policy(policy);
+                }
+                let pool = builder
+                    .build_exclusive_pool(EXCLUSIVE_CLIENTS)
+                    .map_err(|err| error::from_fred(err, "connect", timeout))?;
+                let connection = pool.init().await.map_err(|err| error::from_fred(err, "connect", timeout))?;
+                // The connection tasks end when the pool's clients quit (with the store, see `Drop`).
+                drop(connection);
+                Ok::<_, LockError>(pool)
+            })
+            .await?;
+        Ok(ExclusiveClient { client: Some(pool.acquire().await), done: false })
     }
 
     /// `SET lock token NX PX ttl`: whether it was set.
@@ -183,6 +214,33 @@ impl FredStore {
     }
 }
 
+/// How many grants with a replica `WAIT` one store runs at once; more wait for a client (within their call's
+/// bound).
+pub const EXCLUSIVE_CLIENTS: usize = 8;
+
+/// A client checked out for one grant and its `WAIT`. Dropped before the work ended (the caller was cancelled
+/// while the `WAIT` was pending on the server), it is reconnected before anyone else gets it, so the next grant
+/// never queues behind an abandoned `WAIT`.
+struct ExclusiveClient {
+    client: Option<tokio::sync::OwnedMutexGuard<Client>>,
+    done: bool,
+}
+
+impl Drop for ExclusiveClient {
+    fn drop(&mut self) {
+        if let (Some(client), false) = (self.client.take(), self.done) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                // The guard moves into the task: the client stays checked out until it has reconnected.
+                runtime.spawn(async move {
+                    if let Err(err) = client.force_reconnection().await {
+                        tracing::debug!(error = %err, "reconnecting a client whose WAIT was abandoned failed");
+                    }
+                });
+            }
+        }
+    }
+}
+
 /// First pause before retrying a script a cluster rejected as busy (`TRYAGAIN`, `CLUSTERDOWN`).
 const CLUSTER_RETRY_PAUSE: Duration = Duration::from_millis(5);
 /// Longest pause between such retries.
@@ -223,8 +281,16 @@ impl LockStore for FredStore {
             return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
         }
         let ttl = scripts::ttl_millis(request.ttl);
-        // One client (one connection) for the grant and, when asked, the WAIT that must follow it there.
-        let client = self.inner.pool.next_connected();
+        // One client (one connection) for the grant and, when asked, the WAIT that must follow it there: then one
+        // of its own (see `exclusive`).
+        let mut exclusive = match request.replicas {
+            Some(_) => Some(self.exclusive().await?),
+            None => None,
+        };
+        let client = match exclusive.as_ref().and_then(|e| e.client.as_deref()) {
+            Some(client) => client,
+            None => self.inner.pool.next_connected(),
+        };
         let reply = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
             let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned(), floor];
@@ -249,7 +315,13 @@ impl LockStore for FredStore {
                 .await
                 .map_err(|_| LockError::Timeout { operation: "acquire", after })?
                 .map_err(|err| error::from_script(err, "acquire", after, keys))?;
+            if let Some(exclusive) = exclusive.as_mut() {
+                exclusive.done = true;
+            }
             ack.check(acknowledged)?;
+        }
+        if let Some(exclusive) = exclusive.as_mut() {
+            exclusive.done = true;
         }
         Ok(reply)
     }
@@ -328,6 +400,7 @@ impl Drop for Inner {
         };
         let subscriber = self.subscriber.clone();
         let pool = self.owns_pool.then(|| self.pool.clone());
+        let exclusive = self.exclusive.take();
         let timeout = self.command_timeout;
         runtime.spawn(async move {
             // QUIT lets the server close the connections cleanly and ends fred's reconnect loops; bounded because
@@ -336,6 +409,9 @@ impl Drop for Inner {
                 let _ = subscriber.quit().await;
                 if let Some(pool) = pool {
                     let _ = pool.quit().await;
+                }
+                if let Some(exclusive) = exclusive {
+                    let _ = exclusive.quit().await;
                 }
             };
             let _ = tokio::time::timeout(timeout, quit).await;
@@ -539,6 +615,7 @@ async fn start(
             command_timeout: timeout,
             sharded,
             owns_pool,
+            exclusive: tokio::sync::OnceCell::new(),
             connections,
             tasks,
         }),

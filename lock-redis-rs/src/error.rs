@@ -94,8 +94,11 @@ fn is_unavailable(err: &RedisError) -> bool {
 
 /// Whether the connection that returned `err` may be broken or out of step, so it must not be reused.
 pub(crate) fn breaks_connection(err: &RedisError) -> bool {
-    // I/O errors (timeouts included) and what redis-rs says needs a reconnect (parse errors, failed auth).
-    err.is_io_error() || err.is_unrecoverable_error()
+    // I/O errors other than a timeout (see `Pooled::timed_out`), what redis-rs says needs a reconnect (parse
+    // errors, failed auth), and a node that is no longer the primary.
+    (err.is_io_error() && !err.is_timeout())
+        || err.is_unrecoverable_error()
+        || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 /// Maps a failure to check a connection out of the pool.

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind};
@@ -114,6 +115,71 @@ pub(crate) struct Multiplexed {
     config: AsyncConnectionConfig,
     slots: Vec<Slot>,
     next: AtomicUsize,
+    /// Connections for a grant followed by `WAIT` (see [`Exclusive`]), opened on first use.
+    exclusive: Option<deadpool::managed::Pool<ServerConnections>>,
+}
+
+/// How many grants with a replica `WAIT` one store runs at once; more wait for a connection (within their call's
+/// bound). Each holds its connection for at most the `WAIT`'s timeout.
+pub(crate) const EXCLUSIVE_CONNECTIONS: usize = 8;
+
+/// Opens connections to a store's server (through Sentinel: its current primary) for [`Exclusive`] use.
+pub(crate) struct ServerConnections {
+    endpoint: Endpoint,
+    config: AsyncConnectionConfig,
+}
+
+impl deadpool::managed::Manager for ServerConnections {
+    type Type = MultiplexedConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<MultiplexedConnection, RedisError> {
+        let client = Box::pin(self.endpoint.client()).await?;
+        Box::pin(client.get_multiplexed_async_connection_with_config(&self.config)).await
+    }
+
+    async fn recycle(&self, _: &mut MultiplexedConnection, _: &deadpool::managed::Metrics) -> RecycleResult {
+        // A connection in doubt never comes back (see `Exclusive`); the rest are fine.
+        Ok(())
+    }
+}
+
+/// Opens cluster connections for [`Exclusive`] use.
+pub(crate) struct ClusterConnections {
+    client: ClusterClient,
+}
+
+impl deadpool::managed::Manager for ClusterConnections {
+    type Type = ClusterConnection;
+    type Error = RedisError;
+
+    async fn create(&self) -> Result<ClusterConnection, RedisError> {
+        Box::pin(self.client.get_async_connection()).await
+    }
+
+    async fn recycle(&self, _: &mut ClusterConnection, _: &deadpool::managed::Metrics) -> RecycleResult {
+        Ok(())
+    }
+}
+
+type RecycleResult = deadpool::managed::RecycleResult<RedisError>;
+
+/// A pool of at most [`EXCLUSIVE_CONNECTIONS`]; `None` should deadpool refuse to build one (it only refuses
+/// timeouts without a runtime, and none are configured), and the grants then share the store's connections.
+fn exclusive_pool<M: deadpool::managed::Manager>(manager: M) -> Option<deadpool::managed::Pool<M>> {
+    deadpool::managed::Pool::builder(manager).max_size(EXCLUSIVE_CONNECTIONS).build().ok()
+}
+
+/// A Redis Cluster: the connection every command shares, and connections for [`Exclusive`] use.
+pub(crate) struct ClusterPool {
+    shared: ClusterConnection,
+    exclusive: Option<deadpool::managed::Pool<ClusterConnections>>,
+}
+
+impl ClusterPool {
+    pub(crate) fn new(shared: ClusterConnection, client: ClusterClient) -> Self {
+        ClusterPool { shared, exclusive: exclusive_pool(ClusterConnections { client }) }
+    }
 }
 
 #[derive(Default)]
@@ -121,15 +187,19 @@ struct Slot {
     conn: Mutex<Option<MultiplexedConnection>>,
     /// Serializes reconnects, so a burst of commands after a failure opens one connection, not one each.
     connecting: futures_util::lock::Mutex<()>,
+    /// Commands that timed out since this slot's connection last replied (see [`Multiplexed::timed_out`]).
+    timeouts: AtomicUsize,
 }
 
 impl Multiplexed {
     pub(crate) fn new(endpoint: Endpoint, config: AsyncConnectionConfig, size: usize) -> Self {
+        let exclusive = exclusive_pool(ServerConnections { endpoint: endpoint.clone(), config: config.clone() });
         Multiplexed {
             endpoint,
             config,
             slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
+            exclusive,
         }
     }
 
@@ -162,6 +232,30 @@ impl Multiplexed {
     fn discard(&self, index: usize) {
         if let Some(slot) = self.slots.get(index) {
             *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            slot.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A command on slot `index` timed out. The connection is kept after one timeout: redis-rs matches replies to
+    /// requests in order and drops the late reply, so the connection stays in step, and the commands after it keep
+    /// their order (which the early hand-off of [`LockStore::orders_commands`](lock_core::LockStore) relies on;
+    /// reconnecting would let a later command overtake an earlier one). A second timeout with no reply in between
+    /// means the connection is dead or black-holed: it is dropped, and the next command opens a new one (through
+    /// Sentinel, to the primary named then).
+    fn timed_out(&self, index: usize) {
+        if let Some(slot) = self.slots.get(index) {
+            if slot.timeouts.fetch_add(1, Ordering::Relaxed) >= 1 {
+                self.discard(index);
+            }
+        }
+    }
+
+    /// Slot `index`'s connection replied.
+    fn replied(&self, index: usize) {
+        if let Some(slot) = self.slots.get(index) {
+            if slot.timeouts.load(Ordering::Relaxed) != 0 {
+                slot.timeouts.store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -180,7 +274,7 @@ pub(crate) enum Pool {
     Shared(deadpool_redis::Pool),
     /// A Redis Cluster. redis-rs's cluster connection is itself multiplexed over one connection per node and
     /// follows `MOVED`/`ASK` and retries `TRYAGAIN` by itself, so it needs no pool: every command uses a clone.
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterPool>),
 }
 
 pub(crate) type PoolError = deadpool::managed::PoolError<RedisError>;
@@ -197,7 +291,24 @@ impl Pool {
             // would make every store call's future that large, allocated and moved on every call (measured: a
             // 21.5 KB box per acquire and per release, the client's top cost in `memmove`).
             Pool::Shared(pool) => Pooled::Shared(Box::pin(pool.get()).await?),
-            Pool::Cluster(conn) => Pooled::Cluster(conn.clone()),
+            Pool::Cluster(cluster) => Pooled::Cluster(cluster.shared.clone()),
+        })
+    }
+
+    /// A connection no other command uses until this one is done: for a grant followed by `WAIT`, which blocks its
+    /// connection on the server for up to its timeout (on the shared pipelined connection it would hold up every
+    /// other command of the store). A caller's pool already checks connections out exclusively.
+    pub(crate) async fn get_exclusive(&self) -> Result<Pooled, PoolError> {
+        Ok(match self {
+            Pool::Own(conns) => match &conns.exclusive {
+                Some(exclusive) => Pooled::Exclusive(Exclusive::new(Box::pin(exclusive.get()).await?)),
+                None => self.get().await?,
+            },
+            Pool::Cluster(cluster) => match &cluster.exclusive {
+                Some(exclusive) => Pooled::ExclusiveCluster(Exclusive::new(Box::pin(exclusive.get()).await?)),
+                None => self.get().await?,
+            },
+            Pool::Shared(_) => self.get().await?,
         })
     }
 
@@ -222,11 +333,39 @@ impl fmt::Debug for Pool {
     }
 }
 
+/// A connection checked out for one grant and its `WAIT`. It goes back to its pool only when the work on it ended
+/// ([`done`](Self::done)); dropped earlier (the caller was cancelled while the `WAIT` was pending on the server), it
+/// is closed instead, so the next grant never queues behind an abandoned `WAIT`.
+pub(crate) struct Exclusive<M: deadpool::managed::Manager> {
+    conn: Option<deadpool::managed::Object<M>>,
+    done: bool,
+}
+
+impl<M: deadpool::managed::Manager> Exclusive<M> {
+    fn new(conn: deadpool::managed::Object<M>) -> Self {
+        Exclusive { conn: Some(conn), done: false }
+    }
+
+    fn get(&mut self) -> Option<&mut M::Type> {
+        self.conn.as_deref_mut()
+    }
+}
+
+impl<M: deadpool::managed::Manager> Drop for Exclusive<M> {
+    fn drop(&mut self) {
+        if let (Some(conn), false) = (self.conn.take(), self.done) {
+            drop(deadpool::managed::Object::take(conn));
+        }
+    }
+}
+
 /// The connection one command uses.
 pub(crate) enum Pooled {
     Own(MultiplexedConnection, Arc<Multiplexed>, usize),
     Shared(deadpool_redis::Connection),
     Cluster(ClusterConnection),
+    Exclusive(Exclusive<ServerConnections>),
+    ExclusiveCluster(Exclusive<ClusterConnections>),
 }
 
 impl Pooled {
@@ -246,6 +385,42 @@ impl Pooled {
             }
             Pooled::Shared(conn) => cmd.query_async(&mut **conn).await,
             Pooled::Cluster(conn) => cmd.query_async(conn).await,
+            Pooled::Exclusive(conn) => match conn.get() {
+                Some(conn) => cmd.query_async(conn).await,
+                None => Err(closed()),
+            },
+            Pooled::ExclusiveCluster(conn) => match conn.get() {
+                Some(conn) => cmd.query_async(conn).await,
+                None => Err(closed()),
+            },
+        }
+    }
+
+    /// The cluster connection, for a command routed by hand.
+    pub(crate) fn cluster(&mut self) -> Option<&mut ClusterConnection> {
+        match self {
+            Pooled::Cluster(conn) => Some(conn),
+            Pooled::ExclusiveCluster(conn) => conn.get(),
+            _ => None,
+        }
+    }
+
+    /// The work on this connection ended with a reply: an exclusive connection may serve the next grant.
+    pub(crate) fn done(&mut self) {
+        match self {
+            Pooled::Own(_, conns, index) => conns.replied(*index),
+            Pooled::Exclusive(conn) => conn.done = true,
+            Pooled::ExclusiveCluster(conn) => conn.done = true,
+            Pooled::Shared(_) | Pooled::Cluster(_) => {}
+        }
+    }
+
+    /// The work on this connection timed out (see [`Multiplexed::timed_out`] for a store's own connections). A
+    /// caller's pooled connection is dropped, as before; an exclusive one is closed (its `WAIT` may be pending).
+    pub(crate) fn timed_out(self) {
+        match self {
+            Pooled::Own(_, conns, index) => conns.timed_out(index),
+            other => other.discard(),
         }
     }
 
@@ -256,6 +431,13 @@ impl Pooled {
             Pooled::Shared(conn) => drop(deadpool_redis::Connection::take(conn)),
             // The cluster connection reconnects to a failed node by itself; dropping this clone is enough.
             Pooled::Cluster(conn) => drop(conn),
+            // Not marked done: closed on drop.
+            Pooled::Exclusive(conn) => drop(conn),
+            Pooled::ExclusiveCluster(conn) => drop(conn),
         }
     }
+}
+
+fn closed() -> RedisError {
+    RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, "connection already closed"))
 }

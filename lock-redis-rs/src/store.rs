@@ -15,7 +15,7 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
 
 use crate::error::{self, Deadlines};
-use crate::pool::{Endpoint, Multiplexed, Pool, Pooled, Sentinels};
+use crate::pool::{ClusterPool, Endpoint, Multiplexed, Pool, Pooled, Sentinels};
 use crate::subscriber::Subscriber;
 use lock_core::rt;
 
@@ -232,7 +232,8 @@ impl RedisStoreConfig {
             let conn = rt::timeout("connect", d.call(), connect)
                 .await?
                 .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            let store = RedisStore::assemble(Pool::Cluster(conn), Subscriber::sharded_hub(seeds.clone(), d), d);
+            let pool = Pool::Cluster(Arc::new(ClusterPool::new(conn, cluster)));
+            let store = RedisStore::assemble(pool, Subscriber::sharded_hub(seeds.clone(), d), d);
             Box::pin(store.ping()).await?;
             return Ok(store);
         }
@@ -374,13 +375,8 @@ impl Inner {
     ) -> Result<T> {
         let d = self.deadlines;
         let call = async {
-            let mut conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
-            work(&mut conn).await.map_err(|err| {
-                if error::breaks_connection(&err) {
-                    conn.discard();
-                }
-                error::from_redis(err, operation, Some(keys), d.command)
-            })
+            let conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
+            run_on(conn, operation, keys, d, work).await
         };
         match self.pool {
             // Already bounded: opening a connection by the connection timeout, each command by the response
@@ -388,6 +384,52 @@ impl Inner {
             Pool::Own(_) => call.await,
             // Waiting for a caller's pool, or cluster retries, are not: bound the call as a whole.
             Pool::Shared(_) | Pool::Cluster(_) => rt::timeout(operation, d.call(), call).await?,
+        }
+    }
+}
+
+impl Inner {
+    /// Runs `work` (a grant and its `WAIT`) on a connection nothing else uses meanwhile (see
+    /// [`Pool::get_exclusive`]), bounded as a whole by connect + two command timeouts (the `WAIT`'s own bound is
+    /// shorter than one).
+    async fn on_exclusive<T>(
+        &self,
+        operation: &'static str,
+        keys: &LockKeys,
+        work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let d = self.deadlines;
+        let call = async {
+            let conn = self.pool.get_exclusive().await.map_err(|err| error::from_pool(err, operation, d))?;
+            run_on(conn, operation, keys, d, work).await
+        };
+        rt::timeout(operation, d.call().saturating_add(d.command), call).await?
+    }
+}
+
+/// Runs `work` on `conn`, types its error, and drops a connection whose transport failed; an exclusive connection
+/// goes back to its pool only after a reply (see [`Pooled::done`]).
+async fn run_on<T>(
+    mut conn: Pooled,
+    operation: &'static str,
+    keys: &LockKeys,
+    d: Deadlines,
+    work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
+) -> Result<T> {
+    match work(&mut conn).await {
+        Ok(reply) => {
+            conn.done();
+            Ok(reply)
+        }
+        Err(err) => {
+            if err.is_timeout() {
+                conn.timed_out();
+            } else if error::breaks_connection(&err) {
+                conn.discard();
+            } else {
+                conn.done();
+            }
+            Err(error::from_redis(err, operation, Some(keys), d.command))
         }
     }
 }
@@ -421,14 +463,14 @@ async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck, lock_key: &str) -> r
     let timeout_ms = u64::try_from(ack.timeout().as_millis()).unwrap_or(u64::MAX).max(1);
     let mut wait = redis::cmd("WAIT");
     wait.arg(ack.replicas()).arg(timeout_ms);
-    match conn {
-        Pooled::Cluster(cluster) => {
+    match conn.cluster() {
+        Some(cluster) => {
             let shard = Route::with_key(lock_key, SlotAddr::Master);
             let reply =
                 cluster.route_command(wait, RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(shard)));
             Ok(i64::from_redis_value(reply.await?)?)
         }
-        other => other.query(&wait).await,
+        None => conn.query(&wait).await,
     }
 }
 
@@ -446,32 +488,33 @@ impl LockStore for RedisStore {
         let fence_args = [request.token.as_str(), &ttl, "1", &floor];
         let mut set = redis::cmd("SET");
         set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
-        // One connection for the grant and, when asked, the WAIT that must follow it on the same connection.
-        let (reply, acknowledged) = self
-            .inner
-            .on_connection("acquire", keys, async |conn: &mut Pooled| {
-                let reply = if request.fencing {
-                    let reply: Vec<i64> =
-                        run_script(conn, &SCRIPTS.acquire, scripts::ACQUIRE, &fence_keys, &fence_args).await?;
-                    scripts::parse_acquire(&reply, true)
-                } else {
-                    // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
-                    match conn.query::<Option<String>>(&set).await? {
-                        Some(_) => Ok(AcquireReply::Acquired { fence: None }),
-                        None => Ok(scripts::parse_holder(
-                            run_script(conn, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?,
-                        )),
-                    }
-                };
-                let acknowledged = match (&reply, &request.replicas) {
-                    (Ok(AcquireReply::Acquired { .. }), Some(ack)) => {
-                        Some(wait_replicas(conn, ack, keys.lock()).await?)
-                    }
-                    _ => None,
-                };
-                Ok((reply, acknowledged))
-            })
-            .await?;
+        // One connection for the grant and, when asked, the WAIT that must follow it on the same connection (one
+        // of its own then: the WAIT blocks its connection on the server).
+        let work = async |conn: &mut Pooled| {
+            let reply = if request.fencing {
+                let reply: Vec<i64> =
+                    run_script(conn, &SCRIPTS.acquire, scripts::ACQUIRE, &fence_keys, &fence_args).await?;
+                scripts::parse_acquire(&reply, true)
+            } else {
+                // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
+                match conn.query::<Option<String>>(&set).await? {
+                    Some(_) => Ok(AcquireReply::Acquired { fence: None }),
+                    None => Ok(scripts::parse_holder(
+                        run_script(conn, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?,
+                    )),
+                }
+            };
+            let acknowledged = match (&reply, &request.replicas) {
+                (Ok(AcquireReply::Acquired { .. }), Some(ack)) => Some(wait_replicas(conn, ack, keys.lock()).await?),
+                _ => None,
+            };
+            Ok((reply, acknowledged))
+        };
+        let (reply, acknowledged) = if request.replicas.is_some() {
+            self.inner.on_exclusive("acquire", keys, work).await?
+        } else {
+            self.inner.on_connection("acquire", keys, work).await?
+        };
         if let (Some(ack), Some(count)) = (request.replicas, acknowledged) {
             ack.check(count)?;
         }

@@ -563,3 +563,36 @@ fn absurd_timeouts_and_a_runtime_without_timers_are_typed_errors() {
     let err = without_timers.block_on(RedisStore::connect(&server.url())).err();
     assert!(matches!(err, Some(LockError::NoRuntime(_))), "{err:?}");
 }
+
+fn connections_received(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "stats"]).expect("INFO").as_text().unwrap_or_default();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+/// Finding 7: one command timeout keeps the connection (redis-rs drops the late reply and stays in step), so the
+/// commands after it keep their order; reconnecting let a later command overtake an earlier one. (A second
+/// timeout in a row, a dead connection, still reconnects: `paused_server_recovers` in the fault suite.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_command_timeout_keeps_the_connection() {
+    let server = start();
+    let store = RedisStoreConfig::new(&server.url()).command_timeout(ms(200)).connect().await.expect("connect");
+    let lock = Lock::new(store);
+    // Load the scripts first: a release answered NOSCRIPT after its caller gave up would never send the body.
+    let g = lock.try_acquire("timeout-once", &opts(5_000, 0)).await.expect("acquire").expect("free");
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+    let g = lock.try_acquire("timeout-once", &opts(5_000, 0)).await.expect("acquire").expect("free");
+    // Hold every client's commands for 500 ms: the release times out once (and is applied after the pause).
+    command(&server, &["CLIENT", "PAUSE", "500", "ALL"]);
+    let err = g.release().await.err();
+    assert!(matches!(err, Some(LockError::Timeout { .. })), "{err:?}");
+    tokio::time::sleep(ms(400)).await;
+    let before = connections_received(&server);
+    let g = lock.acquire("timeout-once", &opts(5_000, 5_000)).await.expect("acquire after the pause");
+    assert_eq!(g.release().await.expect("release"), ReleaseOutcome::Released);
+    // One more connection: the probe that reads the count. The store's own connection was kept.
+    let opened = connections_received(&server) - before;
+    assert_eq!(opened, 1, "the store reconnected after one timeout");
+}

@@ -27,6 +27,7 @@ pub mod checker;
 mod cluster;
 pub mod cluster_cases;
 pub mod conformance;
+pub mod explorer;
 pub mod history;
 mod oracle;
 pub mod proxy;
@@ -36,6 +37,7 @@ pub mod scripted;
 mod sentinel;
 pub mod sentinel_cases;
 mod server;
+pub mod server_cases;
 pub mod worker;
 
 use std::any::Any;
@@ -187,6 +189,37 @@ macro_rules! sentinel_tests {
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
         $crate::__fixture_cases!(sentinel_cases, $connect; $($case),*);
+    };
+}
+
+/// Writes one `#[test]` per case of [`server_cases`], for a Redis backend.
+///
+/// `server_tests!(connect)`: `connect` is an `async fn(&str) -> S` where `S: LockStore`, connecting the backend's
+/// store to the server at the given URL (which may carry credentials). Cases run on a multi-threaded tokio runtime,
+/// each with a server of its own.
+#[macro_export]
+macro_rules! server_tests {
+    ($connect:path) => {
+        $crate::server_tests!(@cases $connect;
+            replica_wait_does_not_block_other_resources,
+            a_wait_refused_by_the_acl_gives_the_grant_back,
+            a_fence_counter_incrby_refuses_leaves_no_key,
+        );
+    };
+    (@cases $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::server_cases::$case(&|url: ::std::string::String| {
+                        ::std::boxed::Box::pin(async move {
+                            ::std::sync::Arc::new($connect(&url).await) as ::std::sync::Arc<dyn $crate::__private::LockStore>
+                        })
+                    })
+                    .await;
+                });
+            }
+        )*
     };
 }
 

@@ -1,0 +1,11 @@
+//! The testkit's single-server cases (a `WAIT` on its own connection, a `WAIT` refused after the grant, a fence
+//! counter `INCRBY` refuses) on the redis-rs backend.
+#![cfg(feature = "tokio")]
+
+use lock_redis_rs::RedisStore;
+
+async fn store(url: &str) -> RedisStore {
+    RedisStore::connect(url).await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+}
+
+lock_testkit::server_tests!(store);

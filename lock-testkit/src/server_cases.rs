@@ -1,0 +1,98 @@
+//! Cases every Redis backend runs against a real single server, for interleavings only a real server produces: a
+//! `WAIT` blocking its connection, a `WAIT` the ACL refuses after the grant, a fence counter `INCRBY` refuses.
+//!
+//! Like the conformance suite, one public async function per case; [`server_tests!`](crate::server_tests) writes
+//! one `#[test]` per case for a backend, given an async function that connects its store to a URL. Each case starts
+//! its own server.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, ReplicaAck, Shortfall};
+
+use crate::cluster_cases::{ms, OrPanic};
+use crate::{RedisServer, Reply};
+
+/// Connects a backend's store to the server at a URL (the argument of every case).
+pub type UrlFactory = dyn Fn(String) -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send>> + Send + Sync;
+
+fn start() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
+}
+
+fn blocked_clients(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "clients"]).or_panic().as_text().unwrap_or_default();
+    info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.command(&["EXISTS", key]).or_panic() == Reply::Int(1)
+}
+
+/// Finding 3: a grant's `WAIT` for replicas runs on a connection of its own. On the store's shared pipelined
+/// connection it held up every other resource's acquire, release and renewal for up to the ack timeout. Here the
+/// server has no replica, so the `WAIT` lasts its whole timeout; meanwhile another resource is taken and given
+/// back five times, all before that `WAIT` returns.
+pub async fn replica_wait_does_not_block_other_resources(connect: &UrlFactory) {
+    let server = start();
+    let lock = Lock::from_arc(connect(server.url()).await);
+    let waiting = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(700)).on_shortfall(Shortfall::Accept));
+    let done = AtomicBool::new(false);
+    let slow = async {
+        let guard = lock.try_acquire("waits-for-replicas", &waiting).await.or_panic().or_panic();
+        done.store(true, Ordering::SeqCst);
+        guard
+    };
+    let others = async {
+        let t0 = Instant::now();
+        while blocked_clients(&server) == 0 {
+            assert!(t0.elapsed() < ms(5_000), "the WAIT never started");
+            crate::runtime::sleep(ms(2)).await;
+        }
+        for _ in 0..5 {
+            let g = lock.try_acquire("meanwhile", &LockOptions::new(ms(5_000))).await.or_panic().or_panic();
+            assert_eq!(g.release().await.or_panic(), ReleaseOutcome::Released);
+        }
+        done.load(Ordering::SeqCst)
+    };
+    let (guard, waited_behind) = futures_util::future::join(slow, others).await;
+    assert!(!waited_behind, "another resource's commands waited behind the WAIT");
+    assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
+}
+
+/// Finding 8: a `WAIT` the ACL refuses (`NOPERM`) comes after the grant was applied. The acquire fails with a
+/// typed `Auth` error, and the grant is given back: no lock key is left behind.
+pub async fn a_wait_refused_by_the_acl_gives_the_grant_back(connect: &UrlFactory) {
+    let server = start();
+    let reply = server.command(&["ACL", "SETUSER", "nowait", "on", ">secret", "~*", "&*", "+@all", "-wait"]).or_panic();
+    assert!(!reply.is_error(), "ACL SETUSER: {reply:?}");
+    let url = format!("redis://nowait:secret@127.0.0.1:{}", server.port());
+    let lock = Lock::from_arc(connect(url).await);
+    let opts = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(100)).on_shortfall(Shortfall::Accept));
+    let err = lock.try_acquire("refused-wait", &opts).await.err();
+    assert!(matches!(err, Some(LockError::Auth { .. })), "expected Auth, got {err:?}");
+    let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "refused-wait").or_panic();
+    let t0 = Instant::now();
+    while exists(&server, keys.lock()) {
+        assert!(t0.elapsed() < ms(2_000), "the grant whose WAIT was refused was left behind");
+        crate::runtime::sleep(ms(5)).await;
+    }
+}
+
+/// Finding 8: a fence counter that Lua reads as a number but `INCRBY` refuses ("1e3") is a typed `WrongType`
+/// naming the counter, raised before the lock key is written.
+pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) {
+    let server = start();
+    let lock = Lock::from_arc(connect(server.url()).await);
+    let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "odd-fence").or_panic();
+    server.command(&["SET", keys.fence(), "1e3"]).or_panic();
+    let err = lock.try_acquire("odd-fence", &LockOptions::new(ms(30_000))).await.err();
+    match err {
+        Some(LockError::WrongType { key, .. }) => assert_eq!(key, keys.fence()),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(!exists(&server, keys.lock()), "the lock key was written before the counter was checked");
+}
