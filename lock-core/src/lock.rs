@@ -556,6 +556,10 @@ impl GuardState {
                     Poll::Pending => {
                         let early = hub.release_started(self.keys.channel());
                         let reply = call.await.and_then(|r| r);
+                        if early.is_none() && matches!(reply, Ok(ReleaseOutcome::Released)) {
+                            // Nobody waited when the release left; whoever started waiting since gets this one.
+                            hub.wake_one(self.keys.channel());
+                        }
                         drop(early);
                         return reply;
                     }

@@ -85,6 +85,12 @@ impl MemoryStore {
         self.state().locks.values().filter(|e| e.expires > now).count()
     }
 
+    /// The owner token the lock on `keys` holds, if held (for tests: whose key was left behind).
+    pub fn holder(&self, keys: &LockKeys) -> Option<Token> {
+        let now = Instant::now();
+        self.state().locks.get(keys.lock()).filter(|e| e.expires > now).map(|e| e.token.clone())
+    }
+
     /// Remaining TTL of the lock on `keys`, if held (for tests).
     pub fn ttl_of(&self, keys: &LockKeys) -> Option<Duration> {
         let now = Instant::now();

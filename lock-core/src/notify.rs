@@ -45,6 +45,8 @@ impl SubscriptionControl for Local {
 }
 
 struct Channel {
+    /// The channel's name (its key in the hub's map).
+    name: String,
     event: Event,
     watchers: usize,
     /// Local releases that woke a waiter before they completed (see [`EarlyRelease`]) and have not completed yet.
@@ -56,8 +58,13 @@ struct Channel {
 }
 
 impl Channel {
-    fn new() -> Self {
-        Channel { event: Event::new(), watchers: 0, releasing: 0, completed: 0, raced: false }
+    fn new(name: &str) -> Self {
+        Channel { name: name.to_owned(), event: Event::new(), watchers: 0, releasing: 0, completed: 0, raced: false }
+    }
+
+    /// Nobody uses this state any more: no waiter, no early release on its way.
+    fn unused(&self) -> bool {
+        self.watchers == 0 && self.releasing == 0
     }
 }
 
@@ -102,7 +109,8 @@ impl ReleaseHub {
     pub async fn watch(self: &Arc<Self>, channel: &str) -> ReleaseWatch {
         let (state, confirmation) = {
             let mut map = self.channels();
-            let state = map.entry(channel.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Channel::new()))).clone();
+            let state =
+                map.entry(channel.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Channel::new(channel)))).clone();
             let first = {
                 let mut ch = lock(&state);
                 ch.watchers += 1;
@@ -139,17 +147,19 @@ impl ReleaseHub {
     }
 
     /// Wakes the next local waiter on `channel` for a release of ours that is on its way to the server but has not
-    /// completed (see [`LockStore::orders_commands`](crate::LockStore::orders_commands)). Should the waiter's try
+    /// completed (see [`LockStore::orders_commands`](crate::LockStore::orders_commands)). Should a waiter's try
     /// still find the lock held (the release was not queued yet after all), the returned value wakes a waiter
-    /// again when it is dropped, at the release's completion.
-    pub(crate) fn release_started(&self, channel: &str) -> EarlyRelease {
-        let state = self.channels().get(channel).cloned();
-        if let Some(state) = &state {
-            let mut ch = lock(state);
+    /// again when it is dropped, at the release's completion. `None` when nobody waits on `channel`: there is
+    /// nobody to wake early, and the caller wakes a waiter at the completion instead (one may have started
+    /// waiting meanwhile).
+    pub(crate) fn release_started(self: &Arc<Self>, channel: &str) -> Option<EarlyRelease> {
+        let state = self.channels().get(channel).cloned()?;
+        {
+            let mut ch = lock(&state);
             ch.releasing += 1;
             ch.event.notify(1.additional());
         }
-        EarlyRelease { state }
+        Some(EarlyRelease { hub: self.clone(), state })
     }
 
     /// How many local waiters watch `channel` (a holder that had to wait stays registered until it releases).
@@ -212,6 +222,7 @@ impl ReleaseWatch {
             return true;
         }
         if ch.releasing > 0 {
+            tracing::trace!(channel = %ch.name, "a try found the lock held while a local release was on its way");
             ch.raced = true;
         }
         false
@@ -221,13 +232,17 @@ impl ReleaseWatch {
 impl Drop for ReleaseWatch {
     fn drop(&mut self) {
         let mut map = self.hub.channels();
-        let last = {
+        let (last, unused) = {
             let mut ch = lock(&self.state);
             ch.watchers -= 1;
-            ch.watchers == 0
+            (ch.watchers == 0, ch.unused())
         };
         if last {
-            map.remove(&self.channel);
+            // Kept while an early release is on its way: a waiter arriving meanwhile must share its state (the
+            // release's completion wakes waiters whose try it overtook); the release removes it when done.
+            if unused {
+                map.remove(&self.channel);
+            }
             // Under the map lock: a waiter arriving now subscribes after this (see `watch`).
             self.hub.control.unsubscribe(&self.channel);
         }
@@ -237,18 +252,22 @@ impl Drop for ReleaseWatch {
 /// A local release that woke a waiter before it completed (see [`ReleaseHub::release_started`]); dropped when the
 /// release completed (or was cancelled).
 pub(crate) struct EarlyRelease {
-    state: Option<Arc<Mutex<Channel>>>,
+    hub: Arc<ReleaseHub>,
+    state: Arc<Mutex<Channel>>,
 }
 
 impl Drop for EarlyRelease {
     fn drop(&mut self) {
-        if let Some(state) = &self.state {
-            let mut ch = lock(state);
-            ch.releasing = ch.releasing.saturating_sub(1);
-            ch.completed += 1;
-            if std::mem::take(&mut ch.raced) {
-                ch.event.notify(1.additional());
-            }
+        let mut map = self.hub.channels();
+        let mut ch = lock(&self.state);
+        ch.releasing = ch.releasing.saturating_sub(1);
+        ch.completed += 1;
+        if std::mem::take(&mut ch.raced) {
+            ch.event.notify(1.additional());
+        }
+        // The last waiter left while this release was on its way (see `ReleaseWatch`'s drop).
+        if ch.unused() && map.get(&ch.name).is_some_and(|s| Arc::ptr_eq(s, &self.state)) {
+            map.remove(&ch.name);
         }
     }
 }

@@ -47,10 +47,17 @@ impl Watches {
         Listeners(self.watches.iter().map(ReleaseWatch::listen).collect())
     }
 
-    /// See [`ReleaseWatch::held_during`]: whether to try again now.
-    fn held_during(&self) -> bool {
+    /// See [`ReleaseWatch::held_during`]: the hub of a local release that completed during the try (so the "held"
+    /// may predate it), if any.
+    fn held_during(&self) -> Option<&Arc<ReleaseHub>> {
         // Every registration is asked, so each early release on its way learns that a try raced it.
-        self.watches.iter().zip(&self.marks).fold(false, |again, (w, mark)| w.held_during(*mark) | again)
+        let mut completed = None;
+        for (w, mark) in self.watches.iter().zip(&self.marks) {
+            if w.held_during(*mark) {
+                completed = Some(w.hub());
+            }
+        }
+        completed
     }
 
     fn hub(&self, i: usize) -> Option<&Arc<ReleaseHub>> {
@@ -112,6 +119,7 @@ impl<'a> OwedWake<'a> {
 impl Drop for OwedWake<'_> {
     fn drop(&mut self) {
         if let Some(hub) = self.hub.take() {
+            tracing::trace!(channel = self.channel, "waiter left before its try answered; wake-up passed on");
             hub.wake_one(self.channel);
         }
     }
@@ -151,6 +159,7 @@ where
         if let Some(queue) = Watches::new(stores, channel).await {
             let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
             let mut queue = queue;
+            tracing::trace!(resource, ?pause, "queued behind local waiters");
             if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
                 owed.owe(hub);
             }
@@ -162,6 +171,7 @@ where
         attempts = attempts.saturating_add(1);
         // Listen before trying: a release between the try and the sleep must still wake us.
         let listeners = watch.as_mut().map(Watches::before_try);
+        let mut again = false;
         let (holder_ttl, last_error) = match attempt().await {
             Ok(Attempt::Acquired(guard)) => {
                 owed.settle();
@@ -169,6 +179,15 @@ where
             }
             Ok(Attempt::Held { holder_ttl }) => {
                 owed.settle();
+                // A release of ours completed while this try was on its way (it woke us early and the try overtook
+                // it): the "held" may predate the release, so the try did not answer; look again, or pass the
+                // wake-up on if we leave now. (While such a release is still on its way, this also asks its
+                // completion to wake a waiter.)
+                if let Some(hub) = watch.as_ref().and_then(Watches::held_during) {
+                    owed.owe(hub);
+                    tracing::trace!(resource, "a local release completed during the try; trying again");
+                    again = true;
+                }
                 (holder_ttl, None)
             }
             Err(err) if err.is_retryable() => {
@@ -193,12 +212,8 @@ where
                 continue;
             }
         }
-        if let (Some(w), None) = (&watch, &last_error) {
-            // A release of ours completed while this try was on its way (it was woken early and overtook the
-            // release): the "held" may predate the release, so look again now.
-            if w.held_during() {
-                continue;
-            }
+        if again {
+            continue;
         }
         let mut pause = delays.next().unwrap_or(Duration::from_millis(100));
         if let Some(ttl) = holder_ttl {
@@ -208,7 +223,9 @@ where
         pause = pause.min(deadline.saturating_duration_since(now));
         match listeners {
             Some(listeners) => {
+                tracing::trace!(resource, ?pause, "waiting for a release");
                 let woken = listeners.or_sleep(pause).await?;
+                tracing::trace!(resource, woken = woken.is_some(), "waiter awake");
                 if let Some(hub) = woken.and_then(|i| watch.as_ref()?.hub(i)) {
                     owed.owe(hub);
                 }

@@ -237,3 +237,108 @@ async fn a_redlock_give_back_wakes_nobody() {
     assert_eq!(count(&servers[0], Op::Release), 3, "each try's grant on instance 0 was given back");
     holder.release().await.unwrap();
 }
+
+/// Found by the schedule explorer (seed 1592592276): an early-woken release is on its way when the last waiter
+/// leaves; a waiter arriving before the release completes must still be woken by its completion (the hub kept the
+/// channel's state for it instead of starting a fresh one the completion does not know).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_arriving_while_an_early_release_is_on_its_way_is_woken() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("arrives", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("arrives", &patient()).await.map(|_| ()) }
+    });
+    eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    tokio::time::sleep(ms(20)).await;
+    let acquires = count(&server, Op::Acquire);
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    // The early wake made the first waiter try (held: the release waits at the gate); then it leaves.
+    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // A newcomer finds the lock held and goes to sleep while the release is still on its way.
+    let acquires = count(&server, Op::Acquire);
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("arrives", &patient()).await }
+    });
+    eventually("the newcomer sleeps", ms(5_000), || count(&server, Op::Acquire) >= acquires + 2).await;
+    tokio::time::sleep(ms(20)).await;
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(second).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the newcomer slept {waited:?} after the release completed");
+    guard.release().await.unwrap();
+}
+
+/// Found by the schedule explorer (seed 1592590360): a release that started when nobody waited (so nobody was
+/// woken early) is overtaken by a newcomer's tries; its completion wakes the newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_arriving_while_an_unwatched_release_is_on_its_way_is_woken() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("unwatched", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    let acquires = count(&server, Op::Acquire);
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("unwatched", &patient()).await }
+    });
+    eventually("the newcomer sleeps", ms(5_000), || count(&server, Op::Acquire) >= acquires + 2).await;
+    tokio::time::sleep(ms(20)).await;
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(waiter).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the newcomer slept {waited:?} after the release completed");
+    guard.release().await.unwrap();
+}
+
+/// Found by the schedule explorer (seeds 1010757, 1030568): the waiter an early release woke finds the lock still
+/// held (the release is not through yet) and then runs out of budget. Its wake-up is not lost with it: the
+/// release's completion wakes the next waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_woken_waiter_that_runs_out_of_budget_leaves_the_wake_up_behind() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("budget", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let short = patient().wait(ms(300));
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("budget", &short).await.map(|_| ()) }
+    });
+    eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("budget", &patient()).await }
+    });
+    eventually("the second waiter queues", ms(5_000), || {
+        lock.stores()[0].release_hub().is_some_and(|hub| hub.waiters(&keys("budget")) >= 2)
+    })
+    .await;
+    let (release_gate, try_gate) = (Gate::new(), Gate::new());
+    server.once(Op::Release, Fault::Gate(release_gate.clone()));
+    server.once(Op::Acquire, Fault::Gate(try_gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    // The early wake reached the first waiter; its try waits at the gate until its budget is gone.
+    assert!(try_gate.wait_arrivals(1, ms(5_000)).await, "nobody was woken early");
+    tokio::time::sleep(ms(350)).await;
+    try_gate.open();
+    let first = first.await.unwrap();
+    assert!(matches!(first, Err(LockError::Contended { .. })), "{first:?}");
+    release_gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(second).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the second waiter slept {waited:?}: the early wake-up left with the first");
+    guard.release().await.unwrap();
+}

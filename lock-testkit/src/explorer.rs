@@ -1,0 +1,672 @@
+//! A schedule explorer: thousands of seeded random schedules of acquire, try, cancel at a random await point,
+//! release, drop, extend, renewal and expiry, over [scripted stores](crate::scripted) that delay, fail (before or
+//! after applying) or hang calls and drop or delay notifications, each checked against the promises the lock makes.
+//!
+//! After every schedule it checks:
+//! - **no panic** in any actor;
+//! - **no false error**: every error an operation returned is one the schedule can explain (contention, a lost
+//!   lock, an injected fault or the timeout it caused, a missed quorum), never `WrongType`, `InvalidArgument`,
+//!   `NoRuntime` or a `Backend`/`Auth` error nobody injected;
+//! - **mutual exclusion and fencing**: no two holds overlap, fencing tokens increase ([`Checker`]);
+//! - **no key left behind**: once every guard is gone, every lock key is released promptly (its TTL is far
+//!   longer than the bound), unless the schedule made a release of that very token fail before it applied;
+//! - **no renewal left running**: no extension reaches a server after the actors finished;
+//! - **no waiter asleep while the lock is free**: a waiting acquire never sleeps past a bound while no key is held
+//!   (tight when the schedule cannot hide a wake-up, the backoff cap otherwise);
+//! - **subscriptions match waiters**: a channel with local waiters is subscribed at the server, and nothing stays
+//!   subscribed at the end.
+//!
+//! A failing schedule is reported with its seed; [`Explorer::replay`] runs that seed alone. See
+//! `lock-testkit/tests/explore.rs` for the environment variables that run millions.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{select, Either};
+use futures_util::stream::{self, StreamExt};
+use lock_core::{
+    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Redlock, RenewPolicy, RetryPolicy, DEFAULT_PREFIX,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::checker::{Checker, Hold};
+use crate::runtime::sleep;
+use crate::scripted::{is_injected, CancelAfter, Delivery, Fault, Injected, Op, ScriptedServer, ScriptedStore};
+
+const RESOURCE: &str = "explored";
+/// Shortest backoff between tries of a waiting acquire: long, so a waiter that relies on it is seen.
+const MIN_DELAY: Duration = Duration::from_millis(100);
+/// Longest backoff.
+const MAX_DELAY: Duration = Duration::from_millis(250);
+/// Bound on one store call (a hung call times out after it).
+const CALL_TIMEOUT: Duration = Duration::from_millis(40);
+/// A "long" TTL: far beyond every bound below, so a key that stays is a leak, not an unexpired lock.
+const LONG_TTL: Duration = Duration::from_secs(3);
+/// How long a key may outlive every guard (background releases run meanwhile).
+const SETTLE: Duration = Duration::from_millis(600);
+/// Free-while-waiting bound when nothing in the schedule can hide a wake-up.
+const TIGHT_BOUND: Duration = Duration::from_millis(80);
+/// Free-while-waiting bound otherwise: the backoff cap, jittered, plus slack.
+const LOOSE_BOUND: Duration = Duration::from_millis(700);
+
+/// How a session gets the lock.
+#[derive(Clone, Copy, Debug)]
+enum Take {
+    Try,
+    Wait { budget_ms: u64 },
+    Renewing { budget_ms: u64 },
+}
+
+/// Where an operation is cut off.
+#[derive(Clone, Copy, Debug)]
+enum Cancel {
+    Never,
+    AfterPolls(u32),
+    AfterMicros(u64),
+}
+
+/// What a holder does while it holds.
+#[derive(Clone, Copy, Debug)]
+enum Work {
+    Sleep { micros: u64 },
+    Extend { ttl_ms: u64 },
+}
+
+/// How a session ends.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Release { cancel: Cancel },
+    Drop,
+}
+
+#[derive(Clone, Debug)]
+struct Session {
+    take: Take,
+    ttl: Duration,
+    cancel: Cancel,
+    work: Vec<Work>,
+    end: End,
+}
+
+#[derive(Clone, Debug)]
+struct Actor {
+    process: usize,
+    start_micros: u64,
+    sessions: Vec<Session>,
+}
+
+/// Per-call fault probabilities of one schedule.
+#[derive(Clone, Copy, Debug, Default)]
+struct Faults {
+    yields: f64,
+    delay: f64,
+    fail_before: f64,
+    fail_after: f64,
+    hang: f64,
+    drop_note: f64,
+    delay_note: f64,
+}
+
+impl Faults {
+    /// Whether a waiter may legitimately sleep its backoff while the lock is free.
+    fn can_hide_wakeups(&self) -> bool {
+        self.fail_before > 0.0
+            || self.fail_after > 0.0
+            || self.hang > 0.0
+            || self.drop_note > 0.0
+            || self.delay_note > 0.0
+    }
+}
+
+/// One generated schedule (what [`Explorer`] runs for a seed).
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    /// The seed it was generated from.
+    pub seed: u64,
+    instances: usize,
+    processes: usize,
+    ordered: Vec<bool>,
+    fencing: bool,
+    faults: Faults,
+    actors: Vec<Actor>,
+}
+
+fn chance(rng: &mut StdRng, p: f64) -> bool {
+    rng.random_bool(p.clamp(0.0, 1.0))
+}
+
+fn cancel(rng: &mut StdRng, p: f64) -> Cancel {
+    if !chance(rng, p) {
+        return Cancel::Never;
+    }
+    if chance(rng, 0.6) {
+        Cancel::AfterPolls(rng.random_range(1..=8))
+    } else {
+        Cancel::AfterMicros(rng.random_range(0..3_000))
+    }
+}
+
+impl Schedule {
+    /// The schedule for `seed`.
+    pub fn generate(seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let instances = if chance(&mut rng, 0.2) { 3 } else { 1 };
+        let processes = rng.random_range(1..=3);
+        let ordered = (0..processes).map(|_| chance(&mut rng, 0.5)).collect();
+        let fencing = chance(&mut rng, 0.7);
+        let faults = match rng.random_range(0..10) {
+            0..=3 => Faults { yields: 0.3, delay: 0.2, ..Faults::default() },
+            4..=6 => Faults { yields: 0.3, delay: 0.2, fail_before: 0.08, fail_after: 0.08, ..Faults::default() },
+            7..=8 => Faults { yields: 0.2, delay: 0.1, drop_note: 0.3, delay_note: 0.3, ..Faults::default() },
+            _ => Faults {
+                yields: 0.3,
+                delay: 0.2,
+                fail_before: 0.1,
+                fail_after: 0.1,
+                hang: 0.03,
+                drop_note: 0.2,
+                delay_note: 0.2,
+            },
+        };
+        let expiring = chance(&mut rng, 0.25);
+        let actors = (0..rng.random_range(2..=4))
+            .map(|_| {
+                let process = rng.random_range(0..processes);
+                let start_micros = rng.random_range(0..2_000);
+                let sessions = (0..rng.random_range(1..=3))
+                    .map(|_| {
+                        let take = match rng.random_range(0..10) {
+                            0..=2 => Take::Try,
+                            3..=8 => Take::Wait { budget_ms: rng.random_range(0..=300) },
+                            _ => Take::Renewing { budget_ms: rng.random_range(0..=300) },
+                        };
+                        let ttl = if expiring && chance(&mut rng, 0.5) {
+                            Duration::from_millis(rng.random_range(30..=60))
+                        } else {
+                            LONG_TTL
+                        };
+                        let work = (0..rng.random_range(0..=2))
+                            .map(|_| {
+                                if chance(&mut rng, 0.3) {
+                                    Work::Extend { ttl_ms: rng.random_range(30..=3_000) }
+                                } else {
+                                    // A short lock may be held past its TTL; a long one only briefly.
+                                    let past_ttl = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX).saturating_mul(2);
+                                    let cap = if ttl < LONG_TTL { past_ttl } else { 3_000 };
+                                    Work::Sleep { micros: rng.random_range(0..=cap.max(1)) }
+                                }
+                            })
+                            .collect();
+                        let end = if chance(&mut rng, 0.7) {
+                            End::Release { cancel: cancel(&mut rng, 0.2) }
+                        } else {
+                            End::Drop
+                        };
+                        Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end }
+                    })
+                    .collect();
+                Actor { process, start_micros, sessions }
+            })
+            .collect();
+        Schedule { seed, instances, processes, ordered, fencing, faults, actors }
+    }
+
+    fn expiring(&self) -> bool {
+        self.actors.iter().flat_map(|a| &a.sessions).any(|s| s.ttl < LONG_TTL)
+    }
+
+    /// The free-while-waiting bound that applies to this schedule.
+    fn wake_bound(&self) -> Duration {
+        // Redlock give-backs of minority grants wake nobody, by design: waiters that blocked each other retry at
+        // their backoff, as the algorithm asks.
+        if self.instances > 1 || self.faults.can_hide_wakeups() || self.expiring() {
+            LOOSE_BOUND
+        } else {
+            TIGHT_BOUND
+        }
+    }
+}
+
+/// What broke in one schedule.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    /// The schedule's seed.
+    pub seed: u64,
+    /// What was wrong.
+    pub what: String,
+    /// The schedule.
+    pub schedule: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "seed {}: {}\nschedule: {}", self.seed, self.what, self.schedule)
+    }
+}
+
+/// Counts of what the schedules did (to show the explorer explored).
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Schedules run.
+    pub schedules: u64,
+    /// Locks acquired.
+    pub acquired: usize,
+    /// Operations cancelled at an await point.
+    pub cancelled: usize,
+    /// Errors returned (all explained).
+    pub errors: usize,
+    /// Store calls the servers received.
+    pub calls: usize,
+    /// Faults injected into them.
+    pub faults: usize,
+}
+
+impl Summary {
+    fn add(&mut self, other: &Summary) {
+        self.schedules += other.schedules;
+        self.acquired += other.acquired;
+        self.cancelled += other.cancelled;
+        self.errors += other.errors;
+        self.calls += other.calls;
+        self.faults += other.faults;
+    }
+}
+
+/// Runs schedules; see the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Explorer {
+    first_seed: u64,
+    schedules: u64,
+    concurrency: usize,
+}
+
+impl Explorer {
+    /// `schedules` schedules with seeds `first_seed..`, `concurrency` of them at a time.
+    pub fn new(first_seed: u64, schedules: u64, concurrency: usize) -> Self {
+        Explorer { first_seed, schedules, concurrency: concurrency.max(1) }
+    }
+
+    /// Runs every schedule on the current runtime (a tokio runtime: actors are spawned to catch their panics);
+    /// stops at the first violation.
+    ///
+    /// # Errors
+    /// The first [`Violation`] found.
+    pub async fn run(&self) -> Result<Summary, Violation> {
+        let seeds = (0..self.schedules).map(|i| self.first_seed.wrapping_add(i));
+        let mut results =
+            stream::iter(seeds).map(|seed| run_schedule(Schedule::generate(seed))).buffer_unordered(self.concurrency);
+        let mut summary = Summary::default();
+        while let Some(result) = results.next().await {
+            summary.add(&result?);
+        }
+        Ok(summary)
+    }
+
+    /// Runs the schedule of `seed` alone.
+    ///
+    /// # Errors
+    /// Its [`Violation`].
+    pub async fn replay(seed: u64) -> Result<Summary, Violation> {
+        run_schedule(Schedule::generate(seed)).await
+    }
+}
+
+/// What one actor saw.
+#[derive(Default)]
+struct Seen {
+    acquired: usize,
+    cancelled: usize,
+    errors: usize,
+    /// Errors nothing in the schedule explains.
+    unexplained: Vec<String>,
+}
+
+/// Shared by the actors and the monitor of one schedule.
+struct World {
+    schedule: Schedule,
+    servers: Vec<ScriptedServer>,
+    /// Per process: its clients (one per server) and its lock.
+    processes: Vec<(Vec<ScriptedStore>, Lock)>,
+    keys: LockKeys,
+    checker: Checker,
+    /// Actors inside a waiting acquire right now.
+    waiting: AtomicUsize,
+}
+
+impl World {
+    fn free(&self) -> bool {
+        self.servers.iter().all(|s| s.memory().ttl_of(&self.keys).is_none())
+    }
+
+    /// Whether every key still held is one the schedule excuses (see [`excused`]).
+    fn settled(&self) -> bool {
+        self.servers.iter().all(|s| s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)))
+    }
+}
+
+fn build(schedule: Schedule) -> World {
+    let servers: Vec<ScriptedServer> = (0..schedule.instances).map(|_| ScriptedServer::new()).collect();
+    for (i, server) in servers.iter().enumerate() {
+        let faults = schedule.faults;
+        let mut rng = StdRng::seed_from_u64(schedule.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)));
+        server.rule(move |_call| {
+            let roll: f64 = rng.random();
+            let mut edge = faults.fail_before;
+            if roll < edge {
+                return Some(Fault::FailBefore(pick_error(&mut rng)));
+            }
+            edge += faults.fail_after;
+            if roll < edge {
+                return Some(Fault::FailAfter(pick_error(&mut rng)));
+            }
+            edge += faults.hang;
+            if roll < edge {
+                return Some(Fault::Hang);
+            }
+            edge += faults.delay;
+            if roll < edge {
+                return Some(Fault::Delay(Duration::from_micros(rng.random_range(0..2_000))));
+            }
+            edge += faults.yields;
+            if roll < edge {
+                return Some(Fault::Yield(rng.random_range(1..=4)));
+            }
+            None
+        });
+        let mut rng = StdRng::seed_from_u64(schedule.seed.rotate_left(17) ^ i as u64);
+        server.notification_rule(move |_note| {
+            let roll: f64 = rng.random();
+            if roll < faults.drop_note {
+                Some(Delivery::Drop)
+            } else if roll < faults.drop_note + faults.delay_note {
+                Some(Delivery::After(Duration::from_micros(rng.random_range(0..5_000))))
+            } else {
+                None
+            }
+        });
+    }
+    let processes = (0..schedule.processes)
+        .map(|p| {
+            let ordered = schedule.ordered.get(p).copied().unwrap_or(false);
+            let clients: Vec<ScriptedStore> = servers.iter().map(|s| s.client().ordered(ordered)).collect();
+            let lock = if clients.len() == 1 {
+                Lock::new(clients[0].clone()).with_operation_timeout(CALL_TIMEOUT)
+            } else {
+                let stores = clients.iter().map(|c| Arc::new(c.clone()) as Arc<dyn LockStore>).collect();
+                match Redlock::new(stores).instance_timeout(CALL_TIMEOUT).build() {
+                    Ok(lock) => lock,
+                    Err(err) => panic!("a valid Redlock: {err}"),
+                }
+            };
+            (clients, lock)
+        })
+        .collect();
+    let keys = match LockKeys::new(DEFAULT_PREFIX, RESOURCE) {
+        Ok(keys) => keys,
+        Err(err) => panic!("keys: {err}"),
+    };
+    World { schedule, servers, processes, keys, checker: Checker::new(), waiting: AtomicUsize::new(0) }
+}
+
+fn pick_error(rng: &mut StdRng) -> Injected {
+    match rng.random_range(0..4) {
+        0 => Injected::Unavailable,
+        1 => Injected::Timeout,
+        2 => Injected::Backend,
+        _ => Injected::Auth,
+    }
+}
+
+/// Whether a key of `token` may stay on `server` until its TTL: a release of that token failed there before it
+/// applied, and the engine leaves the key to its TTL then, as documented.
+fn excused(server: &ScriptedServer, token: &lock_core::Token) -> bool {
+    server
+        .log()
+        .iter()
+        .any(|c| c.call.op == Op::Release && c.call.token == *token && matches!(c.fault, Some(Fault::FailBefore(_))))
+}
+
+/// Whether `err` is one this schedule can produce without a bug.
+fn explained(err: &LockError, world: &World) -> bool {
+    if is_injected(err) {
+        return true;
+    }
+    match err {
+        LockError::Contended { .. } | LockError::Lost { .. } => true,
+        // A hung call times out at the engine's bound; a delayed grant can come too late.
+        LockError::Timeout { .. } | LockError::ValidityExhausted { .. } => {
+            world.schedule.faults.hang > 0.0 || world.schedule.faults.delay > 0.0
+        }
+        LockError::Quorum { .. } => world.schedule.instances > 1,
+        _ => false,
+    }
+}
+
+/// Runs `fut`, cut off at `cancel`; `None` when cut off.
+async fn cut<F: std::future::Future>(fut: F, cancel: Cancel) -> Option<F::Output> {
+    match cancel {
+        Cancel::Never => Some(fut.await),
+        Cancel::AfterPolls(n) => CancelAfter::new(fut, n).await,
+        Cancel::AfterMicros(us) => match select(Box::pin(fut), Box::pin(sleep(Duration::from_micros(us)))).await {
+            Either::Left((out, _)) => Some(out),
+            Either::Right(_) => None,
+        },
+    }
+}
+
+/// Counts a waiting acquire while it runs (also when it is cut off).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn options(session: &Session, fencing: bool) -> LockOptions {
+    let retry = RetryPolicy::default().min_delay(MIN_DELAY).max_delay(MAX_DELAY);
+    let opts = LockOptions::new(session.ttl).fencing(fencing).retry(retry);
+    match session.take {
+        Take::Try => opts.wait(Duration::ZERO),
+        Take::Wait { budget_ms } => opts.wait(Duration::from_millis(budget_ms)),
+        Take::Renewing { budget_ms } => {
+            opts.wait(Duration::from_millis(budget_ms)).auto_renew(RenewPolicy::default().max_hold(session.ttl * 4))
+        }
+    }
+}
+
+async fn act(world: Arc<World>, actor: Actor) -> Seen {
+    let mut seen = Seen::default();
+    let lock = match world.processes.get(actor.process) {
+        Some((_, lock)) => lock.clone(),
+        None => return seen,
+    };
+    sleep(Duration::from_micros(actor.start_micros)).await;
+    let note = |seen: &mut Seen, what: &str, err: &LockError| {
+        seen.errors += 1;
+        if !explained(err, &world) {
+            seen.unexplained.push(format!("{what}: {err:?}"));
+        }
+    };
+    for session in &actor.sessions {
+        let opts = options(session, world.schedule.fencing);
+        let got: Option<Guard> = match session.take {
+            Take::Try => match cut(lock.try_acquire(RESOURCE, &opts), session.cancel).await {
+                None => {
+                    seen.cancelled += 1;
+                    None
+                }
+                Some(Ok(guard)) => guard,
+                Some(Err(err)) => {
+                    note(&mut seen, "try_acquire", &err);
+                    None
+                }
+            },
+            Take::Wait { .. } | Take::Renewing { .. } => {
+                let waiting = Waiting::new(&world.waiting);
+                let out = cut(lock.acquire(RESOURCE, &opts), session.cancel).await;
+                drop(waiting);
+                match out {
+                    None => {
+                        seen.cancelled += 1;
+                        None
+                    }
+                    Some(Ok(guard)) => Some(guard),
+                    Some(Err(err)) => {
+                        note(&mut seen, "acquire", &err);
+                        None
+                    }
+                }
+            }
+        };
+        let Some(guard) = got else { continue };
+        seen.acquired += 1;
+        let start = Instant::now();
+        for work in &session.work {
+            match work {
+                Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
+                Work::Extend { ttl_ms } => {
+                    if let Err(err) = guard.extend(Duration::from_millis(*ttl_ms)).await {
+                        note(&mut seen, "extend", &err);
+                    }
+                }
+            }
+        }
+        world.checker.record(Hold::of(&guard, start));
+        match session.end {
+            End::Drop => drop(guard),
+            End::Release { cancel } => match cut(guard.release(), cancel).await {
+                None => seen.cancelled += 1,
+                Some(Ok(_)) => {}
+                Some(Err(err)) => note(&mut seen, "release", &err),
+            },
+        }
+    }
+    seen
+}
+
+/// Watches the schedule while it runs: free-while-waiting stretches and subscriptions that do not match waiters.
+async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
+    let bound = world.schedule.wake_bound();
+    let mut free_since: Option<Instant> = None;
+    let mut mismatch_since: Option<Instant> = None;
+    while !done.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if world.waiting.load(Ordering::SeqCst) > 0 && world.free() {
+            let since = *free_since.get_or_insert(now);
+            if now - since > bound {
+                return Some(format!("a waiter slept {:?} while the lock was free (bound {bound:?})", now - since));
+            }
+        } else {
+            free_since = None;
+        }
+        if let Some(what) = subscription_mismatch(&world) {
+            let since = *mismatch_since.get_or_insert(now);
+            if now - since > Duration::from_millis(50) {
+                return Some(what);
+            }
+        } else {
+            mismatch_since = None;
+        }
+        sleep(Duration::from_millis(3)).await;
+    }
+    None
+}
+
+/// A channel a hub has waiters on but its server has not subscribed (or the reverse), if any.
+fn subscription_mismatch(world: &World) -> Option<String> {
+    let channel = world.keys.channel();
+    for (process, (clients, _)) in world.processes.iter().enumerate() {
+        for (instance, client) in clients.iter().enumerate() {
+            let Some(hub) = client.hub() else { continue };
+            let watched = hub.waiters(channel) > 0;
+            let subscribed =
+                world.servers.get(instance).is_some_and(|s| s.subscriptions(client.id()).contains(channel));
+            if watched != subscribed {
+                return Some(format!(
+                    "process {process}, instance {instance}: hub has waiters: {watched}, server subscribed: {subscribed}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
+    let seed = schedule.seed;
+    let description = format!("{schedule:?}");
+    let fail = |what: String| Violation { seed, what, schedule: description.clone() };
+    let world = Arc::new(build(schedule));
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = tokio::spawn(monitor(world.clone(), done.clone()));
+    let actors: Vec<_> =
+        world.schedule.actors.clone().into_iter().map(|actor| tokio::spawn(act(world.clone(), actor))).collect();
+    let mut summary = Summary { schedules: 1, ..Summary::default() };
+    let mut problems = Vec::new();
+    for actor in actors {
+        match actor.await {
+            Ok(seen) => {
+                summary.acquired += seen.acquired;
+                summary.cancelled += seen.cancelled;
+                summary.errors += seen.errors;
+                problems.extend(seen.unexplained.into_iter().map(|e| format!("unexplained error from {e}")));
+            }
+            Err(err) if err.is_panic() => problems.push(format!("an actor panicked: {err}")),
+            Err(err) => problems.push(format!("an actor did not finish: {err}")),
+        }
+    }
+    let finished = Instant::now();
+    // Every guard is gone: background releases (drops, cancelled acquires and releases) must empty the servers of
+    // every key whose release was not made to fail.
+    while !world.settled() && finished.elapsed() < SETTLE {
+        sleep(Duration::from_millis(2)).await;
+    }
+    done.store(true, Ordering::SeqCst);
+    match monitor.await {
+        Ok(Some(what)) => problems.push(what),
+        Ok(None) => {}
+        Err(err) => problems.push(format!("the monitor failed: {err}")),
+    }
+    for (instance, server) in world.servers.iter().enumerate() {
+        let log = server.log();
+        summary.calls += log.len();
+        summary.faults += log.iter().filter(|c| c.fault.is_some()).count();
+        if let Some(token) = server.memory().holder(&world.keys) {
+            if !excused(server, &token) {
+                problems.push(format!("instance {instance}: key of {token} left behind after every guard was gone"));
+            }
+        }
+        if let Some(late) = log.iter().find(|c| c.call.op == Op::Extend && c.at > finished + Duration::from_millis(20))
+        {
+            problems.push(format!("instance {instance}: an extension after the actors finished: {late:?}"));
+        }
+        for client in 0..server.clients() {
+            let left: BTreeSet<String> = server.subscriptions(client);
+            if !left.is_empty() {
+                problems.push(format!("instance {instance}, client {client}: still subscribed to {left:?}"));
+            }
+        }
+    }
+    let report = world.checker.report();
+    if !report.overlaps.is_empty() {
+        problems.push(format!("overlapping holds: {:?}", report.overlaps));
+    }
+    if world.schedule.fencing && !report.fence_regressions.is_empty() {
+        problems.push(format!("fencing regressions: {:?}", report.fence_regressions));
+    }
+    match problems.is_empty() {
+        true => Ok(summary),
+        false => Err(fail(problems.join("; "))),
+    }
+}

@@ -1,0 +1,55 @@
+//! The schedule explorer (see `lock_testkit::explorer`) on a current-thread and a multi-threaded tokio runtime.
+//!
+//! `LOCK_EXPLORE_SCHEDULES=N` runs N schedules per runtime (default 8 000, about 10 s each way on a 2-core
+//! machine), from seed `LOCK_EXPLORE_FIRST_SEED` (default: a fixed seed, so CI is repeatable; set
+//! `LOCK_EXPLORE_FIRST_SEED=random` for fresh schedules). `LOCK_EXPLORE_SEED=S` replays one schedule.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the summary is the point
+
+use lock_testkit::explorer::Explorer;
+
+const DEFAULT_SCHEDULES: u64 = 8_000;
+const DEFAULT_FIRST_SEED: u64 = 0x5eed_0000;
+const CONCURRENCY: usize = 32;
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+fn first_seed() -> u64 {
+    match std::env::var("LOCK_EXPLORE_FIRST_SEED").as_deref() {
+        Ok("random") => rand::random(),
+        _ => env_u64("LOCK_EXPLORE_FIRST_SEED").unwrap_or(DEFAULT_FIRST_SEED),
+    }
+}
+
+fn explore(runtime: tokio::runtime::Runtime, flavor: &str) {
+    let outcome = runtime.block_on(async {
+        if let Some(seed) = env_u64("LOCK_EXPLORE_SEED") {
+            // A replay is for reading: RUST_LOG=lock_core=trace shows what each actor did.
+            let _ =
+                tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
+            return Explorer::replay(seed).await;
+        }
+        let schedules = env_u64("LOCK_EXPLORE_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES);
+        Explorer::new(first_seed(), schedules, CONCURRENCY).run().await
+    });
+    match outcome {
+        Ok(summary) => println!("{flavor}: {summary:?}"),
+        Err(violation) => panic!(
+            "{flavor}: {violation}\nreplay: LOCK_EXPLORE_SEED={} cargo test -p lock-testkit --test explore",
+            violation.seed
+        ),
+    }
+}
+
+#[test]
+fn schedules_on_a_current_thread_runtime() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    explore(runtime.unwrap_or_else(|err| panic!("runtime: {err}")), "current-thread");
+}
+
+#[test]
+fn schedules_on_a_multi_threaded_runtime() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
+    explore(runtime.unwrap_or_else(|err| panic!("runtime: {err}")), "multi-thread");
+}
