@@ -488,6 +488,10 @@ impl GuardState {
         let inst = &self.instances;
         let (n, quorum) = (inst.n(), inst.quorum);
         let started = Instant::now();
+        // A shorter TTL takes effect on an instance as soon as its extension is applied, which an error (a lost
+        // reply) or a cancellation can hide: from here on the holder trusts the lock only until the earlier of its
+        // current deadline and this extension's.
+        self.lost.shorten(lease::valid_until(started, ttl));
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             let reply = rt::timeout("extend", self.call_timeout, store.extend(&self.keys, &self.token, ttl)).await;
             (i, reply.and_then(|r| r))

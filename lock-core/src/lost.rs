@@ -149,6 +149,17 @@ impl LostSignal {
         marked
     }
 
+    /// Moves the deadline to `until` if that is earlier (an extension to a shorter TTL is on its way).
+    pub(crate) fn shorten(&self, until: Instant) {
+        {
+            let mut st = self.state();
+            if until < st.valid_until {
+                st.valid_until = until;
+            }
+        }
+        self.shared.event.notify(usize::MAX);
+    }
+
     /// Sets the deadline to `until` (the validity of the latest successful extension) if the lock is not lost by
     /// now. A lock whose deadline already passed stays lost: a holder may have acted on that.
     pub(crate) fn prolong(&self, until: Instant) -> Result<(), LostReason> {

@@ -21,6 +21,16 @@
 //! ```
 //!
 //! The first argument picks the runtime the cases run on: `tokio` (multi-threaded), `async_std` or `smol`.
+//!
+//! Beyond the conformance suite:
+//! - [`server_tests!`], [`cluster_tests!`], [`sentinel_tests!`]: the cases a Redis backend runs against a real single
+//!   server, Cluster or Sentinel deployment, given a function that connects its store;
+//! - [`scripted`]: a store whose calls can be gated, delayed, failed before or after they apply, or hung, and whose
+//!   notifications can be dropped or delayed, to force an interleaving in a few lines (wrap your own store with
+//!   [`scripted::ScriptedServer::over`]);
+//! - [`explorer`]: seeded random schedules of acquire, cancel, release, drop, renewal and expiry over scripted
+//!   stores, checked for the lock's promises after each one;
+//! - the fault harness ([`proxy`], [`worker`], [`history`], [`FencedCounter`]) behind the fault suite.
 #![deny(missing_docs)]
 
 pub mod checker;

@@ -342,3 +342,35 @@ async fn an_early_woken_waiter_that_runs_out_of_budget_leaves_the_wake_up_behind
     assert!(waited < ms(5_000), "the second waiter slept {waited:?}: the early wake-up left with the first");
     guard.release().await.unwrap();
 }
+
+/// Found by the schedule explorer (seed 2012315, an overlap on Redlock): an extension to a shorter TTL that fails
+/// after the server applied it (a lost reply) shortened the lock there, while the holder kept its old, later
+/// deadline; after the short TTL another owner got the lock. A failed extension that may have applied now moves
+/// the holder's deadline to the earlier of the two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_extension_that_may_have_shortened_the_lock_shortens_the_holders_deadline() {
+    for instances in [1usize, 3] {
+        let servers: Vec<ScriptedServer> = (0..instances).map(|_| ScriptedServer::new()).collect();
+        let lock = if instances == 1 {
+            Lock::new(servers[0].client())
+        } else {
+            let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
+            Redlock::new(stores).build().unwrap()
+        };
+        let holder = lock.try_acquire("shortened", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+        for server in &servers {
+            server.once(Op::Extend, Fault::FailAfter(Injected::Timeout));
+        }
+        let before = Instant::now();
+        assert!(holder.extend(ms(50)).await.is_err(), "{instances}: the extension was reported as failed");
+        assert!(
+            holder.valid_until() <= before + ms(50),
+            "{instances} instance(s): the servers may hold the lock for 50 ms only, the holder believes {:?} more",
+            holder.valid_until().saturating_duration_since(Instant::now())
+        );
+        tokio::time::sleep(ms(80)).await;
+        assert!(holder.is_lost());
+        let other = lock.try_acquire("shortened", &LockOptions::new(ms(30_000))).await.unwrap();
+        assert!(other.is_some(), "the lock did expire on the servers");
+    }
+}
