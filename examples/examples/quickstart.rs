@@ -51,16 +51,20 @@ async fn backend() -> Result<(Arc<dyn DistributedLock>, String, Option<RedisServ
         let store = RedisStore::connect(&url).await?;
         return Ok((Arc::new(Lock::new(store)), format!("Redis at {url} (from REDIS_URL)"), None));
     }
+    let memory = |why: String| {
+        let what = format!("the in-memory backend ({why}; set REDIS_URL to use a Redis server)");
+        Ok((Arc::new(Lock::new(MemoryStore::new())) as Arc<dyn DistributedLock>, what, None))
+    };
+    if lock_testkit::redis_server_binary().is_none() {
+        return memory("no redis-server is installed".to_owned());
+    }
     match RedisServer::start() {
         Ok(server) => {
             let store = RedisStore::connect(&server.url()).await?;
             let what = format!("a throwaway redis-server at {} (set REDIS_URL to use yours)", server.url());
             Ok((Arc::new(Lock::new(store)), what, Some(server)))
         }
-        Err(err) => {
-            let what = format!("the in-memory backend ({err})");
-            Ok((Arc::new(Lock::new(MemoryStore::new())), what, None))
-        }
+        Err(err) => memory(format!("redis-server did not start: {err}")),
     }
 }
 

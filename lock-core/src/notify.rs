@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use event_listener::{Event, EventListener, IntoNotification};
+use event_listener::{Event, EventListener, IntoNotification, Listener};
 
 use crate::error::Result;
 
@@ -55,11 +55,29 @@ struct Channel {
     completed: u64,
     /// A waiter's try found the lock held while such a release was still on its way: wake one at its completion.
     raced: bool,
+    /// A wake-up found nobody listening (the waiters were between a try and their next wait, or the one woken
+    /// left): the next newcomer that would queue behind the waiters tries at once instead.
+    stored: bool,
 }
 
 impl Channel {
     fn new(name: &str) -> Self {
-        Channel { name: name.to_owned(), event: Event::new(), watchers: 0, releasing: 0, completed: 0, raced: false }
+        Channel {
+            name: name.to_owned(),
+            event: Event::new(),
+            watchers: 0,
+            releasing: 0,
+            completed: 0,
+            raced: false,
+            stored: false,
+        }
+    }
+
+    /// Wakes the longest-waiting listener, or keeps the wake-up for the next newcomer when nobody listens.
+    fn wake_one(&mut self) {
+        if self.event.notify(1.additional()) == 0 {
+            self.stored = true;
+        }
     }
 
     /// Nobody uses this state any more: no waiter, no early release on its way.
@@ -142,7 +160,7 @@ impl ReleaseHub {
     pub fn wake_one(&self, channel: &str) {
         let state = self.channels().get(channel).cloned();
         if let Some(state) = state {
-            lock(&state).event.notify(1.additional());
+            lock(&state).wake_one();
         }
     }
 
@@ -157,7 +175,7 @@ impl ReleaseHub {
         {
             let mut ch = lock(&state);
             ch.releasing += 1;
-            ch.event.notify(1.additional());
+            ch.wake_one();
         }
         Some(EarlyRelease { hub: self.clone(), state })
     }
@@ -197,9 +215,15 @@ pub struct ReleaseWatch {
 
 impl ReleaseWatch {
     /// A listener for the next wake-up. Create it *before* polling the server, then await it, so a release that
-    /// lands between the poll and the await is not missed.
-    pub fn listen(&self) -> EventListener {
-        lock(&self.state).event.listen()
+    /// lands between the poll and the await is not missed. Dropped after it was woken but before it was awaited
+    /// (its waiter left), it passes the wake-up on.
+    pub(crate) fn listen(&self) -> Wake {
+        Wake { listener: Some(lock(&self.state).event.listen()), state: self.state.clone() }
+    }
+
+    /// Takes a wake-up that found nobody listening, if one is kept (see [`Channel`]'s `stored`).
+    pub(crate) fn take_stored(&self) -> bool {
+        std::mem::take(&mut lock(&self.state).stored)
     }
 
     /// The hub this registration is on.
@@ -249,6 +273,39 @@ impl Drop for ReleaseWatch {
     }
 }
 
+/// One waiter's listener for the next wake-up on a channel (see [`ReleaseWatch::listen`]).
+pub(crate) struct Wake {
+    listener: Option<EventListener>,
+    state: Arc<Mutex<Channel>>,
+}
+
+impl std::future::Future for Wake {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let Some(listener) = self.listener.as_mut() else { return std::task::Poll::Ready(()) };
+        match Pin::new(listener).poll(cx) {
+            std::task::Poll::Ready(()) => {
+                self.listener = None;
+                std::task::Poll::Ready(())
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Wake {
+    fn drop(&mut self) {
+        // Woken but never awaited: the waiter left. Pass the wake-up on ourselves (event-listener's own hand-over
+        // is silent when nobody else listens yet, and such a wake-up must then be kept for the next newcomer).
+        if let Some(listener) = self.listener.take() {
+            if listener.discard() {
+                lock(&self.state).wake_one();
+            }
+        }
+    }
+}
+
 /// A local release that woke a waiter before it completed (see [`ReleaseHub::release_started`]); dropped when the
 /// release completed (or was cancelled).
 pub(crate) struct EarlyRelease {
@@ -263,7 +320,7 @@ impl Drop for EarlyRelease {
         ch.releasing = ch.releasing.saturating_sub(1);
         ch.completed += 1;
         if std::mem::take(&mut ch.raced) {
-            ch.event.notify(1.additional());
+            ch.wake_one();
         }
         // The last waiter left while this release was on its way (see `ReleaseWatch`'s drop).
         if ch.unused() && map.get(&ch.name).is_some_and(|s| Arc::ptr_eq(s, &self.state)) {

@@ -5,11 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use event_listener::EventListener;
 use futures_util::future::{select, select_all, Either};
 
 use crate::error::{LockError, Result};
-use crate::notify::{ReleaseHub, ReleaseWatch};
+use crate::notify::{ReleaseHub, ReleaseWatch, Wake};
 use crate::options::LockOptions;
 use crate::store::LockStore;
 
@@ -60,13 +59,18 @@ impl Watches {
         completed
     }
 
+    /// Takes a wake-up kept for a newcomer on any instance (see [`ReleaseWatch::take_stored`]).
+    fn take_stored(&self) -> bool {
+        self.watches.iter().fold(false, |taken, w| w.take_stored() | taken)
+    }
+
     fn hub(&self, i: usize) -> Option<&Arc<ReleaseHub>> {
         self.watches.get(i).map(ReleaseWatch::hub)
     }
 }
 
 /// Listeners of one wait, one per instance.
-struct Listeners(Vec<EventListener>);
+struct Listeners(Vec<Wake>);
 
 impl Listeners {
     /// Waits for a wake-up or `pause`, whichever comes first: `Some(i)` when instance `i`'s hub woke us.
@@ -156,12 +160,17 @@ where
     // wakes it, or after one backoff step at the latest.
     let queued = stores.iter().filter_map(|s| s.release_hub()).any(|hub| hub.waiters(channel) > 0);
     if !options.wait_budget().is_zero() && queued {
-        if let Some(queue) = Watches::new(stores, channel).await {
-            let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
-            let mut queue = queue;
-            tracing::trace!(resource, ?pause, "queued behind local waiters");
-            if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
-                owed.owe(hub);
+        if let Some(mut queue) = Watches::new(stores, channel).await {
+            // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept for
+            // a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
+            if queue.take_stored() {
+                tracing::trace!(resource, "a release nobody heard is pending; trying at once");
+            } else {
+                let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
+                tracing::trace!(resource, ?pause, "queued behind local waiters");
+                if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
+                    owed.owe(hub);
+                }
             }
             watch = Some(queue);
         }

@@ -68,7 +68,7 @@ pub use oracle::{CounterClient, FencedCounter};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
-pub use server::{find_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
+pub use server::{find_binary, redis_server_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).
 pub struct Subject {

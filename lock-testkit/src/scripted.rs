@@ -295,6 +295,8 @@ struct ServerState {
     /// Extra time spent inside every unsubscribe request (widens the window between a hub's decision and the
     /// request, where ordering bugs live).
     slow_unsubscribe: Duration,
+    /// Holds every subscription's confirmation at this gate (the request itself is applied at once).
+    subscription_gate: Option<Gate>,
 }
 
 struct ClientEntry {
@@ -401,6 +403,12 @@ impl ScriptedServer {
     /// widens the window in which a concurrent subscribe could overtake it.
     pub fn slow_unsubscribe(&self, extra: Duration) {
         self.state().slow_unsubscribe = extra;
+    }
+
+    /// Holds the confirmation of every subscription request at `gate` (the server applies the request at once):
+    /// the waiter is registered with its hub but not listening yet while it waits there.
+    pub fn gate_subscriptions(&self, gate: Gate) {
+        self.state().subscription_gate = Some(gate);
     }
 
     /// Every call so far, in order.
@@ -543,7 +551,16 @@ impl fmt::Debug for ClientControl {
 impl SubscriptionControl for ClientControl {
     fn subscribe(&self, channel: &str) -> Confirmation {
         self.apply(channel, true);
-        Box::pin(std::future::ready(Ok(())))
+        let gate = self.server.upgrade().and_then(|shared| {
+            let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.subscription_gate.clone()
+        });
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.pass().await;
+            }
+            Ok(())
+        })
     }
 
     fn unsubscribe(&self, channel: &str) {

@@ -26,8 +26,9 @@ const PORT_ATTEMPTS: usize = 8;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServerError {
-    /// `redis-server` is not on `PATH`.
-    #[error("redis-server is not installed or not on PATH (Debian/Ubuntu: `apt-get install redis-server`)")]
+    /// `redis-server` is not on `PATH` (nor in `/usr/bin`, `/usr/local/bin`, `/usr/sbin`), and `REDIS_SERVER` does
+    /// not name it.
+    #[error("redis-server is not installed: run `scripts/test.sh`, which installs it, or set REDIS_SERVER")]
     NotInstalled,
     /// The process could not be started, or did not answer PING in time.
     #[error("redis-server did not start: {reason}")]
@@ -110,7 +111,7 @@ impl RedisServerBuilder {
     /// # Errors
     /// [`ServerError::NotInstalled`] without `redis-server`; [`ServerError::Start`] when it does not come up.
     pub fn start(self) -> Result<RedisServer, ServerError> {
-        let binary = find_binary("redis-server").ok_or(ServerError::NotInstalled)?;
+        let binary = redis_server_binary().ok_or_else(not_installed)?;
         let mut last = None;
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::Builder::new().prefix("lock-testkit-redis-").tempdir()?;
@@ -374,7 +375,36 @@ fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }
 
-/// Looks `name` up on `PATH`, then in the usual system directories.
+/// The `redis-server` the fixtures start: `REDIS_SERVER` if it names a file, else the first on `PATH` (or in the
+/// usual system directories).
+pub fn redis_server_binary() -> Option<PathBuf> {
+    match std::env::var_os("REDIS_SERVER") {
+        Some(path) => Some(PathBuf::from(path)).filter(|p| p.is_file()),
+        None => find_binary("redis-server"),
+    }
+}
+
+/// [`ServerError::NotInstalled`], after telling the reader once per test binary what to do (the tests that need a
+/// server fail; the in-memory and unit tests still run).
+fn not_installed() -> ServerError {
+    static TOLD: std::sync::Once = std::sync::Once::new();
+    TOLD.call_once(|| {
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "lock-testkit: redis-server is not installed (not on PATH, nor in /usr/bin, /usr/local/bin or \
+                 /usr/sbin, and REDIS_SERVER is not set).\n\
+                 lock-testkit: every fixture that needs a real server fails with NotInstalled (so does each test \
+                 using one); the in-memory and unit tests still run.\n\
+                 lock-testkit: run the whole suite with `scripts/test.sh` from the workspace root: it installs \
+                 redis-server from the system's packages first (apt-get, dnf, yum, apk, pacman or brew)."
+            );
+        }
+    });
+    ServerError::NotInstalled
+}
+
+/// Looks `name` up on `PATH`, then in the usual system directories (`/usr/bin`, `/usr/local/bin`, `/usr/sbin`).
 pub fn find_binary(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

@@ -374,3 +374,30 @@ async fn a_failed_extension_that_may_have_shortened_the_lock_shortens_the_holder
         assert!(other.is_some(), "the lock did expire on the servers");
     }
 }
+
+/// Found by the schedule explorer (seed 4026646): a release whose wake-up finds nobody listening (the only
+/// waiter is registered but still subscribing, or left after it was woken) was lost, and a newcomer queued behind
+/// that waiter (fairness: no barging past local waiters) slept its whole backoff with the lock free. Such a wake-up
+/// is kept for the next newcomer, which tries at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_nobody_heard_lets_the_next_newcomer_try_at_once() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client());
+    let holder = lock.try_acquire("unheard", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let subscribing = Gate::new();
+    server.gate_subscriptions(subscribing.clone());
+    // The first waiter tries, finds the lock held, and registers; its subscription waits at the gate, so it is
+    // registered without listening.
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("unheard", &patient()).await.map(|_| ()) }
+    });
+    assert!(subscribing.wait_arrivals(1, ms(5_000)).await);
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    let (second, waited) = timed(lock.acquire("unheard", &patient())).await;
+    let guard = second.unwrap();
+    assert!(waited < ms(5_000), "the newcomer queued behind a waiter that never heard the release: {waited:?}");
+    subscribing.open();
+    guard.release().await.unwrap();
+    first.abort();
+}
