@@ -39,9 +39,9 @@ use crate::scripted::{is_injected, CancelAfter, Delivery, Fault, Injected, Op, S
 
 const RESOURCE: &str = "explored";
 /// Shortest backoff between tries of a waiting acquire: long, so a waiter that relies on it is seen.
-const MIN_DELAY: Duration = Duration::from_millis(100);
+const MIN_DELAY: Duration = Duration::from_millis(150);
 /// Longest backoff.
-const MAX_DELAY: Duration = Duration::from_millis(250);
+const MAX_DELAY: Duration = Duration::from_millis(300);
 /// Bound on one store call (a hung call times out after it).
 const CALL_TIMEOUT: Duration = Duration::from_millis(40);
 /// A "long" TTL: far beyond every bound below, so a key that stays is a leak, not an unexpired lock.
@@ -49,9 +49,9 @@ const LONG_TTL: Duration = Duration::from_secs(3);
 /// How long a key may outlive every guard (background releases run meanwhile).
 const SETTLE: Duration = Duration::from_millis(600);
 /// Free-while-waiting bound when nothing in the schedule can hide a wake-up.
-const TIGHT_BOUND: Duration = Duration::from_millis(80);
+const TIGHT_BOUND: Duration = Duration::from_millis(120);
 /// Free-while-waiting bound otherwise: the backoff cap, jittered, plus slack.
-const LOOSE_BOUND: Duration = Duration::from_millis(700);
+const LOOSE_BOUND: Duration = Duration::from_millis(800);
 
 /// How a session gets the lock.
 #[derive(Clone, Copy, Debug)]

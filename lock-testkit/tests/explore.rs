@@ -9,7 +9,7 @@ use lock_testkit::explorer::Explorer;
 
 const DEFAULT_SCHEDULES: u64 = 8_000;
 const DEFAULT_FIRST_SEED: u64 = 0x5eed_0000;
-const CONCURRENCY: usize = 32;
+const CONCURRENCY: usize = 16;
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
