@@ -3,17 +3,18 @@
 #
 #   scripts/test.sh [extra cargo test arguments]
 #
-# redis-server comes from the system's packages: apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk
-# (Alpine), pacman (Arch), brew (macOS); as root, or through `sudo` when it needs no password. Anywhere else, or
-# when the install fails, it stops at once with what to do. REDIS_SERVER=/path/to/redis-server uses that binary
+# redis-server (and OpenSSL's development files, for the native-tls features) come from the system's packages:
+# apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk (Alpine), pacman (Arch), brew (macOS); as root, or
+# through `sudo` when it needs no password. Anywhere else, or when the install fails, it stops at once with what to
+# do. REDIS_SERVER=/path/to/redis-server uses that binary
 # and installs nothing. .ci/run calls this script, so CI and a newcomer run the same command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fail() {
   echo "scripts/test.sh: $*" >&2
-  echo "scripts/test.sh: install redis-server 7.0 or newer yourself (https://redis.io/docs/latest/operate/oss_and_stack/install/)," >&2
-  echo "scripts/test.sh: or point REDIS_SERVER at one, then run this script again." >&2
+  echo "scripts/test.sh: install it yourself, then run this script again (redis-server 7.0 or newer:" >&2
+  echo "scripts/test.sh: https://redis.io/docs/latest/operate/oss_and_stack/install/, or REDIS_SERVER=/path/to/it)." >&2
   exit 1
 }
 
@@ -36,30 +37,54 @@ as_root() {
   fi
 }
 
-install_redis() {
-  echo "scripts/test.sh: redis-server is not installed; installing it from the system's packages"
+# Installs the named packages with the first package manager found; `names` maps each manager to its names.
+install_packages() {
+  local what=$1 apt=$2 dnf=$3 apk=$4 pacman=$5 brew=$6
+  echo "scripts/test.sh: $what is missing; installing it from the system's packages"
   if command -v apt-get >/dev/null 2>&1; then
+    # shellcheck disable=SC2086
     as_root env DEBIAN_FRONTEND=noninteractive bash -c \
-      'timeout 300 apt-get update -qq && timeout 300 apt-get install -y -qq --no-install-recommends redis-server >/dev/null' \
-      || fail "apt-get could not install redis-server"
+      "timeout 300 apt-get update -qq && timeout 300 apt-get install -y -qq --no-install-recommends $apt >/dev/null" \
+      || fail "apt-get could not install $apt"
   elif command -v dnf >/dev/null 2>&1; then
-    as_root timeout 300 dnf install -y -q redis || fail "dnf could not install redis"
+    # shellcheck disable=SC2086
+    as_root timeout 300 dnf install -y -q $dnf || fail "dnf could not install $dnf"
   elif command -v yum >/dev/null 2>&1; then
-    as_root timeout 300 yum install -y -q redis || fail "yum could not install redis"
+    # shellcheck disable=SC2086
+    as_root timeout 300 yum install -y -q $dnf || fail "yum could not install $dnf"
   elif command -v apk >/dev/null 2>&1; then
-    as_root timeout 300 apk add -q redis || fail "apk could not install redis"
+    # shellcheck disable=SC2086
+    as_root timeout 300 apk add -q $apk || fail "apk could not install $apk"
   elif command -v pacman >/dev/null 2>&1; then
-    as_root timeout 300 pacman -S --noconfirm --needed redis || fail "pacman could not install redis"
+    # shellcheck disable=SC2086
+    as_root timeout 300 pacman -S --noconfirm --needed $pacman || fail "pacman could not install $pacman"
   elif command -v brew >/dev/null 2>&1; then
-    brew install redis || fail "brew could not install redis"
+    # shellcheck disable=SC2086
+    brew install $brew || fail "brew could not install $brew"
   else
-    fail "redis-server is missing and no known package manager (apt-get, dnf, yum, apk, pacman, brew) was found"
+    fail "$what is missing and no known package manager (apt-get, dnf, yum, apk, pacman, brew) was found"
   fi
   hash -r
+}
+
+install_redis() {
+  install_packages redis-server redis-server redis redis redis redis
   command -v redis-server >/dev/null 2>&1 || fail "the package was installed but redis-server is still not on PATH"
 }
 
+# The `tls-native-tls` features (built by --all-features) link OpenSSL through native-tls: its headers and pkg-config.
+have_openssl_headers() {
+  command -v pkg-config >/dev/null 2>&1 && pkg-config --exists openssl
+}
+
+install_openssl_headers() {
+  install_packages "OpenSSL's development files" "libssl-dev pkg-config" "openssl-devel pkgconf-pkg-config" \
+    "openssl-dev pkgconf" "openssl pkgconf" "openssl@3 pkg-config"
+  have_openssl_headers || fail "OpenSSL's development files were installed but pkg-config does not find them"
+}
+
 have_redis || install_redis
+have_openssl_headers || install_openssl_headers
 "${REDIS_SERVER:-redis-server}" --version
 # The Sentinel tests run `redis-server sentinel.conf --sentinel`: the same binary, no other package needed.
 exec cargo test --workspace --all-features --exclude lock-bench "$@"

@@ -96,6 +96,19 @@ pub enum LockError {
         source: BoxError,
     },
 
+    /// The TLS handshake failed: the server's certificate is not signed by a trusted CA, has expired or names
+    /// another host, or the server refused the client's certificate. Not retryable: the settings must change.
+    #[error("TLS handshake with the lock server failed")]
+    Tls {
+        /// The client's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// The server lacks something the lock needs (too old a version, say). Raised when connecting.
+    #[error("unsupported lock server: {0}")]
+    Unsupported(Cow<'static, str>),
+
     /// Fewer instances than the quorum granted the lock (Redlock).
     #[error("quorum not reached: {granted} of {total} instances granted, {required} required")]
     Quorum {
@@ -130,6 +143,27 @@ pub enum LockError {
         source: BoxError,
     },
 }
+
+/// The source of an [`LockError::Auth`] for a command the server's ACL refused: which command, when known (inside
+/// a script Redis names only the line; the backends find the command there), and the server's words.
+#[derive(Debug)]
+pub struct AclRefusal {
+    /// The refused command (`INCRBY`, `WAIT`, …), when known.
+    pub command: Option<String>,
+    /// The server's error message.
+    pub message: String,
+}
+
+impl std::fmt::Display for AclRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.command {
+            Some(command) => write!(f, "the server's ACL refused {command} to this user ({})", self.message),
+            None => write!(f, "the server's ACL refused a command to this user ({})", self.message),
+        }
+    }
+}
+
+impl std::error::Error for AclRefusal {}
 
 impl LockError {
     /// Builds [`LockError::InvalidArgument`].
@@ -167,6 +201,6 @@ impl LockError {
     /// nothing behind: a server error can follow a write in the same script (an `INCRBY` after the `SET`), a `WAIT`
     /// refused by the ACL follows the grant, and a timeout or a broken connection hides whether it was applied.
     pub(crate) fn may_follow_a_write(&self) -> bool {
-        !matches!(self, LockError::InvalidArgument(_) | LockError::NoRuntime(_))
+        !matches!(self, LockError::InvalidArgument(_) | LockError::NoRuntime(_) | LockError::Unsupported(_))
     }
 }

@@ -81,7 +81,7 @@ mod wait;
 mod watchdog;
 
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
-pub use error::{BoxError, LockError, Result};
+pub use error::{AclRefusal, BoxError, LockError, Result};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 pub use memory::MemoryStore;

@@ -216,6 +216,90 @@ pub fn parse_raise_fence(reply: i64) -> Result<bool> {
     }
 }
 
+/// The oldest Redis a single server (or a Sentinel-managed primary) may run: the scripts call `TIME` before they
+/// write, which needs effects replication, the default since 5.0.
+pub const MIN_VERSION: (u32, u32) = (5, 0);
+
+/// The oldest Redis a cluster node may run: releases are announced with `SPUBLISH` and heard with `SSUBSCRIBE`
+/// (sharded pub/sub), new in 7.0.
+pub const MIN_CLUSTER_VERSION: (u32, u32) = (7, 0);
+
+/// Checks the `redis_version` in an `INFO server` reply against [`MIN_VERSION`] (or, for a cluster,
+/// [`MIN_CLUSTER_VERSION`]). Backends call it once when they connect, so an old server is a clear error then, not a
+/// script error at the first lock.
+///
+/// ```
+/// use lock_core::scripts::require_version;
+/// assert!(require_version("# Server\r\nredis_version:7.0.15\r\n", true).is_ok());
+/// assert!(require_version("redis_version:6.2.14\r\n", true).is_err());
+/// assert!(require_version("redis_version:6.2.14\r\n", false).is_ok());
+/// ```
+///
+/// # Errors
+/// [`LockError::Unsupported`] naming the version found and the one needed; an `INFO` reply without a version
+/// passes (some proxies hide it; the scripts' own errors remain typed).
+pub fn require_version(info: &str, cluster: bool) -> Result<()> {
+    let Some(version) = info.lines().find_map(|l| l.trim().strip_prefix("redis_version:")) else {
+        return Ok(());
+    };
+    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    let (needed, why) = if cluster {
+        (MIN_CLUSTER_VERSION, "sharded pub/sub (SPUBLISH, SSUBSCRIBE) on Cluster")
+    } else {
+        (MIN_VERSION, "effects replication for the scripts")
+    };
+    if found < needed {
+        return Err(LockError::Unsupported(
+            format!("redis {} is too old: the lock needs {}.{} or newer ({why})", version.trim(), needed.0, needed.1)
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a server error is an ACL refusal: `NOPERM` for a command the client sent, or, inside a script, Redis
+/// 7's "The user executing the script can't run this command or subcommand".
+pub fn is_acl_refusal(message: &str) -> bool {
+    message.contains("NOPERM") || message.contains("can't run this command or subcommand")
+}
+
+/// The SHA-1 of the script an error came from (`… script: <sha>, on @user_script:<line>.`).
+pub fn script_sha(message: &str) -> Option<&str> {
+    let start = message.find("script: ")? + "script: ".len();
+    message.get(start..start + 40).filter(|sha| sha.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The command a script called on the line an error names (`@user_script:<line>`), given the script's body: what a
+/// script's ACL refusal was about, since Redis names only the line.
+///
+/// ```
+/// let message = "ERR The user executing the script can't run this command or subcommand script: \
+///                0123456789012345678901234567890123456789, on @user_script:3.";
+/// let body = "\nlocal x = 1\nreturn redis.call('INCRBY', KEYS[1], 1)\n";
+/// assert_eq!(lock_core::scripts::refused_command(body, message).as_deref(), Some("INCRBY"));
+/// ```
+pub fn refused_command(body: &str, message: &str) -> Option<String> {
+    let at = message.find("@user_script:")? + "@user_script:".len();
+    let line: usize = message[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().ok()?;
+    let text = body.lines().nth(line.checked_sub(1)?)?;
+    let call = text
+        .find("redis.call('")
+        .map(|i| i + "redis.call('".len())
+        .or_else(|| text.find("redis.pcall('").map(|i| i + "redis.pcall('".len()))?;
+    let name: String = text[call..].chars().take_while(|c| c.is_ascii_alphabetic()).collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes: the command named by `NOPERM` (`… run
+/// the 'wait' command`), or the one on the script line the message names, found in the body `script_body` returns
+/// for the script's SHA-1.
+pub fn acl_refusal(message: &str, script_body: impl Fn(&str) -> Option<&'static str>) -> crate::AclRefusal {
+    let quoted = message.split('\'').nth(1).filter(|_| message.contains("NOPERM")).map(str::to_ascii_uppercase);
+    let scripted = || script_sha(message).and_then(&script_body).and_then(|body| refused_command(body, message));
+    crate::AclRefusal { command: quoted.or_else(scripted), message: message.to_owned() }
+}
+
 /// Whether a server error message is Redis's `WRONGTYPE` (from a command or from our scripts).
 pub fn is_wrongtype(message: &str) -> bool {
     message.contains("WRONGTYPE")

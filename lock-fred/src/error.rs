@@ -26,6 +26,12 @@ pub(crate) fn from_script(err: Error, operation: &'static str, after: Duration, 
     from_fred(err, operation, after)
 }
 
+/// Whether an error text is a failed TLS handshake (a certificate one side refused).
+fn is_tls_failure(details: &str) -> bool {
+    let text = details.to_ascii_lowercase();
+    text.contains("certificate") || text.contains("handshake") || text.contains("tls alert")
+}
+
 /// Maps an error that is not about a particular key (connecting, subscribing, or the tail of [`from_script`]).
 pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) -> LockError {
     match err.kind() {
@@ -37,6 +43,8 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
         // No connection to write to, a connection that broke, or a command dropped with its connection: all
         // transient from the lock's point of view. `Backpressure` (only with `max_command_buffer_len`) is an
         // overloaded client, equally worth retrying.
+        // A refused certificate reaches fred as an I/O error on the handshake.
+        ErrorKind::IO if is_tls_failure(err.details()) => LockError::Tls { source: Box::new(err) },
         ErrorKind::IO | ErrorKind::Canceled | ErrorKind::Routing | ErrorKind::Backpressure => {
             LockError::unavailable(err)
         }
@@ -49,6 +57,11 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
         // No Sentinel reachable, or none names a primary that answers as one: during a failover.
         ErrorKind::Sentinel => LockError::unavailable(err),
         ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
+        _ if scripts::is_acl_refusal(err.details()) => {
+            LockError::Auth { source: Box::new(scripts::acl_refusal(err.details(), crate::store::script_body)) }
+        }
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+        ErrorKind::Tls => LockError::Tls { source: Box::new(err) },
         // fred reports a server's ACL refusal of one command (`NOPERM`) as a plain server error.
         _ if AUTH_CODES.iter().any(|code| err.details().starts_with(code)) => LockError::Auth { source: Box::new(err) },
         // A URL or configuration fred rejects before any I/O is the caller's input, not a server failure.

@@ -74,6 +74,13 @@
 //! ahead of the replica's by more than the failover took). The tests show the exact repeat with a counter set
 //! ahead of the clock.
 //!
+//! # TLS
+//! Off by default. `tls-rustls` (rustls with its `ring` provider) or `tls-native-tls` (the platform's library)
+//! turn on fred's TLS: `rediss://` URLs connect over TLS trusting the platform's roots, and
+//! [`FredStoreBuilder::ca_certificate`] / [`FredStoreBuilder::client_certificate`] give a private CA and a client
+//! certificate (mutual TLS) for a URL or `Config` source. A refused certificate is
+//! [`LockError::Tls`](lock_core::LockError::Tls) from `build`.
+//!
 //! # Errors
 //! fred errors become [`LockError`](lock_core::LockError)s with the fred error as their source: `WRONGTYPE` →
 //! `WrongType`, I/O, connection and cancellation errors, `READONLY`/`LOADING`/`MASTERDOWN` and no primary found
@@ -84,6 +91,7 @@
 mod error;
 mod store;
 mod subscriber;
+mod tls;
 
 pub use store::{FredStore, FredStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE};
 

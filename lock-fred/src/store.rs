@@ -10,6 +10,7 @@ use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, 
 use fred::prelude::{Builder, Config, Expiration, Options, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
 use fred::types::scripts::Script;
 use fred::types::ConnectHandle;
+use fred::types::InfoKind;
 use lock_core::{
     scripts, AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome,
     Result, Token,
@@ -48,6 +49,19 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     raise_fence: Script::from_lua(scripts::RAISE_FENCE),
     holder: Script::from_lua(scripts::HOLDER),
 });
+
+/// The body of the lock script whose SHA-1 is `sha` (to name the command an ACL refused inside it).
+pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
+    [
+        (&SCRIPTS.acquire, scripts::ACQUIRE),
+        (&SCRIPTS.release, scripts::RELEASE),
+        (&SCRIPTS.extend, scripts::EXTEND),
+        (&SCRIPTS.raise_fence, scripts::RAISE_FENCE),
+        (&SCRIPTS.holder, scripts::HOLDER),
+    ]
+    .into_iter()
+    .find_map(|(script, body)| (&**script.sha1() == sha).then_some(body))
+}
 
 /// A [`LockStore`] on one Redis deployment (standalone, Sentinel or Cluster) through a fred [`Pool`].
 ///
@@ -454,6 +468,7 @@ pub struct FredStoreBuilder {
     source: Source,
     pool_size: usize,
     command_timeout: Duration,
+    tls: crate::tls::TlsOptions,
 }
 
 impl FredStoreBuilder {
@@ -519,7 +534,12 @@ impl FredStoreBuilder {
     }
 
     fn with_source(source: Source) -> Self {
-        FredStoreBuilder { source, pool_size: DEFAULT_POOL_SIZE, command_timeout: DEFAULT_COMMAND_TIMEOUT }
+        FredStoreBuilder {
+            source,
+            pool_size: DEFAULT_POOL_SIZE,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            tls: crate::tls::TlsOptions::default(),
+        }
     }
 
     /// Sets the number of clients (connections) in a pool the store builds (default [`DEFAULT_POOL_SIZE`]).
@@ -534,6 +554,21 @@ impl FredStoreBuilder {
         self
     }
 
+    /// Trusts the CA certificate(s) in `pem` for TLS connections instead of the platform's roots (for servers whose
+    /// certificate a private CA signed), and connects over TLS. Applies to a URL or [`Config`] source (for a
+    /// [`Builder`] or [`Pool`], configure TLS on it). Needs the `tls-rustls` or `tls-native-tls` feature.
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents `cert_pem` (with its private key `key_pem`) to servers that require client certificates (mutual
+    /// TLS). As [`ca_certificate`](Self::ca_certificate) for where it applies; the key never appears in `Debug`.
+    pub fn client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connects the pool (unless given one) and the subscriber, and starts the notification tasks.
     ///
     /// # Errors
@@ -541,17 +576,23 @@ impl FredStoreBuilder {
     /// [`LockError::Unavailable`], [`LockError::Timeout`] or [`LockError::Auth`] when a first connection fails
     /// (fred bounds each connection attempt by its connect timeout).
     pub async fn build(self) -> Result<FredStore> {
-        let FredStoreBuilder { source, pool_size, command_timeout: timeout } = self;
+        let FredStoreBuilder { source, pool_size, command_timeout: timeout, tls } = self;
         if timeout.is_zero() || timeout > lock_core::MAX_WAIT {
             return Err(LockError::invalid(format!("command timeout must be in (0, {:?}]", lock_core::MAX_WAIT)));
         }
         if pool_size == 0 {
             return Err(LockError::invalid("pool size must be at least 1"));
         }
+        if tls.is_set() && !matches!(source, Source::Config(_)) {
+            return Err(LockError::invalid(
+                "TLS certificates apply to a URL or Config source; set them on your Builder or Pool",
+            ));
+        }
         let mut builder = match source {
             Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
             Source::Builder(builder) => *builder,
-            Source::Config(config) => {
+            Source::Config(mut config) => {
+                tls.apply(&mut config)?;
                 let clustered = matches!(config.server, ServerConfig::Clustered { .. });
                 let mut builder = Builder::from_config(*config);
                 builder.set_policy(default_policy()).with_connection_config(|c| {
@@ -585,23 +626,31 @@ async fn start(
     mut connections: Vec<ConnectHandle>,
     timeout: Duration,
 ) -> Result<FredStore> {
+    // On a cluster, releases are announced on their shard only (see `lock_core::scripts::RELEASE`).
+    let sharded = pool.next().is_clustered();
     let subscriber = subscriber_for(&pool, timeout);
     // Taken before subscribing to anything: a broadcast receiver only sees messages sent after it exists.
     let messages = subscriber.message_rx();
-    match subscriber.init().await {
-        Ok(connection) => connections.push(connection),
-        Err(err) => {
-            if owns_pool {
-                let _ = tokio::time::timeout(timeout, pool.quit()).await;
-            }
-            connections.iter().for_each(JoinHandle::abort);
-            return Err(error::from_fred(err, "connect", timeout));
+    let checked = async {
+        let connection = subscriber.init().await.map_err(|err| error::from_fred(err, "connect", timeout))?;
+        connections.push(connection);
+        // A server too old for the scripts is a clear error now rather than a script error at the first lock.
+        let info = tokio::time::timeout(timeout, pool.next().info::<String>(Some(InfoKind::Server)))
+            .await
+            .map_err(|_| LockError::Timeout { operation: "connect", after: timeout })?
+            .map_err(|err| error::from_fred(err, "connect", timeout))?;
+        scripts::require_version(&info, sharded)
+    };
+    if let Err(err) = checked.await {
+        if owns_pool {
+            let _ = tokio::time::timeout(timeout, pool.quit()).await;
         }
+        let _ = tokio::time::timeout(timeout, subscriber.quit()).await;
+        connections.iter().for_each(JoinHandle::abort);
+        return Err(err);
     }
     let (ops, requests) = mpsc::unbounded_channel();
     let hub = ReleaseHub::new(Subscriptions::new(ops, timeout));
-    // On a cluster, releases are announced on their shard only (see `lock_core::scripts::RELEASE`).
-    let sharded = pool.next().is_clustered();
     // Plain tokio tasks (fred runs only on tokio anyway), aborted when the store's last clone drops.
     let tasks = vec![
         tokio::spawn(apply_subscriptions(subscriber.clone(), requests, sharded)),
@@ -649,6 +698,7 @@ impl fmt::Debug for FredStoreBuilder {
             .field("source", &source)
             .field("pool_size", &self.pool_size)
             .field("command_timeout", &self.command_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }

@@ -3,8 +3,8 @@
 
 use lock_fred::FredStore;
 
-async fn store(url: &str) -> FredStore {
-    FredStore::connect(url).await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+async fn store(url: &str) -> lock_fred::lock_core::Result<FredStore> {
+    FredStore::connect(url).await
 }
 
 lock_testkit::server_tests!(store);

@@ -43,8 +43,15 @@ pub(crate) fn from_redis(
         let key = if text.contains(keys.fence()) { keys.fence() } else { keys.lock() };
         return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
     }
+    let text = err.to_string();
+    if lock_core::scripts::is_acl_refusal(&text) {
+        return LockError::Auth { source: Box::new(lock_core::scripts::acl_refusal(&text, crate::store::script_body)) };
+    }
     if is_auth(&err) {
         return LockError::Auth { source: Box::new(err) };
+    }
+    if is_tls_failure(&err) {
+        return LockError::Tls { source: Box::new(err) };
     }
     if err.is_timeout() {
         // redis-rs reports its response and connection timeouts as I/O `TimedOut`.
@@ -54,9 +61,31 @@ pub(crate) fn from_redis(
         return LockError::Unavailable { source: Box::new(err) };
     }
     if matches!(err.kind(), ErrorKind::InvalidClientConfig | ErrorKind::EmptySentinelList) {
+        if err.to_string().contains("TLS") {
+            // redis-rs says its own feature is missing; ours are what the user can turn on.
+            return LockError::invalid(format!(
+                "{err} (enable one of lock-redis-rs's features {})",
+                crate::tls::FEATURES
+            ));
+        }
         return LockError::invalid(format!("invalid redis connection settings: {err}"));
     }
+
     LockError::Backend { source: Box::new(err) }
+}
+
+/// Whether the error is a failed TLS handshake (a certificate the client or the server refused), rather than a
+/// transport failure that may heal. The TLS libraries report it as an I/O error whose text names the certificate.
+fn is_tls_failure(err: &RedisError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        let text = e.to_string().to_ascii_lowercase();
+        if text.contains("certificate") || text.contains("handshake") || text.contains("tls alert") {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 fn is_auth(err: &RedisError) -> bool {

@@ -55,6 +55,24 @@
 //! at-most-once, so a notification is only a hint: waiters also wake at the holder's
 //! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
 //!
+//! # TLS
+//! Off by default; the features pick the TLS library (none is forced on users who do not need one):
+//!
+//! | feature | TLS library | runtime | trusts by default |
+//! |---|---|---|---|
+//! | `tls-rustls` | rustls with the `ring` provider | tokio | the platform's roots |
+//! | `smol-tls-rustls` | rustls with `ring` | smol, async-std | the platform's roots |
+//! | `tls-rustls-webpki-roots` | rustls | tokio | also Mozilla's bundled roots |
+//! | `tls-native-tls` | the platform's (OpenSSL on Linux) | tokio | the platform's roots |
+//!
+//! A `rediss://` URL connects over TLS; [`RedisStoreConfig::ca_certificate`] trusts a private CA and
+//! [`RedisStoreConfig::client_certificate`] presents a client certificate (mutual TLS), for a single server, every
+//! node of a cluster, and the Sentinels and the primary behind Sentinel. A refused certificate is
+//! [`LockError::Tls`](lock_core::LockError::Tls) from `connect`; TLS settings in a build without a TLS feature are
+//! [`InvalidArgument`](lock_core::LockError::InvalidArgument) naming the features. With rustls, the store makes
+//! `ring` the process's default crypto provider when none is installed (redis-rs builds its TLS configuration with
+//! the process default).
+//!
 //! # Connections and timeouts
 //! A store built from a URL keeps one multiplexed connection (or [`pool_size`](RedisStoreConfig::pool_size) of
 //! them, round robin) and gives every command a clone: the commands of all concurrent tasks are pipelined on it, as
@@ -113,6 +131,7 @@ mod error;
 mod pool;
 mod store;
 mod subscriber;
+mod tls;
 
 pub use store::{RedisStore, RedisStoreConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE};
 

@@ -170,6 +170,34 @@ fn exclusive_pool<M: deadpool::managed::Manager>(manager: M) -> Option<deadpool:
     deadpool::managed::Pool::builder(manager).max_size(EXCLUSIVE_CONNECTIONS).build().ok()
 }
 
+/// The seed nodes of a Redis Cluster and the TLS settings for every node: what the store's connection and its
+/// subscriber's are built from.
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterNodes {
+    seeds: Vec<redis::ConnectionInfo>,
+    tls: crate::tls::TlsOptions,
+}
+
+impl ClusterNodes {
+    pub(crate) fn new(seeds: Vec<redis::ConnectionInfo>, tls: crate::tls::TlsOptions) -> Self {
+        ClusterNodes { seeds, tls }
+    }
+
+    /// A cluster client builder for these seeds, with the certificates (the seeds' URLs say whether to use TLS).
+    pub(crate) fn builder(&self) -> lock_core::Result<redis::cluster::ClusterClientBuilder> {
+        let builder = redis::cluster::ClusterClientBuilder::new(self.seeds.clone());
+        match self.tls.certificates()? {
+            #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls"))]
+            Some(certs) => Ok(builder.certs(certs)),
+            #[cfg(all(feature = "tls-native-tls", not(any(feature = "tls-rustls", feature = "smol-tls-rustls"))))]
+            Some(_) => Err(LockError::invalid("custom certificates on a cluster need the tls-rustls feature")),
+            #[cfg(not(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls")))]
+            Some(never) => match never {},
+            None => Ok(builder),
+        }
+    }
+}
+
 /// A Redis Cluster: the connection every command shares, and connections for [`Exclusive`] use.
 pub(crate) struct ClusterPool {
     shared: ClusterConnection,

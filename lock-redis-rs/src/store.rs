@@ -1,5 +1,6 @@
 //! [`RedisStore`]: the [`LockStore`] operations as Lua scripts sent by `EVALSHA`, one round trip each.
 
+use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -9,14 +10,17 @@ use lock_core::{
     AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, ReplicaAck,
     Result, Token,
 };
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, ErrorKind, FromRedisValue, RedisError, Script, ServerErrorKind};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo,
+    RedisError, RedisResult, Script, ServerErrorKind, TlsMode,
+};
 
 use crate::error::{self, Deadlines};
-use crate::pool::{ClusterPool, Endpoint, Multiplexed, Pool, Pooled, Sentinels};
+use crate::pool::{ClusterNodes, ClusterPool, Endpoint, Multiplexed, Pool, Pooled, Sentinels};
 use crate::subscriber::Subscriber;
+use crate::tls::{self, TlsOptions};
 use lock_core::rt;
 
 /// Connections of a store built from a URL, unless set with [`RedisStoreConfig::pool_size`]. One multiplexed
@@ -49,6 +53,19 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     holder: Script::new(scripts::HOLDER),
 });
 
+/// The body of the lock script whose SHA-1 is `sha` (to name the command an ACL refused inside it).
+pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
+    [
+        (&SCRIPTS.acquire, scripts::ACQUIRE),
+        (&SCRIPTS.release, scripts::RELEASE),
+        (&SCRIPTS.extend, scripts::EXTEND),
+        (&SCRIPTS.raise_fence, scripts::RAISE_FENCE),
+        (&SCRIPTS.holder, scripts::HOLDER),
+    ]
+    .into_iter()
+    .find_map(|(script, body)| (script.get_hash() == sha).then_some(body))
+}
+
 /// Settings for a [`RedisStore`]: where the server is, how many pooled connections, and the timeouts.
 ///
 /// ```no_run
@@ -68,25 +85,69 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisStoreConfig {
-    client: std::result::Result<Client, RedisError>,
-    /// Seed node URLs of a Redis Cluster; `None` for a single server.
-    cluster: Option<Vec<String>>,
-    /// Service name and Sentinel URLs of a Sentinel-managed primary; `None` for a single server.
-    sentinel: Option<(String, Vec<String>)>,
+    target: Target,
     pool_size: usize,
     deadlines: Deadlines,
+    tls: TlsOptions,
+    primary: PrimaryAccess,
+}
+
+/// What a store connects to. URLs are kept parsed: redis-rs's `ConnectionInfo` redacts passwords in `Debug`.
+#[derive(Clone, Debug)]
+enum Target {
+    /// One server.
+    Server(std::result::Result<ConnectionInfo, RedisError>),
+    /// One server, through a client the caller built.
+    Client(Box<Client>),
+    /// A Redis Cluster, through these seed nodes.
+    Cluster(std::result::Result<Vec<ConnectionInfo>, RedisError>),
+    /// The primary Sentinels monitor as `service`.
+    Sentinel { service: String, sentinels: std::result::Result<Vec<ConnectionInfo>, RedisError> },
+}
+
+/// How a Sentinel store reaches the data nodes: credentials, TLS and database of the primary.
+#[derive(Clone, Default)]
+struct PrimaryAccess {
+    username: Option<String>,
+    password: Option<String>,
+    tls: bool,
+    db: i64,
+}
+
+impl fmt::Debug for PrimaryAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrimaryAccess")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("db", &self.db)
+            .finish()
+    }
+}
+
+fn parse_all<I, S>(urls: I, none: &'static str) -> std::result::Result<Vec<ConnectionInfo>, RedisError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let nodes = urls.into_iter().map(|url| url.as_ref().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
+    if nodes.is_empty() {
+        return Err(RedisError::from((ErrorKind::InvalidClientConfig, none)));
+    }
+    Ok(nodes)
 }
 
 impl RedisStoreConfig {
-    /// Settings for the server at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://`, `unix://`; see
-    /// [`redis::Client::open`]). A malformed URL is reported by [`connect`](Self::connect).
+    /// Settings for the server at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS,
+    /// `unix://`; see [`redis::Client::open`]). A malformed URL is reported by [`connect`](Self::connect).
     pub fn new(url: &str) -> Self {
-        Self::with_client(Client::open(url))
+        Self::with_target(Target::Server(url.into_connection_info()))
     }
 
-    /// Settings for the server `client` points at.
+    /// Settings for the server `client` points at (with the TLS settings of that client; the store's own
+    /// [`ca_certificate`](Self::ca_certificate) and [`client_certificate`](Self::client_certificate) do not apply).
     pub fn from_client(client: Client) -> Self {
-        Self::with_client(Ok(client))
+        Self::with_target(Target::Client(Box::new(client)))
     }
 
     /// Settings for a Redis Cluster reached through any of `urls` (seed nodes; the rest of the topology is
@@ -96,6 +157,8 @@ impl RedisStoreConfig {
     /// Redis 7.0+), which stays on the shard that owns the lock's slot instead of being broadcast to every node, and
     /// heard over a second cluster connection that `SSUBSCRIBE`s each watched channel on its shard and resubscribes
     /// after reconnects and slot moves; a notification missed meanwhile costs a waiter one backoff interval.
+    ///
+    /// The credentials and TLS of the first URL (`rediss://user:password@…`) apply to every node.
     ///
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
@@ -111,12 +174,7 @@ impl RedisStoreConfig {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let seeds: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = match seeds.first() {
-            Some(first) => Client::open(first.as_str()),
-            None => Err(RedisError::from((ErrorKind::InvalidClientConfig, "a cluster needs at least one seed node"))),
-        };
-        RedisStoreConfig { cluster: Some(seeds), ..Self::with_client(client) }
+        Self::with_target(Target::Cluster(parse_all(urls, "a cluster needs at least one seed node")))
     }
 
     /// Settings for the primary that the Sentinels at `sentinel_urls` monitor as `service_name` (Redis Sentinel:
@@ -133,9 +191,11 @@ impl RedisStoreConfig {
     /// `Unavailable`; a waiting acquire retries them within its wait budget. Each lookup is bounded by the
     /// [`connect_timeout`](Self::connect_timeout).
     ///
-    /// Credentials and TLS in the Sentinel URLs (`redis://user:password@host:port`, `rediss://`) are used for the
-    /// Sentinels. The primary itself is reached over plain TCP, without credentials, database 0; a deployment
-    /// whose data nodes require a password or TLS is not supported by this constructor yet.
+    /// Credentials and TLS in the Sentinel URLs (`rediss://user:password@host:port`; those of the first URL) are
+    /// used for the Sentinels. The primary is reached with [`primary_credentials`](Self::primary_credentials),
+    /// [`primary_tls`](Self::primary_tls) and [`primary_db`](Self::primary_db) (default: no credentials, plain TCP,
+    /// database 0); the certificates of [`ca_certificate`](Self::ca_certificate) and
+    /// [`client_certificate`](Self::client_certificate) apply to both.
     ///
     /// What Sentinel guarantees for a lock (asynchronous replication: a failover can lose a just-granted lock and
     /// the last fencing-counter increment) is in the [crate docs](crate#redis-sentinel).
@@ -143,7 +203,10 @@ impl RedisStoreConfig {
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
     /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
-    /// let store = lock_redis_rs::RedisStoreConfig::sentinel("mymaster", sentinels).connect().await?;
+    /// let store = lock_redis_rs::RedisStoreConfig::sentinel("mymaster", sentinels)
+    ///     .primary_credentials(Some("locker"), "secret")
+    ///     .connect()
+    ///     .await?;
     /// # let _ = store;
     /// # Ok(())
     /// # }
@@ -153,21 +216,17 @@ impl RedisStoreConfig {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let urls: Vec<String> = sentinel_urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = match urls.first() {
-            Some(first) => Client::open(first.as_str()),
-            None => Err(RedisError::from((ErrorKind::InvalidClientConfig, "Sentinel needs at least one sentinel URL"))),
-        };
-        RedisStoreConfig { sentinel: Some((service_name.to_owned(), urls)), ..Self::with_client(client) }
+        let sentinels = parse_all(sentinel_urls, "Sentinel needs at least one sentinel URL");
+        Self::with_target(Target::Sentinel { service: service_name.to_owned(), sentinels })
     }
 
-    fn with_client(client: std::result::Result<Client, RedisError>) -> Self {
+    fn with_target(target: Target) -> Self {
         RedisStoreConfig {
-            client,
-            cluster: None,
-            sentinel: None,
+            target,
             pool_size: DEFAULT_POOL_SIZE,
             deadlines: Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
+            tls: TlsOptions::default(),
+            primary: PrimaryAccess::default(),
         }
     }
 
@@ -191,7 +250,42 @@ impl RedisStoreConfig {
         self
     }
 
-    fn validate(&self) -> Result<Client> {
+    /// Trusts the CA certificate(s) in `pem` for TLS connections (`rediss://`) instead of the platform's roots:
+    /// for servers whose certificate a private CA signed. Needs a TLS feature (see the [crate docs](crate#tls)).
+    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(pem.into());
+        self
+    }
+
+    /// Presents `cert_pem` (with its private key `key_pem`) to servers that require client certificates (mutual
+    /// TLS, `tls-auth-clients yes`). Needs a TLS feature; the key never appears in `Debug` output.
+    pub fn client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// Behind Sentinel: authenticates to the primary as `username` (an ACL user; `None` for the `default` user
+    /// and `requirepass`) with `password`. Ignored by other deployments, whose URLs carry their credentials.
+    pub fn primary_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+        self.primary.username = username.map(str::to_owned);
+        self.primary.password = Some(password.to_owned());
+        self
+    }
+
+    /// Behind Sentinel: reaches the primary over TLS (the Sentinels name its address; the certificates of
+    /// [`ca_certificate`](Self::ca_certificate) and [`client_certificate`](Self::client_certificate) apply).
+    pub fn primary_tls(mut self, tls: bool) -> Self {
+        self.primary.tls = tls;
+        self
+    }
+
+    /// Behind Sentinel: the database the locks live in on the primary (default 0).
+    pub fn primary_db(mut self, db: i64) -> Self {
+        self.primary.db = db;
+        self
+    }
+
+    fn check_timeouts(&self) -> Result<()> {
         let in_range = |t: Duration| !t.is_zero() && t <= lock_core::MAX_WAIT;
         if !in_range(self.deadlines.command) || !in_range(self.deadlines.connect) {
             return Err(LockError::invalid(format!(
@@ -199,54 +293,83 @@ impl RedisStoreConfig {
                 lock_core::MAX_WAIT
             )));
         }
-        self.client.clone().map_err(|err| error::from_redis(err, "connect", None, self.deadlines.connect))
+        Ok(())
+    }
+
+    /// A client for one server, with the TLS settings.
+    fn server_client(&self, info: &std::result::Result<ConnectionInfo, RedisError>) -> Result<Client> {
+        let d = self.deadlines;
+        let info = info.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+        let client = match self.tls.certificates()? {
+            #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls"))]
+            Some(certs) => Client::build_with_tls(info, certs),
+            #[cfg(not(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls")))]
+            Some(never) => match never {},
+            None => Client::open(info),
+        };
+        client.map_err(|err| error::from_redis(err, "connect", None, d.connect))
     }
 
     /// Builds the store with a pool of its own and checks that the server answers `PING`.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a malformed URL, a pool size of zero or a zero timeout;
-    /// [`LockError::Unavailable`] when the server cannot be reached; [`LockError::Auth`] when it refuses the
-    /// credentials; [`LockError::Timeout`] when it does not answer in time; [`LockError::NoRuntime`] outside a
-    /// runtime this crate was built for.
+    /// [`LockError::InvalidArgument`] for a malformed URL, a pool size of zero, a zero or absurd timeout, or TLS
+    /// settings in a build without a TLS feature; [`LockError::Unavailable`] when the server cannot be reached;
+    /// [`LockError::Auth`] when it refuses the credentials; [`LockError::Tls`] when the TLS handshake fails (an
+    /// unknown CA, an expired certificate, one for another host, a client certificate the server rejects);
+    /// [`LockError::Timeout`] when it does not answer in time; [`LockError::NoRuntime`] outside a runtime this
+    /// crate was built for.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the connections opened so far.
     pub async fn connect(self) -> Result<RedisStore> {
-        let client = self.validate()?;
+        self.check_timeouts()?;
         if self.pool_size == 0 {
             return Err(LockError::invalid("redis pool size must be at least 1"));
         }
+        tls::install_crypto_provider();
         let d = self.deadlines;
-        if let Some(seeds) = &self.cluster {
-            let cluster = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
-                .connection_timeout(d.connect)
-                .response_timeout(d.command)
-                // redis-rs waits at least 1.28 s before retrying a TRYAGAIN (slot migration) or a lost node by
-                // default, longer than a whole store call may take; these waits are brief and the store's own
-                // bound still caps the total.
-                .min_retry_wait(CLUSTER_RETRY_WAIT_MIN_MS)
-                .max_retry_wait(CLUSTER_RETRY_WAIT_MAX_MS)
-                .retry_wait_formula(CLUSTER_RETRY_WAIT_MIN_MS, 2)
-                .build()
-                .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            // Boxed for the same reason as the ping below. Bounded: discovery may try every seed node.
-            let connect = Box::pin(cluster.get_async_connection());
-            let conn = rt::timeout("connect", d.call(), connect)
-                .await?
-                .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-            let pool = Pool::Cluster(Arc::new(ClusterPool::new(conn, cluster)));
-            let store = RedisStore::assemble(pool, Subscriber::sharded_hub(seeds.clone(), d), d);
-            Box::pin(store.ping()).await?;
-            return Ok(store);
-        }
-        let connections =
-            AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
-        let endpoint = match self.sentinel {
-            None => Endpoint::server(client),
-            Some((service, urls)) => {
-                let sentinels = SentinelClient::build(urls, service.clone(), None, SentinelServerType::Master)
+        let endpoint = match &self.target {
+            Target::Cluster(seeds) => {
+                let seeds = seeds.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                let nodes = ClusterNodes::new(seeds, self.tls.clone());
+                let cluster = nodes
+                    .builder()?
+                    .connection_timeout(d.connect)
+                    .response_timeout(d.command)
+                    // redis-rs waits at least 1.28 s before retrying a TRYAGAIN (slot migration) or a lost node by
+                    // default, longer than a whole store call may take; these waits are brief and the store's own
+                    // bound still caps the total.
+                    .min_retry_wait(CLUSTER_RETRY_WAIT_MIN_MS)
+                    .max_retry_wait(CLUSTER_RETRY_WAIT_MAX_MS)
+                    .retry_wait_formula(CLUSTER_RETRY_WAIT_MIN_MS, 2)
+                    .build()
                     .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
-                Endpoint::Sentinel(Arc::new(Sentinels::new(sentinels, service, d.connect)))
+                // Boxed for the same reason as the ping below. Bounded: discovery may try every seed node.
+                let connect = Box::pin(cluster.get_async_connection());
+                let conn = rt::timeout("connect", d.call(), connect)
+                    .await?
+                    .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                let pool = Pool::Cluster(Arc::new(ClusterPool::new(conn, cluster)));
+                let store = RedisStore::assemble(pool, Subscriber::sharded_hub(nodes, d), d);
+                Box::pin(store.ping()).await?;
+                return Ok(store);
+            }
+            Target::Server(info) => Endpoint::server(self.server_client(info)?),
+            Target::Client(client) => {
+                if self.tls.is_set() {
+                    return Err(LockError::invalid("set TLS certificates on the redis::Client given to from_client"));
+                }
+                Endpoint::server((**client).clone())
+            }
+            Target::Sentinel { service, sentinels } => {
+                let sentinels = sentinels.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                let client = self.sentinel_client(service, &sentinels)?;
+                Endpoint::Sentinel(Arc::new(Sentinels::new(client, service.clone(), d.connect)))
             }
         };
+        let connections =
+            AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
         let conns = Multiplexed::new(endpoint.clone(), connections, self.pool_size);
         let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), Subscriber::hub(endpoint, d), d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
@@ -255,8 +378,56 @@ impl RedisStoreConfig {
         Ok(store)
     }
 
-    /// Builds the store over a pool the caller already has; the configured client is used only for the
-    /// notification subscriber, and the pool size setting is ignored. Nothing is sent until the store is used.
+    /// The redis-rs Sentinel client: the first URL's credentials for the Sentinels, [`PrimaryAccess`] for the
+    /// primary, the certificates for both.
+    fn sentinel_client(&self, service: &str, sentinels: &[ConnectionInfo]) -> Result<SentinelClient> {
+        let d = self.deadlines;
+        let invalid = |err| error::from_redis(err, "connect", None, d.connect);
+        let addresses = sentinels.iter().map(|info| info.addr().clone());
+        let mut builder =
+            SentinelClientBuilder::new(addresses, service, SentinelServerType::Master).map_err(invalid)?;
+        if let Some(first) = sentinels.first() {
+            let settings = first.redis_settings();
+            if let Some(username) = settings.username() {
+                builder = builder.set_client_to_sentinel_username(username);
+            }
+            if let Some(password) = settings.password() {
+                builder = builder.set_client_to_sentinel_password(password);
+            }
+            if matches!(first.addr(), ConnectionAddr::TcpTls { .. }) {
+                builder = builder.set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            }
+        }
+        let primary = &self.primary;
+        if let Some(username) = &primary.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+        if let Some(password) = &primary.password {
+            builder = builder.set_client_to_redis_password(password);
+        }
+        if primary.tls {
+            builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure);
+        }
+        builder = builder.set_client_to_redis_db(primary.db);
+        match self.tls.certificates()? {
+            #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls"))]
+            Some(certs) => {
+                builder =
+                    builder.set_client_to_sentinel_certificates(certs.clone()).set_client_to_redis_certificates(certs);
+            }
+            #[cfg(all(feature = "tls-native-tls", not(any(feature = "tls-rustls", feature = "smol-tls-rustls"))))]
+            Some(_) => {
+                return Err(LockError::invalid("custom certificates behind Sentinel need the tls-rustls feature"));
+            }
+            #[cfg(not(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls")))]
+            Some(never) => match never {},
+            None => {}
+        }
+        builder.build().map_err(invalid)
+    }
+
+    /// Builds the store over a pool the caller already has; the configured URL is used only for the notification
+    /// subscriber, and the pool size setting is ignored. Nothing is sent until the store is used.
     ///
     /// `deadpool_redis::Pool` checks every connection it hands out with `UNWATCH` + `PING`, one more round trip per
     /// command; a store built by [`connect`](Self::connect) avoids that.
@@ -265,13 +436,18 @@ impl RedisStoreConfig {
     /// [`LockError::InvalidArgument`] for a malformed URL, a zero timeout, or a [`cluster`](Self::cluster) or
     /// [`sentinel`](Self::sentinel) configuration.
     pub fn build_with_pool(self, pool: deadpool_redis::Pool) -> Result<RedisStore> {
-        if self.cluster.is_some() {
-            return Err(LockError::invalid("a cluster store uses its own cluster connection, not a pool"));
-        }
-        if self.sentinel.is_some() {
-            return Err(LockError::invalid("a Sentinel store opens its own connections to the current primary"));
-        }
-        let client = self.validate()?;
+        self.check_timeouts()?;
+        tls::install_crypto_provider();
+        let client = match &self.target {
+            Target::Cluster(_) => {
+                return Err(LockError::invalid("a cluster store uses its own cluster connection, not a pool"));
+            }
+            Target::Sentinel { .. } => {
+                return Err(LockError::invalid("a Sentinel store opens its own connections to the current primary"));
+            }
+            Target::Server(info) => self.server_client(info)?,
+            Target::Client(client) => (**client).clone(),
+        };
         let hub = Subscriber::hub(Endpoint::server(client), self.deadlines);
         Ok(RedisStore::assemble(Pool::Shared(pool), hub, self.deadlines))
     }
@@ -330,15 +506,27 @@ impl RedisStore {
         self.inner.pool.status()
     }
 
+    /// Checks that the server answers and is recent enough for the scripts (`INFO server`, one round trip).
     async fn ping(&self) -> Result<()> {
         let d = self.inner.deadlines;
         let call = async {
             let mut conn = self.inner.pool.get().await.map_err(|err| error::from_pool(err, "connect", d))?;
-            conn.query::<()>(&redis::cmd("PING"))
-                .await
-                .map_err(|err| error::from_redis(err, "connect", None, d.command))
+            let mut info = redis::cmd("INFO");
+            info.arg("server");
+            conn.query::<redis::Value>(&info).await.map_err(|err| error::from_redis(err, "connect", None, d.command))
         };
-        rt::timeout("connect", d.call(), call).await?
+        // A cluster connection asks every primary and answers with a map of node to reply.
+        let replies = match rt::timeout("connect", d.call(), call).await?? {
+            redis::Value::Map(nodes) => nodes.into_iter().map(|(_, info)| info).collect(),
+            one => vec![one],
+        };
+        let cluster = matches!(self.inner.pool, Pool::Cluster(_));
+        for reply in replies {
+            if let Ok(info) = String::from_redis_value(reply) {
+                scripts::require_version(&info, cluster)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -30,12 +30,11 @@ use futures_util::future::{self, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{spawn_background, BackgroundTask, Confirmation, LockError, ReleaseHub, Result, SubscriptionControl};
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 
 use crate::error::{self, Deadlines};
-use crate::pool::Endpoint;
+use crate::pool::{ClusterNodes, Endpoint};
 use lock_core::rt;
 
 /// First pause before reconnecting a lost subscriber connection; doubles on each failure up to the cap.
@@ -59,8 +58,8 @@ struct State {
 enum Target {
     /// One server (or the primary Sentinel names): classic `SUBSCRIBE` on one pub/sub connection.
     Node(Endpoint),
-    /// A Redis Cluster reached through these seed URLs: `SSUBSCRIBE` per channel on its shard.
-    Shards(Vec<String>),
+    /// A Redis Cluster reached through these seed nodes: `SSUBSCRIBE` per channel on its shard.
+    Shards(ClusterNodes),
 }
 
 /// The [`SubscriptionControl`] of a [`RedisStore`](crate::RedisStore)'s hub.
@@ -78,9 +77,9 @@ impl Subscriber {
         Self::hub_on(Target::Node(endpoint), deadlines)
     }
 
-    /// A release hub for a Redis Cluster: sharded subscriptions over a cluster connection to `seeds`.
-    pub(crate) fn sharded_hub(seeds: Vec<String>, deadlines: Deadlines) -> Arc<ReleaseHub> {
-        Self::hub_on(Target::Shards(seeds), deadlines)
+    /// A release hub for a Redis Cluster: sharded subscriptions over a cluster connection to `nodes`.
+    pub(crate) fn sharded_hub(nodes: ClusterNodes, deadlines: Deadlines) -> Arc<ReleaseHub> {
+        Self::hub_on(Target::Shards(nodes), deadlines)
     }
 
     fn hub_on(target: Target, deadlines: Deadlines) -> Arc<ReleaseHub> {
@@ -113,7 +112,7 @@ impl Subscriber {
         let hub = self.hub.get().cloned().unwrap_or_default();
         let task = match &self.target {
             Target::Node(endpoint) => spawn_background(run(endpoint.clone(), hub, requests, self.deadlines)),
-            Target::Shards(seeds) => spawn_background(run_sharded(seeds.clone(), hub, requests, self.deadlines)),
+            Target::Shards(nodes) => spawn_background(run_sharded(nodes.clone(), hub, requests, self.deadlines)),
         }
         .ok_or(LockError::NoRuntime("release notifications"))?;
         queue.unbounded_send(request).map_err(|_| LockError::unavailable("release subscriber stopped"))?;
@@ -181,7 +180,7 @@ async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbo
 /// The task of a cluster store: connect (retrying with backoff), then apply the requests in order. The cluster
 /// connection reconnects, follows slot moves and resubscribes by itself, so this task never reconnects it.
 async fn run_sharded(
-    seeds: Vec<String>,
+    nodes: ClusterNodes,
     hub: Weak<ReleaseHub>,
     mut requests: mpsc::UnboundedReceiver<Request>,
     d: Deadlines,
@@ -189,7 +188,7 @@ async fn run_sharded(
     let mut backoff = RECONNECT_MIN;
     let mut retried = false;
     let mut conn = loop {
-        match open_sharded(&seeds, &hub, d, retried).await {
+        match open_sharded(&nodes, &hub, d, retried).await {
             Ok(conn) => break conn,
             Err(err) => tracing::debug!(error = %err, ?backoff, "release subscriber cannot connect; retrying"),
         }
@@ -220,13 +219,14 @@ async fn run_sharded(
 /// channel that has waiters, within the connect deadline; with `missed` (earlier tries failed), wakes one waiter
 /// per channel as `open` does.
 async fn open_sharded(
-    seeds: &[String],
+    nodes: &ClusterNodes,
     hub: &Weak<ReleaseHub>,
     d: Deadlines,
     missed: bool,
 ) -> Result<ClusterConnection> {
     let listener = hub.clone();
-    let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+    let client = nodes
+        .builder()?
         .use_protocol(redis::ProtocolVersion::RESP3)
         .connection_timeout(d.connect)
         .response_timeout(d.command)

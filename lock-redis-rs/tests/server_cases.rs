@@ -4,8 +4,8 @@
 
 use lock_redis_rs::RedisStore;
 
-async fn store(url: &str) -> RedisStore {
-    RedisStore::connect(url).await.unwrap_or_else(|err| panic!("connect: {err:?}"))
+async fn store(url: &str) -> lock_redis_rs::lock_core::Result<RedisStore> {
+    RedisStore::connect(url).await
 }
 
 lock_testkit::server_tests!(store);

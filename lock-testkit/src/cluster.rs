@@ -31,11 +31,19 @@ pub struct RedisClusterBuilder {
     replicas: usize,
     node_timeout: Duration,
     extra: Vec<(String, String)>,
+    /// Options every node starts with (TLS, ACL users).
+    node: RedisServerBuilder,
 }
 
 impl Default for RedisClusterBuilder {
     fn default() -> Self {
-        RedisClusterBuilder { primaries: 3, replicas: 0, node_timeout: Duration::from_millis(1_000), extra: Vec::new() }
+        RedisClusterBuilder {
+            primaries: 3,
+            replicas: 0,
+            node_timeout: Duration::from_millis(1_000),
+            extra: Vec::new(),
+            node: RedisServerBuilder::default(),
+        }
     }
 }
 
@@ -67,6 +75,20 @@ impl RedisClusterBuilder {
         self
     }
 
+    /// Every node also listens for TLS with the certificates of `certs` ([`RedisServerBuilder::tls`]); the cluster
+    /// bus and replication use TLS, and each node gives TLS clients the TLS ports of the others
+    /// ([`RedisCluster::tls_urls`]).
+    pub fn tls(mut self, certs: &crate::TestCertificates) -> Self {
+        self.node = self.node.tls(certs);
+        self
+    }
+
+    /// Adds an ACL user to every node ([`RedisServerBuilder::acl_user`]).
+    pub fn acl_user(mut self, name: &str, rules: &str) -> Self {
+        self.node = self.node.acl_user(name, rules);
+        self
+    }
+
     /// Starts the nodes and forms the cluster. Blocks until every node reports `cluster_state:ok` (about 2 s).
     ///
     /// # Errors
@@ -74,7 +96,9 @@ impl RedisClusterBuilder {
     /// or the cluster does not form within 30 s; [`ServerError::Protocol`] when a node rejects a cluster command.
     pub fn start(self) -> Result<RedisCluster, ServerError> {
         let total = self.primaries * (1 + self.replicas);
-        let mut server = RedisServerBuilder::default()
+        let mut server = self
+            .node
+            .clone()
             .cluster(true)
             .config("cluster-node-timeout", &self.node_timeout.as_millis().to_string())
             // A replica syncs right away instead of waiting 5 s for more replicas to share the transfer.
@@ -170,6 +194,16 @@ impl RedisCluster {
             Ok(cluster)
         });
         shared.as_ref().map_err(|reason| ServerError::Start { reason: reason.clone() })
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` of every live node, when started with [`RedisClusterBuilder::tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.live().filter_map(|(_, s)| s.tls_url()).collect()
+    }
+
+    /// Seed URLs for an ACL user (`rediss://` on the TLS ports with `tls`), one per node still running.
+    pub fn urls_for(&self, user: &str, password: &str, tls: bool) -> Vec<String> {
+        self.live().map(|(_, s)| s.url_for(user, password, tls)).collect()
     }
 
     /// `redis://127.0.0.1:PORT` of every live node (seed nodes for a cluster client).

@@ -48,6 +48,8 @@ mod sentinel;
 pub mod sentinel_cases;
 mod server;
 pub mod server_cases;
+mod tls;
+pub mod tls_cases;
 pub mod worker;
 
 use std::any::Any;
@@ -69,6 +71,7 @@ pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{find_binary, redis_server_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
+pub use tls::{ServerCertificate, TestCertificates};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).
 pub struct Subject {
@@ -204,9 +207,9 @@ macro_rules! sentinel_tests {
 
 /// Writes one `#[test]` per case of [`server_cases`], for a Redis backend.
 ///
-/// `server_tests!(connect)`: `connect` is an `async fn(&str) -> S` where `S: LockStore`, connecting the backend's
-/// store to the server at the given URL (which may carry credentials). Cases run on a multi-threaded tokio runtime,
-/// each with a server of its own.
+/// `server_tests!(connect)`: `connect` is an `async fn(&str) -> lock_core::Result<S>` where `S: LockStore`,
+/// connecting the backend's store to the server at the given URL (which may carry credentials). Cases run on a
+/// multi-threaded tokio runtime, each with a server of its own.
 #[macro_export]
 macro_rules! server_tests {
     ($connect:path) => {
@@ -214,6 +217,8 @@ macro_rules! server_tests {
             replica_wait_does_not_block_other_resources,
             a_wait_refused_by_the_acl_gives_the_grant_back,
             a_fence_counter_incrby_refuses_leaves_no_key,
+            a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key,
+            a_wrong_password_is_auth_within_the_connect_timeout,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
@@ -223,7 +228,41 @@ macro_rules! server_tests {
                 $crate::runtime::tokio(async {
                     $crate::server_cases::$case(&|url: ::std::string::String| {
                         ::std::boxed::Box::pin(async move {
-                            ::std::sync::Arc::new($connect(&url).await) as ::std::sync::Arc<dyn $crate::__private::LockStore>
+                            $connect(&url)
+                                .await
+                                .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
+                        })
+                    })
+                    .await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per case of [`tls_cases`], for a Redis backend built with TLS.
+///
+/// `tls_tests!(connect)`: `connect` is an `async fn(tls_cases::TlsConnect) -> lock_core::Result<S>` where
+/// `S: LockStore`, connecting the backend's store over TLS as the argument says. Cases run on a multi-threaded tokio
+/// runtime, each with servers of its own.
+#[macro_export]
+macro_rules! tls_tests {
+    ($connect:path) => {
+        $crate::tls_tests!(@cases $connect;
+            mutual_tls_with_a_client_certificate_works,
+            refused_certificates_are_typed_errors_within_the_connect_timeout,
+        );
+    };
+    (@cases $connect:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::tls_cases::$case(&|how: $crate::tls_cases::TlsConnect| {
+                        ::std::boxed::Box::pin(async move {
+                            $connect(how)
+                                .await
+                                .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
                         })
                     })
                     .await;

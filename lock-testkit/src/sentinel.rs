@@ -37,6 +37,10 @@ pub struct RedisSentinelBuilder {
     service_name: String,
     down_after: Duration,
     failover_timeout: Duration,
+    /// Options the primary and the replica start with (a password, ACL users).
+    data: RedisServerBuilder,
+    /// The data nodes' `requirepass`, which the Sentinels use too (`sentinel auth-pass`).
+    password: Option<String>,
 }
 
 impl Default for RedisSentinelBuilder {
@@ -45,6 +49,8 @@ impl Default for RedisSentinelBuilder {
             service_name: "mymaster".to_owned(),
             down_after: Duration::from_millis(1_000),
             failover_timeout: Duration::from_millis(3_000),
+            data: RedisServerBuilder::default(),
+            password: None,
         }
     }
 }
@@ -70,6 +76,20 @@ impl RedisSentinelBuilder {
         self
     }
 
+    /// Sets `requirepass` on the primary and the replica (the replica and the Sentinels authenticate with it, as
+    /// must every client of the data nodes).
+    pub fn data_password(mut self, password: &str) -> Self {
+        self.data = self.data.requirepass(password);
+        self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Adds an ACL user to the primary and the replica ([`RedisServerBuilder::acl_user`]).
+    pub fn data_acl_user(mut self, name: &str, rules: &str) -> Self {
+        self.data = self.data.acl_user(name, rules);
+        self
+    }
+
     /// Starts the primary, the replica and the Sentinels. Blocks until the deployment is ready (a few hundred
     /// milliseconds).
     ///
@@ -80,7 +100,7 @@ impl RedisSentinelBuilder {
     pub fn start(self) -> Result<RedisSentinel, ServerError> {
         let started = Instant::now();
         // A replica syncs right away instead of waiting 5 s for more replicas to share the transfer.
-        let data = RedisServerBuilder::default().config("repl-diskless-sync-delay", "0");
+        let data = self.data.clone().config("repl-diskless-sync-delay", "0");
         let primary = data.clone().start()?;
         let replica = data.replica_of(&primary).start()?;
         replica.wait_for_link(START_TIMEOUT)?;
@@ -101,10 +121,11 @@ impl RedisSentinelBuilder {
     /// The `sentinel …` configuration lines for a primary on `port`.
     fn monitor_lines(&self, port: u16) -> String {
         let name = &self.service_name;
+        let auth = self.password.as_ref().map(|p| format!("sentinel auth-pass {name} {p}\n")).unwrap_or_default();
         format!(
             "sentinel monitor {name} 127.0.0.1 {port} {QUORUM}\n\
              sentinel down-after-milliseconds {name} {}\n\
-             sentinel failover-timeout {name} {}\n",
+             sentinel failover-timeout {name} {}\n{auth}",
             self.down_after.as_millis(),
             self.failover_timeout.as_millis(),
         )

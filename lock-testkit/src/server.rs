@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::resp::{self, Reply};
+use crate::tls::TestCertificates;
 
 /// How long a server may take to answer its first PING.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -63,6 +64,12 @@ pub struct RedisServerBuilder {
     cluster: bool,
     /// The initial configuration file of a Sentinel.
     sentinel: Option<String>,
+    /// The directory with `ca.crt`, `server.crt` and `server.key` (see [`TestCertificates`]), for a TLS port.
+    tls: Option<PathBuf>,
+    /// Whether TLS clients must present a certificate the CA signed.
+    tls_client_certificates: bool,
+    /// `requirepass`: the default user's password (the fixture's own commands authenticate with it).
+    password: Option<String>,
 }
 
 impl RedisServerBuilder {
@@ -106,6 +113,35 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Also listens for TLS on a second free port ([`RedisServer::tls_url`]), with the server certificate and CA of
+    /// `certs`; clients may present a certificate ([`require_client_certificates`](Self::require_client_certificates)
+    /// makes it mandatory). The plain port stays open for the fixture's own commands.
+    pub fn tls(mut self, certs: &TestCertificates) -> Self {
+        self.tls = Some(certs.dir().to_owned());
+        self
+    }
+
+    /// TLS clients must present a certificate signed by the CA (mutual TLS, `tls-auth-clients yes`).
+    pub fn require_client_certificates(mut self) -> Self {
+        self.tls_client_certificates = true;
+        self
+    }
+
+    /// Adds an ACL user, as a `user` configuration line: `rules` such as `on >password ~lock:* &lock:* +@all`.
+    pub fn acl_user(mut self, name: &str, rules: &str) -> Self {
+        self.extra.push("--user".to_owned());
+        self.extra.push(name.to_owned());
+        // One argument per rule: redis-server quotes an argument with spaces as one token.
+        self.extra.extend(rules.split_whitespace().map(str::to_owned));
+        self
+    }
+
+    /// Sets `requirepass` (the `default` user's password). The fixture's own commands authenticate with it.
+    pub fn requirepass(mut self, password: &str) -> Self {
+        self.password = Some(password.to_owned());
+        self
+    }
+
     /// Starts the server.
     ///
     /// # Errors
@@ -117,11 +153,13 @@ impl RedisServerBuilder {
             let dir = tempfile::Builder::new().prefix("lock-testkit-redis-").tempdir()?;
             let port = free_port()?;
             let bus_port = if self.cluster { Some(free_port()?) } else { None };
+            let tls_port = if self.tls.is_some() { Some(free_port()?) } else { None };
             let mut server = RedisServer {
                 binary: binary.clone(),
                 options: self.clone(),
                 port,
                 bus_port,
+                tls_port,
                 dir,
                 child: None,
                 paused: false,
@@ -150,6 +188,8 @@ pub struct RedisServer {
     port: u16,
     /// The cluster bus port of a cluster node.
     bus_port: Option<u16>,
+    /// The TLS port, when started with [`RedisServerBuilder::tls`].
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     paused: bool,
@@ -173,6 +213,24 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`, when started with [`RedisServerBuilder::tls`].
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port.map(|port| format!("rediss://127.0.0.1:{port}"))
+    }
+
+    /// The TLS port, when started with [`RedisServerBuilder::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// The URL for an ACL user: `redis://user:password@127.0.0.1:PORT`, or `rediss://…` on the TLS port with `tls`.
+    pub fn url_for(&self, user: &str, password: &str, tls: bool) -> String {
+        match (tls, self.tls_port) {
+            (true, Some(port)) => format!("rediss://{user}:{password}@127.0.0.1:{port}"),
+            _ => format!("redis://{user}:{password}@127.0.0.1:{}", self.port),
+        }
     }
 
     /// The port.
@@ -205,7 +263,19 @@ impl RedisServer {
     /// # Errors
     /// [`ServerError::Io`] when the server cannot be reached within 5 s.
     pub fn command(&self, args: &[&str]) -> Result<Reply, ServerError> {
-        Ok(resp::command(self.addr(), args, COMMAND_TIMEOUT)?)
+        Ok(self.probe(args, COMMAND_TIMEOUT)?)
+    }
+
+    /// One command on a fresh connection, authenticated first when the server has a `requirepass`.
+    fn probe(&self, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+        let mut conn = resp::Connection::open(self.addr(), timeout)?;
+        if let Some(password) = &self.options.password {
+            let reply = conn.command(&["AUTH", password])?;
+            if reply.is_error() {
+                return Err(io::Error::other(format!("AUTH refused: {reply:?}")));
+            }
+        }
+        conn.command(args)
     }
 
     /// `INFO commandstats` as command name → calls (`script|load` for subcommands). A `redis.call` inside a script
@@ -316,11 +386,28 @@ impl RedisServer {
             cmd.args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port"])
                 .arg(bus.to_string());
         }
+        if let (Some(dir), Some(port)) = (&self.options.tls, self.tls_port) {
+            cmd.arg("--tls-port").arg(port.to_string());
+            cmd.arg("--tls-cert-file").arg(dir.join("server.crt"));
+            cmd.arg("--tls-key-file").arg(dir.join("server.key"));
+            cmd.arg("--tls-ca-cert-file").arg(dir.join("ca.crt"));
+            let clients = if self.options.tls_client_certificates { "yes" } else { "optional" };
+            cmd.args(["--tls-auth-clients", clients]);
+            if self.bus_port.is_some() {
+                // The cluster bus and replication speak TLS too; clients get each node's TLS port.
+                cmd.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+            }
+        }
+        if let Some(password) = &self.options.password {
+            cmd.args(["--requirepass", password]);
+            // A replica of this server (a cluster's, say) authenticates with the same password.
+            cmd.args(["--masterauth", password]);
+        }
         cmd.args(&self.options.extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let mut child = spawn_tied_to_process(cmd)?;
         let started = Instant::now();
         loop {
-            if let Ok(reply) = resp::command(self.addr(), &["PING"], Duration::from_millis(200)) {
+            if let Ok(reply) = self.probe(&["PING"], Duration::from_millis(200)) {
                 if reply == Reply::Status("PONG".into()) {
                     // Between `free_port` and our bind another test's server may have taken the port (many start
                     // at once): then it answered, ours failed to bind, and the caller must try another port.
@@ -350,7 +437,7 @@ impl RedisServer {
 impl RedisServer {
     /// The `process_id` the server on our port reports.
     fn process_id(&self) -> Option<u32> {
-        let info = resp::command(self.addr(), &["INFO", "server"], Duration::from_millis(500)).ok()?.as_text()?;
+        let info = self.probe(&["INFO", "server"], Duration::from_millis(500)).ok()?.as_text()?;
         info.lines().find_map(|line| line.strip_prefix("process_id:")?.trim().parse().ok())
     }
 }

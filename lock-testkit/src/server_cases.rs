@@ -17,7 +17,8 @@ use crate::cluster_cases::{ms, OrPanic};
 use crate::{RedisServer, Reply};
 
 /// Connects a backend's store to the server at a URL (the argument of every case).
-pub type UrlFactory = dyn Fn(String) -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send>> + Send + Sync;
+pub type UrlFactory =
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = lock_core::Result<Arc<dyn LockStore>>> + Send>> + Send + Sync;
 
 fn start() -> RedisServer {
     RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
@@ -38,7 +39,7 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 /// back five times, all before that `WAIT` returns.
 pub async fn replica_wait_does_not_block_other_resources(connect: &UrlFactory) {
     let server = start();
-    let lock = Lock::from_arc(connect(server.url()).await);
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     let waiting = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(700)).on_shortfall(Shortfall::Accept));
     let done = AtomicBool::new(false);
     let slow = async {
@@ -70,7 +71,7 @@ pub async fn a_wait_refused_by_the_acl_gives_the_grant_back(connect: &UrlFactory
     let reply = server.command(&["ACL", "SETUSER", "nowait", "on", ">secret", "~*", "&*", "+@all", "-wait"]).or_panic();
     assert!(!reply.is_error(), "ACL SETUSER: {reply:?}");
     let url = format!("redis://nowait:secret@127.0.0.1:{}", server.port());
-    let lock = Lock::from_arc(connect(url).await);
+    let lock = Lock::from_arc(connect(url).await.or_panic());
     let opts = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(100)).on_shortfall(Shortfall::Accept));
     let err = lock.try_acquire("refused-wait", &opts).await.err();
     assert!(matches!(err, Some(LockError::Auth { .. })), "expected Auth, got {err:?}");
@@ -86,7 +87,7 @@ pub async fn a_wait_refused_by_the_acl_gives_the_grant_back(connect: &UrlFactory
 /// naming the counter, raised before the lock key is written.
 pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) {
     let server = start();
-    let lock = Lock::from_arc(connect(server.url()).await);
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "odd-fence").or_panic();
     server.command(&["SET", keys.fence(), "1e3"]).or_panic();
     let err = lock.try_acquire("odd-fence", &LockOptions::new(ms(30_000))).await.err();
@@ -95,4 +96,67 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
         other => panic!("expected WrongType, got {other:?}"),
     }
     assert!(!exists(&server, keys.lock()), "the lock key was written before the counter was checked");
+}
+
+/// The ACL rules of the smallest user a lock needs (the user and password are the tests'; the README gives the
+/// same line as an `ACL SETUSER` command). Keys and channels are those under the default prefix `lock:`; the
+/// commands are what the stores send (`PING`, `INFO` at connect; fred also asks `CLIENT ID`), what the scripts call
+/// (`GET`, `SET`, `DEL`, `PEXPIRE`, `INCRBY`, `TIME`, `TYPE`, `PTTL`, `PUBLISH`, `SPUBLISH`), pub/sub for waiters
+/// (classic and sharded), `WAIT` for replica acknowledgements, and on Cluster the slot map, `ASKING` during a slot
+/// migration and `HELLO` for the subscriber's RESP3 connection; behind Sentinel, `ROLE` to confirm the primary.
+pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels &lock:* -@all \
+    +ping +info +client|id +role +hello +evalsha +eval +get +set +del +pexpire +incrby +time +type +pttl \
+    +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
+
+/// A server with the user `locker` (password `secret`) holding exactly [`MINIMAL_ACL_RULES`].
+///
+/// # Panics
+/// When the server does not start.
+pub fn server_with_minimal_user() -> RedisServer {
+    RedisServer::builder()
+        .acl_user("locker", MINIMAL_ACL_RULES)
+        .start()
+        .unwrap_or_else(|err| panic!("redis-server: {err}"))
+}
+
+/// A user without one permission the scripts need gets a typed `Auth` error naming it. Without `INCRBY`, the
+/// fenced acquire's script fails after its `SET` was applied: the grant is given back, so no key is left.
+pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connect: &UrlFactory) {
+    let without_incrby = MINIMAL_ACL_RULES.replace(" +incrby", "");
+    let server = RedisServer::builder()
+        .acl_user("locker", &without_incrby)
+        .start()
+        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
+    let err = lock.try_acquire("no-incrby", &LockOptions::new(ms(30_000))).await.err();
+    match &err {
+        Some(LockError::Auth { source }) => {
+            let text = format!("{source}");
+            assert!(text.to_ascii_lowercase().contains("incrby"), "the error does not name the command: {text}");
+        }
+        other => panic!("expected Auth naming INCRBY, got {other:?}"),
+    }
+    let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "no-incrby").or_panic();
+    let t0 = Instant::now();
+    while exists(&server, keys.lock()) {
+        assert!(t0.elapsed() < ms(2_000), "the grant whose script failed was left behind");
+        crate::runtime::sleep(ms(5)).await;
+    }
+}
+
+/// A wrong password is a typed `Auth` error from `connect`, within the connect timeout (1 s by default).
+pub async fn a_wrong_password_is_auth_within_the_connect_timeout(connect: &UrlFactory) {
+    let server = server_with_minimal_user();
+    let t0 = Instant::now();
+    let err = connect_err(connect, server.url_for("locker", "wrong", false)).await;
+    assert!(matches!(err, LockError::Auth { .. }), "expected Auth, got {err:?}");
+    assert!(t0.elapsed() < ms(2_000), "took {:?}", t0.elapsed());
+}
+
+/// Connects, expecting an error.
+async fn connect_err(connect: &UrlFactory, url: String) -> LockError {
+    match connect(url).await {
+        Ok(store) => panic!("connecting succeeded: {store:?}"),
+        Err(err) => err,
+    }
 }

@@ -67,3 +67,13 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         assert!(matches!(reply, Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))), "{good:?}: {reply:?}");
     }
 }
+
+/// The README's `ACL SETUSER` line is exactly the rules the minimal-user tests run with.
+#[test]
+fn the_readme_gives_the_tested_acl_line() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let rules = lock_testkit::server_cases::MINIMAL_ACL_RULES.replace(">secret", ">CHANGE-ME");
+    let rules: Vec<&str> = rules.split_whitespace().collect();
+    let line = format!("ACL SETUSER locker {}", rules.join(" "));
+    assert!(readme.contains(&line), "README.md lacks the tested line:\n{line}");
+}

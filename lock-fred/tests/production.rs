@@ -1,0 +1,100 @@
+//! The fred backend as production deployments reach Redis: the conformance suite as the smallest ACL user a lock
+//! needs and over TLS, mutual TLS, and the certificates it must refuse (`lock_testkit::tls_cases`).
+
+use lock_fred::lock_core::{Lock, Result};
+use lock_fred::{FredStore, FredStoreBuilder};
+use lock_testkit::{server_cases, Subject};
+
+mod minimal_acl {
+    use super::*;
+
+    async fn subject() -> Subject {
+        let server = server_cases::server_with_minimal_user();
+        let store = FredStore::connect(&server.url_for("locker", "secret", false))
+            .await
+            .unwrap_or_else(|err| panic!("connect as the minimal ACL user: {err:?}"));
+        Subject::new(Lock::new(store)).keep(server)
+    }
+
+    lock_testkit::conformance_tests!(tokio, subject());
+}
+
+#[cfg(feature = "tls-rustls")]
+mod tls {
+    use super::*;
+    use lock_testkit::tls_cases::TlsConnect;
+    use lock_testkit::{RedisServer, TestCertificates};
+
+    async fn connect(how: TlsConnect) -> Result<FredStore> {
+        let mut builder = FredStoreBuilder::from_url(&how.url)?;
+        if let Some(ca) = how.ca_pem {
+            builder = builder.ca_certificate(ca);
+        }
+        if let Some((cert, key)) = how.client {
+            builder = builder.client_certificate(cert, key);
+        }
+        builder.build().await
+    }
+
+    lock_testkit::tls_tests!(connect);
+
+    mod conformance {
+        use super::*;
+
+        async fn subject() -> Subject {
+            let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
+            let server = RedisServer::builder().tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
+            let url = server.tls_url().unwrap_or_default();
+            let store = FredStoreBuilder::from_url(&url)
+                .map(|b| b.ca_certificate(certs.ca_pem()))
+                .unwrap_or_else(|err| panic!("url: {err:?}"))
+                .build()
+                .await
+                .unwrap_or_else(|err| panic!("connect over TLS: {err:?}"));
+            Subject::new(Lock::new(store)).keep((server, certs))
+        }
+
+        lock_testkit::conformance_tests!(tokio, subject());
+    }
+}
+
+/// No password reaches `Debug` output or an error's text: the builder, the store, the lock, a guard, and the
+/// error of a refused login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_appear_in_debug_output_or_errors() {
+    const PASSWORD: &str = "Hunter2-never-printed";
+    let server = lock_testkit::RedisServer::builder()
+        .acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
+        .start()
+        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let url = server.url_for("locker", PASSWORD, false);
+    let builder = FredStoreBuilder::from_url(&url)
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .client_certificate("CERTIFICATE", format!("KEY {PASSWORD}"));
+    let mut printed = vec![format!("{builder:?}")];
+    let store = FredStore::connect(&url).await.unwrap_or_else(|err| panic!("connect: {err:?}"));
+    let lock = Lock::new(store.clone());
+    let guard = lock
+        .try_acquire("secret-free", &lock_fred::lock_core::LockOptions::default())
+        .await
+        .unwrap_or_else(|err| panic!("acquire: {err:?}"))
+        .unwrap_or_else(|| panic!("free"));
+    printed.extend([format!("{store:?}"), format!("{lock:?}"), format!("{guard:?}")]);
+    let wrong = server.url_for("locker", &format!("{PASSWORD}-wrong"), false);
+    let err = FredStore::connect(&wrong).await.err().unwrap_or_else(|| panic!("a wrong password was accepted"));
+    printed.extend([format!("{err:?}"), format!("{err}"), error_chain(&err)]);
+    for text in &printed {
+        assert!(!text.contains(PASSWORD), "a password was printed: {text}");
+    }
+    guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e} / {e:?}"));
+        cause = e.source();
+    }
+    text
+}

@@ -1,0 +1,183 @@
+//! The redis-rs backend as production deployments reach Redis: the conformance suite as the smallest ACL user a
+//! lock needs and over TLS, mutual TLS, and the certificates it must refuse (`lock_testkit::tls_cases`).
+#![cfg(feature = "tokio")]
+
+use lock_redis_rs::lock_core::{Lock, Result};
+use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_testkit::{server_cases, Subject};
+
+mod minimal_acl {
+    use super::*;
+
+    async fn subject() -> Subject {
+        let server = server_cases::server_with_minimal_user();
+        let store = RedisStore::connect(&server.url_for("locker", "secret", false))
+            .await
+            .unwrap_or_else(|err| panic!("connect as the minimal ACL user: {err:?}"));
+        Subject::new(Lock::new(store)).keep(server)
+    }
+
+    lock_testkit::conformance_tests!(tokio, subject());
+}
+
+#[cfg(feature = "tls-rustls")]
+mod tls {
+    use super::*;
+    use lock_testkit::tls_cases::TlsConnect;
+    use lock_testkit::{RedisServer, TestCertificates};
+
+    async fn connect(how: TlsConnect) -> Result<RedisStore> {
+        let mut config = RedisStoreConfig::new(&how.url);
+        if let Some(ca) = how.ca_pem {
+            config = config.ca_certificate(ca);
+        }
+        if let Some((cert, key)) = how.client {
+            config = config.client_certificate(cert, key);
+        }
+        config.connect().await
+    }
+
+    lock_testkit::tls_tests!(connect);
+
+    mod conformance {
+        use super::*;
+
+        async fn subject() -> Subject {
+            let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
+            let server = RedisServer::builder().tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
+            let url = server.tls_url().unwrap_or_default();
+            let store = RedisStoreConfig::new(&url)
+                .ca_certificate(certs.ca_pem())
+                .connect()
+                .await
+                .unwrap_or_else(|err| panic!("connect over TLS: {err:?}"));
+            Subject::new(Lock::new(store)).keep((server, certs))
+        }
+
+        lock_testkit::conformance_tests!(tokio, subject());
+    }
+}
+
+/// No password reaches `Debug` output or an error's text: configurations of every deployment, the store, the
+/// lock, a guard, and the error of a refused login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_never_appear_in_debug_output_or_errors() {
+    const PASSWORD: &str = "Hunter2-never-printed";
+    let server = lock_testkit::RedisServer::builder()
+        .acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
+        .start()
+        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let url = server.url_for("locker", PASSWORD, false);
+    let tls_url = format!("rediss://locker:{PASSWORD}@127.0.0.1:{}", server.port());
+    let configs = [
+        RedisStoreConfig::new(&url),
+        RedisStoreConfig::new(&tls_url).client_certificate("CERTIFICATE", format!("KEY {PASSWORD}")),
+        RedisStoreConfig::cluster([&url, &tls_url]),
+        RedisStoreConfig::sentinel("mymaster", [&url]).primary_credentials(Some("locker"), PASSWORD),
+    ];
+    let mut printed: Vec<String> = configs.iter().map(|c| format!("{c:?}")).collect();
+    let store = RedisStore::connect(&url).await.unwrap_or_else(|err| panic!("connect: {err:?}"));
+    let lock = Lock::new(store.clone());
+    let guard = lock
+        .try_acquire("secret-free", &lock_redis_rs::lock_core::LockOptions::default())
+        .await
+        .unwrap_or_else(|err| panic!("acquire: {err:?}"))
+        .unwrap_or_else(|| panic!("free"));
+    printed.extend([format!("{store:?}"), format!("{lock:?}"), format!("{guard:?}")]);
+    let wrong = server.url_for("locker", &format!("{PASSWORD}-wrong"), false);
+    let err = RedisStore::connect(&wrong).await.err().unwrap_or_else(|| panic!("a wrong password was accepted"));
+    printed.extend([format!("{err:?}"), format!("{err}"), error_chain(&err)]);
+    for text in &printed {
+        assert!(!text.contains(PASSWORD), "a password was printed: {text}");
+    }
+    guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e} / {e:?}"));
+        cause = e.source();
+    }
+    text
+}
+
+/// A Redis Cluster over TLS (client connections, cluster bus and replication) as the minimal ACL user: locks on
+/// every shard, a waiter woken by a release through sharded pub/sub, no key left.
+#[cfg(feature = "tls-rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_as_the_minimal_acl_user() {
+    use lock_redis_rs::lock_core::{LockOptions, ReleaseOutcome};
+    use std::time::Duration;
+    let certs = lock_testkit::TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
+    let cluster = lock_testkit::RedisCluster::builder()
+        .tls(&certs)
+        .acl_user("locker", server_cases::MINIMAL_ACL_RULES)
+        .start()
+        .unwrap_or_else(|err| panic!("cluster: {err}"));
+    let store = RedisStoreConfig::cluster(cluster.urls_for("locker", "secret", true))
+        .ca_certificate(certs.ca_pem())
+        .command_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connect to the cluster over TLS: {err:?}"));
+    let lock = Lock::new(store);
+    let mut shards = std::collections::BTreeSet::new();
+    for i in 0..24 {
+        let resource = format!("tls-cluster-{i}");
+        let keys = lock_redis_rs::lock_core::LockKeys::new("lock:", &resource).unwrap_or_else(|err| panic!("{err}"));
+        shards.insert(cluster.primary_for_key(keys.lock()).unwrap_or_else(|err| panic!("{err}")));
+        let guard = lock.try_acquire(&resource, &LockOptions::default()).await;
+        let guard = guard.unwrap_or_else(|err| panic!("acquire {resource}: {err:?}")).unwrap_or_else(|| panic!("free"));
+        assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("{err:?}")), ReleaseOutcome::Released);
+    }
+    assert_eq!(shards.len(), 3, "the resources did not cover every shard");
+    // A waiter is woken by the holder's release (SPUBLISH/SSUBSCRIBE over TLS), well before its 5 s backoff.
+    let slow = lock_redis_rs::lock_core::RetryPolicy::default()
+        .min_delay(Duration::from_secs(5))
+        .max_delay(Duration::from_secs(5));
+    let holder = lock.try_acquire("tls-cluster-wake", &LockOptions::default()).await.ok().flatten();
+    let holder = holder.unwrap_or_else(|| panic!("free"));
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let opts = LockOptions::default().wait(Duration::from_secs(10)).retry(slow);
+            let t0 = std::time::Instant::now();
+            let guard = lock.acquire("tls-cluster-wake", &opts).await;
+            (guard, t0.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    holder.release().await.unwrap_or_else(|err| panic!("{err:?}"));
+    let (guard, waited) = waiter.await.unwrap_or_else(|err| panic!("{err}"));
+    let guard = guard.unwrap_or_else(|err| panic!("waiter: {err:?}"));
+    assert!(waited < Duration::from_secs(3), "the waiter slept {waited:?}: no notification over TLS");
+    guard.release().await.unwrap_or_else(|err| panic!("{err:?}"));
+}
+
+/// Behind Sentinel, the data nodes require a password and the lock runs as an ACL user there: the store reaches
+/// the primary with `primary_credentials` (redis-rs reached it without any before), and without them connecting
+/// is a typed `Auth` error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_data_nodes_with_an_acl_user() {
+    use lock_redis_rs::lock_core::{LockError, LockOptions, ReleaseOutcome};
+    let deployment = lock_testkit::RedisSentinel::builder()
+        .data_password("data-secret")
+        .data_acl_user("locker", server_cases::MINIMAL_ACL_RULES)
+        .start()
+        .unwrap_or_else(|err| panic!("sentinel deployment: {err}"));
+    let service = deployment.service_name().to_owned();
+    let err = RedisStoreConfig::sentinel(&service, deployment.sentinel_urls()).connect().await.err();
+    assert!(matches!(err, Some(LockError::Auth { .. })), "without credentials: {err:?}");
+    let store = RedisStoreConfig::sentinel(&service, deployment.sentinel_urls())
+        .primary_credentials(Some("locker"), "secret")
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connect as the ACL user behind Sentinel: {err:?}"));
+    let lock = Lock::new(store);
+    let guard = lock.try_acquire("behind-sentinel", &LockOptions::default()).await;
+    let guard = guard.unwrap_or_else(|err| panic!("acquire: {err:?}")).unwrap_or_else(|| panic!("free"));
+    assert!(guard.fencing_token().is_some());
+    assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("{err:?}")), ReleaseOutcome::Released);
+}
