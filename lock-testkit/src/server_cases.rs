@@ -160,3 +160,24 @@ async fn connect_err(connect: &UrlFactory, url: String) -> LockError {
         Err(err) => err,
     }
 }
+
+/// Asserts that `secret` appears in none of `printed` (`Debug` and `Display` output a redaction test collected).
+///
+/// # Panics
+/// When one does, showing it.
+pub fn assert_never_printed(secret: &str, printed: &[String]) {
+    for text in printed {
+        assert!(!text.contains(secret), "a secret was printed: {text}");
+    }
+}
+
+/// An error's text with every source's `Display` and `Debug`, for [`assert_never_printed`].
+pub fn error_text(err: &dyn std::error::Error) -> String {
+    let mut text = format!("{err}");
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        text.push_str(&format!(": {e} / {e:?}"));
+        cause = e.source();
+    }
+    text
+}
