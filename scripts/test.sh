@@ -87,4 +87,8 @@ have_redis || install_redis
 have_openssl_headers || install_openssl_headers
 "${REDIS_SERVER:-redis-server}" --version
 # The Sentinel tests run `redis-server sentinel.conf --sentinel`: the same binary, no other package needed.
-exec cargo test --workspace --all-features --exclude lock-bench "$@"
+cargo test --workspace --all-features --exclude lock-bench "$@"
+# The smol path on its own: with every feature on, lock-core also has async-std's executor and prefers it for
+# non-tokio spawns, so the run above does not show that smol alone works. These builds leave async-std out.
+cargo test -p lock-testkit --test conformance_memory "$@"
+cargo test -p lock-redis-rs --no-default-features --features smol --test conformance_smol --test renewal "$@"

@@ -118,6 +118,19 @@ pub async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F
     }
 }
 
+/// The runtimes this build of lock-core can sleep and spawn on (its `rt-*` features), in the order it prefers
+/// them when several could serve: `"tokio"` when a tokio runtime is current, then `"async-std"`, then `"smol"`.
+pub fn compiled() -> &'static [&'static str] {
+    &[
+        #[cfg(feature = "rt-tokio")]
+        "tokio",
+        #[cfg(feature = "rt-async-std")]
+        "async-std",
+        #[cfg(feature = "rt-smol")]
+        "smol",
+    ]
+}
+
 static LIVE_TASKS: AtomicUsize = AtomicUsize::new(0);
 static LIVE_WATCHDOGS: AtomicUsize = AtomicUsize::new(0);
 

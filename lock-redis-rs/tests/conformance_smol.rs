@@ -14,3 +14,12 @@ async fn subject() -> Subject {
 }
 
 lock_testkit::conformance_tests!(smol, subject());
+
+/// Without this crate's `async-std` feature, lock-core spawns on smol's executor, not async-std's: the smol path is
+/// what the cases above exercised (`scripts/test.sh` runs them so; the workspace-wide run merges in async-std).
+#[cfg(not(feature = "async-std"))]
+#[test]
+fn the_smol_path_is_the_one_tested() {
+    assert!(!lock_core::rt::compiled().contains(&"async-std"), "{:?}", lock_core::rt::compiled());
+    assert!(lock_core::rt::compiled().contains(&"smol"));
+}

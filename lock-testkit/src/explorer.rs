@@ -31,7 +31,7 @@ use lock_core::{
     Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Redlock, RenewPolicy, RetryPolicy, DEFAULT_PREFIX,
 };
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 use crate::checker::{Checker, Hold};
 use crate::runtime::sleep;

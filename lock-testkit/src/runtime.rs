@@ -22,10 +22,11 @@ pub fn tokio<F: Future>(fut: F) -> F::Output {
     runtime.block_on(bounded(fut))
 }
 
-/// Runs `fut` on async-std's executor.
+/// Runs `fut` on async-std's executor (feature `async-std`).
 ///
 /// # Panics
 /// When `fut` runs past [`CASE_TIMEOUT`].
+#[cfg(feature = "async-std")]
 pub fn async_std<F: Future>(fut: F) -> F::Output {
     async_std::task::block_on(bounded(fut))
 }

@@ -758,7 +758,7 @@ fn case13_two_hundred_waiters_bounded_load_all_served() {
 /// without a TTL. Replay a failure with the printed `FAULTS_SEED`; lengthen with `FAULTS_SOAK_SECS`.
 #[test]
 fn case14_soak_random_faults_zero_fenced_safety_violations() {
-    use rand::{Rng, SeedableRng};
+    use rand::{RngExt, SeedableRng};
     let seed: u64 = std::env::var("FAULTS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     let secs: u64 = std::env::var("FAULTS_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20);
     println!("case14: FAULTS_SEED={seed} FAULTS_SOAK_SECS={secs}");

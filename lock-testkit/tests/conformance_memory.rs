@@ -13,6 +13,7 @@ mod tokio_runtime {
     conformance_tests!(tokio, subject());
 }
 
+#[cfg(feature = "async-std")]
 mod async_std_runtime {
     use super::*;
     conformance_tests!(async_std, subject());
