@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use lock_core::{Guard, Lock, LockOptions, LockStore, Redlock, ReleaseOutcome, RenewPolicy};
+use lock_core::{Guard, Lock, LockOptions, LockStore, ReleaseOutcome, RenewPolicy};
 use rslock::LockManager;
 
 use crate::floor::{self, Floor, FloorHeld, PubSubWaiter};
@@ -36,11 +36,15 @@ impl Backend {
             Backend::RedisRs => Arc::new(lock_redis_rs::RedisStore::connect(url).await.context("redis-rs store")?),
             Backend::Fred => Arc::new(lock_fred::FredStore::connect(url).await.context("fred store")?),
             Backend::RedisRsPool(n) => Arc::new(
-                lock_redis_rs::RedisStoreConfig::new(url).pool_size(n).connect().await.context("redis-rs store")?,
+                lock_redis_rs::RedisStoreBuilder::new(url)
+                    .with_pool_size(n)
+                    .connect()
+                    .await
+                    .context("redis-rs store")?,
             ),
-            Backend::FredPool(n) => {
-                Arc::new(lock_fred::FredStoreBuilder::from_url(url)?.pool_size(n).build().await.context("fred store")?)
-            }
+            Backend::FredPool(n) => Arc::new(
+                lock_fred::FredStoreBuilder::from_url(url)?.with_pool_size(n).connect().await.context("fred store")?,
+            ),
         })
     }
 }
@@ -82,9 +86,9 @@ impl Contender {
         }
         let lock = match stores.as_slice() {
             [one] => Lock::from_arc(one.clone()),
-            _ => Redlock::new(stores).build().context("building the Redlock")?,
+            _ => Lock::redlock(stores).build().context("building the Redlock")?,
         };
-        let options = LockOptions::new(TTL).fencing(fencing);
+        let options = LockOptions::new(TTL).with_fencing(fencing);
         let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
         Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested })
     }
@@ -145,7 +149,7 @@ impl Contender {
     pub(crate) async fn competitor(&self, key: &str, wait: Duration) -> anyhow::Result<Competitor> {
         Ok(match &self.client {
             Client::Core { lock, options } => {
-                Competitor::Core { lock: lock.clone(), options: options.clone().wait(wait) }
+                Competitor::Core { lock: lock.clone(), options: options.clone().with_wait(wait) }
             }
             Client::PubSub(floor) => {
                 Competitor::PubSub(Box::new(floor.pubsub_waiter(&format!("{key}:released")).await?))
@@ -159,7 +163,7 @@ impl Contender {
     pub(crate) fn renewing(&self, ttl: Duration) -> anyhow::Result<(Lock, LockOptions)> {
         match &self.client {
             Client::Core { lock, options } => {
-                Ok((lock.clone(), options.clone().ttl_of(ttl).auto_renew(RenewPolicy::default())))
+                Ok((lock.clone(), options.clone().with_ttl(ttl).with_auto_renew(RenewPolicy::default())))
             }
             _ => bail!("{}: no auto-renewal", self.name),
         }

@@ -29,12 +29,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // Every call to the server is bounded by the command timeout; the pool has two multiplexed connections.
-    let store =
-        FredStoreBuilder::from_url(&url)?.pool_size(2).command_timeout(Duration::from_millis(500)).build().await?;
+    let store = FredStoreBuilder::from_url(&url)?
+        .with_pool_size(2)
+        .with_command_timeout(Duration::from_millis(500))
+        .connect()
+        .await?;
     println!("connected to {url} with {} pooled clients", store.pool().size());
     let lock = Lock::new(store);
 
-    let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(3));
+    let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(3));
     let guard = lock.acquire("example:daily-report", &opts).await?;
     let fence = guard.fencing_token().map(|f| f.get());
     println!("acquired {:?} (fencing token {fence:?}); pass the token to whatever the lock protects", guard.resource());

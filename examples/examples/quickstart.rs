@@ -75,7 +75,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("quickstart: using {what}");
 
     let counter = Arc::new(FencedCounter::default());
-    let options = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(10));
+    let options = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(10));
     let mut workers = Vec::new();
     for worker in 0..WORKERS {
         let (lock, counter, options) = (lock.clone(), counter.clone(), options.clone());

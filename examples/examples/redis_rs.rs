@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use lock_redis_rs::lock_core::{Lock, LockError, LockOptions};
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::RedisServer;
 
 #[tokio::main]
@@ -29,16 +29,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     // A pool of two multiplexed connections; every call is bounded by connect + command timeout.
-    let store = RedisStoreConfig::new(&url)
-        .pool_size(2)
-        .command_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_secs(1))
+    let store = RedisStoreBuilder::new(&url)
+        .with_pool_size(2)
+        .with_command_timeout(Duration::from_millis(500))
+        .with_connect_timeout(Duration::from_secs(1))
         .connect()
         .await?;
     println!("connected to {url}; pool: {:?}", store.pool_status());
     let lock = Lock::new(store);
 
-    let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(3));
+    let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(3));
     let guard = lock.acquire("example:daily-report", &opts).await?;
     let fence = guard.fencing_token().map(|f| f.get());
     println!("acquired {:?} (fencing token {fence:?}); pass the token to whatever the lock protects", guard.resource());
@@ -66,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     waiter.await??;
 
     // Without fencing, acquire is a plain SET NX PX and no per-resource counter key is created.
-    let opts = LockOptions::new(Duration::from_secs(5)).fencing(false);
+    let opts = LockOptions::new(Duration::from_secs(5)).with_fencing(false);
     let guard = lock.try_acquire("example:cache-refresh", &opts).await?.ok_or("cache-refresh is held")?;
     println!("fencing off: token {:?}; release -> {:?}", guard.fencing_token(), guard.release().await?);
     Ok(())

@@ -42,7 +42,7 @@ impl Capabilities {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> lock_core::Result<()> {
 /// let lock: Arc<dyn DistributedLock> = Arc::new(Lock::new(MemoryStore::new()));
-/// let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(1));
+/// let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(1));
 ///
 /// let guard = lock.acquire("invoice/42", &opts).await?;
 /// assert!(lock.try_acquire("invoice/42", &opts).await?.is_none());

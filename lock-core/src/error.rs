@@ -121,7 +121,7 @@ pub enum LockError {
     },
 
     /// Fewer replicas than required acknowledged a grant (see
-    /// [`LockOptions::replica_ack`](crate::LockOptions::replica_ack)); the grant was given back.
+    /// [`LockOptions::with_replica_ack`](crate::LockOptions::with_replica_ack)); the grant was given back.
     #[error("grant acknowledged by {acknowledged} replicas, {required} required")]
     ReplicasShort {
         /// Replicas that acknowledged.

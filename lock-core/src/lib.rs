@@ -9,9 +9,9 @@
 //! - the [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter), waiting with jittered backoff woken
 //!   by release notifications (one waiter per release, no barging past queued waiters), validity
 //!   `ttl − elapsed − drift` from a monotonic clock started before the request, compare-and-delete release and
-//!   compare-and-extend — on one store, or over N independent ones with [`Redlock`] (quorum, per-instance timeouts,
+//!   compare-and-extend — on one store, or over N independent ones with [`Lock::redlock`] (quorum, per-instance timeouts,
 //!   fencing tokens kept monotonic across quorums; see the [`redlock`] module for the argument and the limits);
-//! - renewal for long work ([`LockOptions::auto_renew`], [`RenewPolicy`]) and scoped locking
+//! - renewal for long work ([`LockOptions::with_auto_renew`], [`RenewPolicy`]) and scoped locking
 //!   ([`DistributedLockExt::with_lock`]);
 //! - [`LostSignal`], which tells the holder (and its work) when the lock is gone;
 //! - the Lua [`scripts`] every Redis backend sends, one copy for all clients.
@@ -23,7 +23,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lock_core::Result<()> {
 //! let lock = Lock::new(MemoryStore::new());
-//! let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(2));
+//! let opts = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(2));
 //! let guard = lock.acquire("reports/daily", &opts).await?;
 //! let fence = guard.fencing_token();
 //! // Do the work; pass `fence` to whatever the lock protects; stop if `guard.is_lost()`.
@@ -42,18 +42,18 @@
 //!
 //! # Deployments and what each guarantees
 //! The same [`Lock`] runs on each; the backend's store picks the deployment (`lock-redis-rs`:
-//! `RedisStoreConfig::{new, cluster, sentinel}`; `lock-fred`: `FredStoreBuilder::{from_url, from_config, sentinel}`).
+//! `RedisStoreBuilder::{new, cluster, sentinel}`; `lock-fred`: `FredStoreBuilder::{from_url, from_config, sentinel}`).
 //! Each row is tested on real servers by the backends' `tests/` (conformance suite plus the `lock-testkit` cluster
 //! and Sentinel cases).
 //!
 //! | deployment | mutual exclusion holds while… | fencing tokens |
 //! |---|---|---|
 //! | one Redis | the server keeps its data (a restart without persistence frees every lock) | strictly increase per resource, also across a restart that lost the counter (time floor, clock not stepped back) |
-//! | [`Redlock`] over N independent Redis | a majority is up and no instance restarts empty inside a holder's quorum | strictly increase across quorums (quorum write-back) |
+//! | [`Lock::redlock`] over N independent Redis | a majority is up and no instance restarts empty inside a holder's quorum | strictly increase across quorums (quorum write-back) |
 //! | Redis Cluster | the slot's primary keeps its data; a failover right after a grant can lose it (asynchronous replication) | strictly increase while the primary keeps its data; after a failover that lost a grant, only the time floor keeps them above the lost one |
 //! | Sentinel (primary + replicas) | as Cluster, for the one primary | as Cluster: a token can repeat after a failover that lost a grant when the old primary's clock ran ahead of the new one's by more than the failover took |
 //!
-//! [`LockOptions::replica_ack`] (Redis `WAIT`) narrows the failover window on Cluster and Sentinel; it does not close
+//! [`LockOptions::with_replica_ack`] (Redis `WAIT`) narrows the failover window on Cluster and Sentinel; it does not close
 //! it. The fencing token checked at the protected resource is the protection in every row.
 //!
 //! # Safety model
@@ -89,7 +89,7 @@ pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
     validate_ttl, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
-pub use redlock::Redlock;
+pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use scoped::{DistributedLockExt, LockContext};

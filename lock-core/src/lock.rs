@@ -1,7 +1,7 @@
 //! The lock itself: acquire, extend and release over one [`LockStore`] or a quorum of independent ones.
 //!
 //! With one instance this is the classic single-Redis lock (one round trip per operation). With several it is
-//! Redlock (see [`Redlock`](crate::Redlock) for the algorithm, the fencing argument and the limits). Both share
+//! Redlock (see [`Lock::redlock`] for the algorithm, the fencing argument and the limits). Both share
 //! every line of waiting, validity, cancellation, renewal and loss handling.
 
 use std::fmt;
@@ -55,7 +55,7 @@ impl Instances {
 }
 
 /// A distributed lock over one [`LockStore`] ([`Lock::new`]) or a quorum of independent ones
-/// ([`Redlock`](crate::Redlock)).
+/// ([`Lock::redlock`]).
 ///
 /// Cheap to clone (clones share the stores). Implements [`DistributedLock`]; its inherent methods return the
 /// concrete [`Guard`].
@@ -87,6 +87,22 @@ impl Lock {
     /// A lock on one store with the default key prefix (`lock:`) and operation timeout.
     pub fn new(store: impl LockStore) -> Self {
         Self::from_arc(Arc::new(store))
+    }
+
+    /// A lock over N independent instances (Redlock): see [`RedlockBuilder`](crate::RedlockBuilder) for the
+    /// settings and the [`redlock`](crate::redlock) module for the algorithm and its limits.
+    ///
+    /// ```
+    /// use lock_core::{Lock, LockStore, MemoryStore};
+    /// use std::sync::Arc;
+    ///
+    /// let stores: Vec<Arc<dyn LockStore>> = (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn LockStore>).collect();
+    /// let lock = Lock::redlock(stores).with_quorum(2).build()?;
+    /// assert_eq!(lock.quorum(), 2);
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn redlock(stores: Vec<Arc<dyn LockStore>>) -> crate::RedlockBuilder {
+        crate::RedlockBuilder::new(stores)
     }
 
     /// A lock on one shared store.
@@ -130,6 +146,11 @@ impl Lock {
         &self.prefix
     }
 
+    /// The bound on each call to a store.
+    pub fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
     fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<LockKeys>> {
         options.validate()?;
         validate_prefix(&self.prefix)?;
@@ -137,7 +158,7 @@ impl Lock {
             return Err(LockError::invalid("operation timeout must be positive"));
         }
         let keys = LockKeys::new(&self.prefix, resource)?;
-        if options.renew_policy().is_some() && rt::current().is_none() {
+        if options.auto_renew().is_some() && rt::current().is_none() {
             return Err(LockError::NoRuntime("auto-renewal"));
         }
         Ok(Arc::new(keys))
@@ -162,7 +183,7 @@ impl Lock {
     /// As [`DistributedLock::acquire`].
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
         let keys = self.prepare(resource, options)?;
-        let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait_budget());
+        let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait());
         // A release notification from any instance is a hint to try again; each try polls all of them.
         let stores = &self.instances.stores;
         let (guard, watch) = until_acquired(resource, options, stores, keys.channel(), || self.attempt(&keys, options))
@@ -189,11 +210,11 @@ impl Lock {
             keys,
             token: inflight.token(),
             ttl,
-            fencing: options.fencing_enabled(),
+            fencing: options.fencing(),
             // One floor for every instance (see the Redlock docs): instances in step return equal values, and
             // a quorum of equal values needs no write-back.
-            fence_floor: (n > 1 && options.fencing_enabled()).then(redlock::fence_floor).flatten(),
-            replicas: options.replica_ack_policy(),
+            fence_floor: (n > 1 && options.fencing()).then(redlock::fence_floor).flatten(),
+            replicas: options.replica_ack(),
         };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
@@ -274,7 +295,7 @@ impl Lock {
             watch: Mutex::new(None),
             runtime: rt::current(),
         });
-        if let Some(policy) = options.renew_policy() {
+        if let Some(policy) = options.auto_renew() {
             let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
             let task = watchdog::start(weak, ttl, policy, started);
             *lock_mutex(&state.watchdog) = task;

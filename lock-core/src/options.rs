@@ -22,7 +22,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// use lock_core::LockOptions;
 /// use std::time::Duration;
 ///
-/// let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_millis(500));
+/// let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_millis(500));
 /// assert_eq!(opts.ttl(), Duration::from_secs(5));
 /// assert!(opts.validate().is_ok());
 /// assert!(LockOptions::new(Duration::ZERO).validate().is_err());
@@ -58,26 +58,26 @@ impl LockOptions {
     }
 
     /// Sets the time-to-live of the lock on the server.
-    pub fn ttl_of(mut self, ttl: Duration) -> Self {
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// Sets how long [`acquire`](crate::DistributedLock::acquire) may wait for a held lock. Zero means one try.
-    pub fn wait(mut self, budget: Duration) -> Self {
+    pub fn with_wait(mut self, budget: Duration) -> Self {
         self.wait = budget;
         self
     }
 
     /// Sets the retry policy used while waiting.
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
     }
 
     /// Turns fencing tokens on (the default) or off. Off, acquire is a plain `SET NX PX` and the backend keeps no
     /// per-resource counter.
-    pub fn fencing(mut self, on: bool) -> Self {
+    pub fn with_fencing(mut self, on: bool) -> Self {
         self.fencing = on;
         self
     }
@@ -86,7 +86,7 @@ impl LockOptions {
     /// the TTL every [`RenewPolicy::interval`] (default TTL/3), stops before release, and turns the guard's
     /// [`LostSignal`](crate::LostSignal) lost when renewal finds the lock gone, cannot reach the server before the
     /// validity deadline, or reaches the policy's maximum hold. Off by default.
-    pub fn auto_renew(mut self, policy: RenewPolicy) -> Self {
+    pub fn with_auto_renew(mut self, policy: RenewPolicy) -> Self {
         self.renew = Some(policy);
         self
     }
@@ -98,18 +98,18 @@ impl LockOptions {
     /// This narrows the window in which a failover (asynchronous replication) loses a just-granted lock; it cannot
     /// close it (a replica that acknowledged may still not be the one promoted, and the grant is in the primary's
     /// memory before any replica has it). Fencing tokens are the protection against that double grant.
-    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+    pub fn with_replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replicas = Some(ack);
         self
     }
 
     /// The replica acknowledgement asked for, if any.
-    pub fn replica_ack_policy(&self) -> Option<ReplicaAck> {
+    pub fn replica_ack(&self) -> Option<ReplicaAck> {
         self.replicas
     }
 
     /// The renewal policy, when auto-renewal is on.
-    pub fn renew_policy(&self) -> Option<&RenewPolicy> {
+    pub fn auto_renew(&self) -> Option<&RenewPolicy> {
         self.renew.as_ref()
     }
 
@@ -119,17 +119,17 @@ impl LockOptions {
     }
 
     /// The wait budget.
-    pub fn wait_budget(&self) -> Duration {
+    pub fn wait(&self) -> Duration {
         self.wait
     }
 
     /// The retry policy.
-    pub fn retry_policy(&self) -> &RetryPolicy {
+    pub fn retry(&self) -> &RetryPolicy {
         &self.retry
     }
 
     /// Whether acquisitions carry fencing tokens.
-    pub fn fencing_enabled(&self) -> bool {
+    pub fn fencing(&self) -> bool {
         self.fencing
     }
 
@@ -154,14 +154,14 @@ impl LockOptions {
     }
 }
 
-/// How the watchdog of an auto-renewed lock behaves (see [`LockOptions::auto_renew`]).
+/// How the watchdog of an auto-renewed lock behaves (see [`LockOptions::with_auto_renew`]).
 ///
 /// ```
 /// use lock_core::{LockOptions, RenewPolicy};
 /// use std::time::Duration;
 ///
 /// let opts = LockOptions::new(Duration::from_secs(30))
-///     .auto_renew(RenewPolicy::default().max_hold(Duration::from_secs(600)));
+///     .with_auto_renew(RenewPolicy::default().with_max_hold(Duration::from_secs(600)));
 /// assert!(opts.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -173,20 +173,20 @@ pub struct RenewPolicy {
 
 impl RenewPolicy {
     /// Sets how often to extend (default: TTL/3, so two renewals can fail before the lock expires).
-    pub fn every(mut self, interval: Duration) -> Self {
+    pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval = Some(interval);
         self
     }
 
     /// Stops renewing, and turns the guard lost, this long after the acquisition. A limit too far out to
     /// represent (`Duration::MAX`, say) means no limit.
-    pub fn max_hold(mut self, limit: Duration) -> Self {
+    pub fn with_max_hold(mut self, limit: Duration) -> Self {
         self.max_hold = Some(limit);
         self
     }
 
     /// Stops renewing, and turns the guard lost, after this many renewals.
-    pub fn max_renewals(mut self, limit: u32) -> Self {
+    pub fn with_max_renewals(mut self, limit: u32) -> Self {
         self.max_renewals = Some(limit);
         self
     }
@@ -197,12 +197,12 @@ impl RenewPolicy {
     }
 
     /// The maximum hold, if any.
-    pub fn hold_limit(&self) -> Option<Duration> {
+    pub fn max_hold(&self) -> Option<Duration> {
         self.max_hold
     }
 
     /// The maximum number of renewals, if any.
-    pub fn renewal_limit(&self) -> Option<u32> {
+    pub fn max_renewals(&self) -> Option<u32> {
         self.max_renewals
     }
 
@@ -227,7 +227,7 @@ impl RenewPolicy {
     }
 }
 
-/// What to do when fewer replicas than asked acknowledged a grant (see [`LockOptions::replica_ack`]).
+/// What to do when fewer replicas than asked acknowledged a grant (see [`LockOptions::with_replica_ack`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Shortfall {
@@ -244,7 +244,7 @@ pub enum Shortfall {
 /// use std::time::Duration;
 ///
 /// let opts = LockOptions::new(Duration::from_secs(10))
-///     .replica_ack(ReplicaAck::new(1, Duration::from_millis(50)).on_shortfall(Shortfall::Fail));
+///     .with_replica_ack(ReplicaAck::new(1, Duration::from_millis(50)).with_on_shortfall(Shortfall::Fail));
 /// assert!(opts.validate().is_ok());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,7 +261,7 @@ impl ReplicaAck {
     }
 
     /// Sets the shortfall policy.
-    pub fn on_shortfall(mut self, policy: Shortfall) -> Self {
+    pub fn with_on_shortfall(mut self, policy: Shortfall) -> Self {
         self.on_shortfall = policy;
         self
     }
@@ -274,6 +274,11 @@ impl ReplicaAck {
     /// Longest wait.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// What a shortfall means.
+    pub fn on_shortfall(&self) -> Shortfall {
+        self.on_shortfall
     }
 
     /// Applies the policy to the count the server reported (backends call this after `WAIT`).
@@ -327,7 +332,7 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
 /// use lock_core::RetryPolicy;
 /// use std::time::Duration;
 ///
-/// let p = RetryPolicy::default().max_delay(Duration::from_millis(20)).max_attempts(Some(50));
+/// let p = RetryPolicy::default().with_max_delay(Duration::from_millis(20)).with_max_attempts(Some(50));
 /// assert!(p.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, PartialEq)]
@@ -352,32 +357,47 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// Sets the first delay.
-    pub fn min_delay(mut self, d: Duration) -> Self {
+    pub fn with_min_delay(mut self, d: Duration) -> Self {
         self.min_delay = d;
         self
     }
 
     /// Sets the cap on one delay.
-    pub fn max_delay(mut self, d: Duration) -> Self {
+    pub fn with_max_delay(mut self, d: Duration) -> Self {
         self.max_delay = d;
         self
     }
 
     /// Sets the growth factor (≥ 1).
-    pub fn factor(mut self, f: f32) -> Self {
+    pub fn with_factor(mut self, f: f32) -> Self {
         self.factor = f;
         self
     }
 
     /// Limits the number of tries (the first one included); `None` leaves only the wait budget as a bound.
-    pub fn max_attempts(mut self, n: Option<u32>) -> Self {
+    pub fn with_max_attempts(mut self, n: Option<u32>) -> Self {
         self.max_attempts = n;
         self
     }
 
     /// The limit on tries, if any.
-    pub fn attempt_limit(&self) -> Option<u32> {
+    pub fn max_attempts(&self) -> Option<u32> {
         self.max_attempts
+    }
+
+    /// The first delay.
+    pub fn min_delay(&self) -> Duration {
+        self.min_delay
+    }
+
+    /// The cap on one delay.
+    pub fn max_delay(&self) -> Duration {
+        self.max_delay
+    }
+
+    /// The growth factor.
+    pub fn factor(&self) -> f32 {
+        self.factor
     }
 
     /// Checks the fields.
@@ -434,7 +454,8 @@ mod tests {
 
     #[test]
     fn delays_grow_and_stay_capped() {
-        let p = RetryPolicy::default().min_delay(Duration::from_millis(2)).max_delay(Duration::from_millis(40));
+        let p =
+            RetryPolicy::default().with_min_delay(Duration::from_millis(2)).with_max_delay(Duration::from_millis(40));
         let d: Vec<Duration> = p.delays().take(20).collect();
         assert_eq!(d.len(), 20);
         assert!(d.iter().all(|x| *x >= Duration::from_millis(2) && *x <= Duration::from_millis(40)));
@@ -443,10 +464,10 @@ mod tests {
 
     #[test]
     fn bad_policies_rejected() {
-        assert!(RetryPolicy::default().min_delay(Duration::ZERO).validate().is_err());
-        assert!(RetryPolicy::default().factor(0.5).validate().is_err());
-        assert!(RetryPolicy::default().factor(f32::NAN).validate().is_err());
-        assert!(RetryPolicy::default().max_attempts(Some(0)).validate().is_err());
-        assert!(LockOptions::default().wait(MAX_WAIT * 2).validate().is_err());
+        assert!(RetryPolicy::default().with_min_delay(Duration::ZERO).validate().is_err());
+        assert!(RetryPolicy::default().with_factor(0.5).validate().is_err());
+        assert!(RetryPolicy::default().with_factor(f32::NAN).validate().is_err());
+        assert!(RetryPolicy::default().with_max_attempts(Some(0)).validate().is_err());
+        assert!(LockOptions::default().with_wait(MAX_WAIT * 2).validate().is_err());
     }
 }

@@ -61,16 +61,16 @@ use crate::error::{LockError, Result};
 use crate::lock::{Instances, Lock};
 use crate::store::LockStore;
 
-/// Builds a [`Lock`] over N independent instances (see the [module docs](self) for the algorithm and its limits).
+/// Builds a [`Lock`] over N independent instances ([`Lock::redlock`]) (see the [module docs](self) for the algorithm and its limits).
 ///
 /// ```
-/// use lock_core::{LockOptions, MemoryStore, Redlock, LockStore};
+/// use lock_core::{Lock, LockOptions, LockStore, MemoryStore};
 /// use std::{sync::Arc, time::Duration};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> lock_core::Result<()> {
 /// let stores: Vec<Arc<dyn LockStore>> = (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn LockStore>).collect();
-/// let lock = Redlock::new(stores).build()?;
+/// let lock = Lock::redlock(stores).build()?;
 /// let guard = lock.acquire("payments", &LockOptions::new(Duration::from_secs(5))).await?;
 /// assert!(guard.held_instances().len() >= 2);
 /// guard.release().await?;
@@ -78,26 +78,26 @@ use crate::store::LockStore;
 /// # }
 /// ```
 #[derive(Debug)]
-pub struct Redlock {
+pub struct RedlockBuilder {
     stores: Vec<Arc<dyn LockStore>>,
     quorum: Option<usize>,
     instance_timeout: Option<Duration>,
 }
 
-impl Redlock {
-    /// Redlock over `stores` (independent servers, in any mix of backends).
+impl RedlockBuilder {
+    /// Redlock over `stores` (independent servers, in any mix of backends). The same as [`Lock::redlock`].
     pub fn new(stores: Vec<Arc<dyn LockStore>>) -> Self {
-        Redlock { stores, quorum: None, instance_timeout: None }
+        RedlockBuilder { stores, quorum: None, instance_timeout: None }
     }
 
     /// Requires `quorum` instances instead of ⌊N/2⌋+1 (it may be larger, never smaller than a majority).
-    pub fn quorum(mut self, quorum: usize) -> Self {
+    pub fn with_quorum(mut self, quorum: usize) -> Self {
         self.quorum = Some(quorum);
         self
     }
 
     /// Bounds each call to one instance (default: 5 % of the TTL, at least 10 ms, at most half the TTL).
-    pub fn instance_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_instance_timeout(mut self, timeout: Duration) -> Self {
         self.instance_timeout = Some(timeout);
         self
     }

@@ -60,9 +60,9 @@ pub trait DistributedLockExt: DistributedLock {
         Fut: Future<Output = T> + Send,
         T: Send,
     {
-        let options = match options.renew_policy() {
+        let options = match options.auto_renew() {
             Some(_) => options.clone(),
-            None => options.clone().auto_renew(RenewPolicy::default()),
+            None => options.clone().with_auto_renew(RenewPolicy::default()),
         };
         let guard = self.acquire(resource, &options).await?;
         let lost = guard.lost_signal();

@@ -27,7 +27,7 @@ pub struct AcquireRequest<'a> {
     /// Whether to advance the fencing counter in the same atomic step and return its new value.
     pub fencing: bool,
     /// With fencing: the floor of the new counter value, `max(counter + 1, floor)`, in place of the store's own
-    /// (a Redis store's is its clock in µs). [`Redlock`](crate::Redlock) passes one value to every instance, so
+    /// (a Redis store's is its clock in µs). A Redlock ([`Lock::redlock`](crate::Lock::redlock)) passes one value to every instance, so
     /// instances whose counters are in step return equal values and need no write-back. A store may ignore it;
     /// the engine never relies on it for correctness.
     pub fence_floor: Option<u64>,

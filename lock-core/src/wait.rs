@@ -148,8 +148,8 @@ where
     Fut: Future<Output = Result<Attempt<G>>>,
 {
     let started = Instant::now();
-    let deadline = started + options.wait_budget();
-    let policy = options.retry_policy();
+    let deadline = started + options.wait();
+    let policy = options.retry();
     // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
     let mut watch: Option<Watches> = None;
     // Declared after `watch`, so dropped before it: a wake-up passed on never reaches our own registration.
@@ -159,14 +159,14 @@ where
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
     // wakes it, or after one backoff step at the latest.
     let queued = stores.iter().filter_map(|s| s.release_hub()).any(|hub| hub.waiters(channel) > 0);
-    if !options.wait_budget().is_zero() && queued {
+    if !options.wait().is_zero() && queued {
         if let Some(mut queue) = Watches::new(stores, channel).await {
             // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept for
             // a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
             if queue.take_stored() {
                 tracing::trace!(resource, "a release nobody heard is pending; trying at once");
             } else {
-                let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait_budget());
+                let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
                 tracing::trace!(resource, ?pause, "queued behind local waiters");
                 if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
                     owed.owe(hub);
@@ -206,7 +206,7 @@ where
             Err(err) => return Err(err),
         };
         let now = Instant::now();
-        let exhausted = policy.attempt_limit().is_some_and(|limit| attempts >= limit);
+        let exhausted = policy.max_attempts().is_some_and(|limit| attempts >= limit);
         if now >= deadline || exhausted {
             tracing::debug!(resource, attempts, "lock wait budget spent");
             return Err(last_error.unwrap_or_else(|| LockError::Contended {

@@ -47,8 +47,8 @@ pub(crate) fn start(
     }
     let interval = policy.interval(ttl);
     // A limit past what an `Instant` can hold is no limit (never an overflow panic on user input).
-    let hold_until = policy.hold_limit().and_then(|limit| acquired_at.checked_add(limit));
-    let max_renewals = policy.renewal_limit();
+    let hold_until = policy.max_hold().and_then(|limit| acquired_at.checked_add(limit));
+    let max_renewals = policy.max_renewals();
     rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at))
 }
 

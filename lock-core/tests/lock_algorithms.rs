@@ -146,11 +146,11 @@ async fn transient_errors_are_retried_within_the_budget_and_reported_by_try() {
     let err = lock.try_acquire("flaky", &LockOptions::default()).await.err();
     assert!(matches!(err, Some(LockError::Unavailable { .. })), "{err:?}");
     faults.unavailable.store(2, Ordering::SeqCst);
-    let g = lock.acquire("flaky", &LockOptions::default().wait(ms(2_000))).await.unwrap();
+    let g = lock.acquire("flaky", &LockOptions::default().with_wait(ms(2_000))).await.unwrap();
     assert_eq!(g.release().await.unwrap(), ReleaseOutcome::Released);
     // When the budget runs out on an error, the error is reported, not `Contended`.
     faults.unavailable.store(1_000, Ordering::SeqCst);
-    let err = lock.acquire("flaky", &LockOptions::default().wait(ms(100))).await.err();
+    let err = lock.acquire("flaky", &LockOptions::default().with_wait(ms(100))).await.err();
     assert!(matches!(err, Some(LockError::Unavailable { .. })), "{err:?}");
 }
 
@@ -158,10 +158,11 @@ async fn transient_errors_are_retried_within_the_budget_and_reported_by_try() {
 async fn without_notifications_a_waiter_wakes_at_the_holders_expiry() {
     let (lock, _, faults, _) = faulty();
     faults.no_hub.store(true, Ordering::SeqCst);
-    let slow_polls = RetryPolicy::default().min_delay(ms(2_000)).max_delay(ms(2_000));
+    let slow_polls = RetryPolicy::default().with_min_delay(ms(2_000)).with_max_delay(ms(2_000));
     let holder = lock.try_acquire("expiry", &LockOptions::new(ms(150))).await.unwrap().unwrap();
     let t0 = Instant::now();
-    let g = lock.acquire("expiry", &LockOptions::new(ms(1_000)).wait(ms(5_000)).retry(slow_polls)).await.unwrap();
+    let g =
+        lock.acquire("expiry", &LockOptions::new(ms(1_000)).with_wait(ms(5_000)).with_retry(slow_polls)).await.unwrap();
     let waited = t0.elapsed();
     assert!(waited < ms(700), "waited {waited:?}: the holder's TTL should have woken the waiter");
     drop((holder, g));
@@ -170,8 +171,8 @@ async fn without_notifications_a_waiter_wakes_at_the_holders_expiry() {
 #[tokio::test]
 async fn a_release_wakes_one_waiter_promptly() {
     let (lock, _, _, _) = faulty();
-    let slow_polls = RetryPolicy::default().min_delay(ms(2_000)).max_delay(ms(2_000));
-    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow_polls);
+    let slow_polls = RetryPolicy::default().with_min_delay(ms(2_000)).with_max_delay(ms(2_000));
+    let opts = LockOptions::new(ms(10_000)).with_wait(ms(5_000)).with_retry(slow_polls);
     let holder = lock.try_acquire("notify", &opts).await.unwrap().unwrap();
     let waiter = {
         let (lock, opts) = (lock.clone(), opts.clone());
@@ -201,7 +202,7 @@ async fn dropped_guards_leave_no_background_tasks() {
 }
 
 fn renewing(ttl_ms: u64) -> LockOptions {
-    LockOptions::new(ms(ttl_ms)).auto_renew(RenewPolicy::default())
+    LockOptions::new(ms(ttl_ms)).with_auto_renew(RenewPolicy::default())
 }
 
 #[tokio::test]
@@ -271,7 +272,7 @@ async fn competitors_that_loop_back_share_the_lock_fairly() {
         .map(|_| {
             let (lock, stop) = (lock.clone(), stop.clone());
             tokio::spawn(async move {
-                let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+                let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000));
                 let mut won = 0u32;
                 while !stop.load(Ordering::SeqCst) {
                     let g = lock.acquire("fair", &opts).await.unwrap();
@@ -298,13 +299,14 @@ async fn competitors_that_loop_back_share_the_lock_fairly() {
 async fn a_replica_shortfall_gives_the_grant_back() {
     use lock_core::{ReplicaAck, Shortfall};
     let (lock, inner, _, _) = faulty();
-    let opts = LockOptions::new(ms(5_000)).replica_ack(ReplicaAck::new(1, ms(50)));
+    let opts = LockOptions::new(ms(5_000)).with_replica_ack(ReplicaAck::new(1, ms(50)));
     let err = lock.try_acquire("replicas", &opts).await.err();
     assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
     assert_eq!(inner.held_count(), 0, "a grant without enough replicas must be released");
-    let accept = LockOptions::new(ms(5_000)).replica_ack(ReplicaAck::new(1, ms(50)).on_shortfall(Shortfall::Accept));
+    let accept =
+        LockOptions::new(ms(5_000)).with_replica_ack(ReplicaAck::new(1, ms(50)).with_on_shortfall(Shortfall::Accept));
     let g = lock.try_acquire("replicas", &accept).await.unwrap().expect("accepted");
     g.release().await.unwrap();
-    let bad = LockOptions::new(ms(100)).replica_ack(ReplicaAck::new(1, ms(200)));
+    let bad = LockOptions::new(ms(100)).with_replica_ack(ReplicaAck::new(1, ms(200)));
     assert!(matches!(lock.try_acquire("replicas", &bad).await, Err(LockError::InvalidArgument(_))));
 }

@@ -15,7 +15,7 @@ fn ms(n: u64) -> Duration {
 async fn an_unbounded_max_hold_renews_and_releases() {
     let store = MemoryStore::new();
     let lock = Lock::new(store.clone());
-    let opts = LockOptions::new(ms(60)).auto_renew(RenewPolicy::default().max_hold(Duration::MAX));
+    let opts = LockOptions::new(ms(60)).with_auto_renew(RenewPolicy::default().with_max_hold(Duration::MAX));
     let guard = lock.try_acquire("forever", &opts).await.unwrap().expect("free");
     tokio::time::sleep(ms(200)).await;
     assert!(!guard.is_lost(), "renewal stopped: {:?}", guard.lost_signal().reason());
@@ -54,10 +54,10 @@ async fn the_memory_store_takes_any_ttl_from_a_direct_caller() {
 fn a_renewal_interval_past_the_validity_is_rejected() {
     let ttl = Duration::from_secs(1); // validity: 1000 − (10 + 2) = 988 ms
     for interval in [ms(988), ms(990), ms(999)] {
-        let opts = LockOptions::new(ttl).auto_renew(RenewPolicy::default().every(interval));
+        let opts = LockOptions::new(ttl).with_auto_renew(RenewPolicy::default().with_interval(interval));
         assert!(matches!(opts.validate(), Err(LockError::InvalidArgument(_))), "interval {interval:?} accepted");
     }
-    let fine = LockOptions::new(ttl).auto_renew(RenewPolicy::default().every(ms(987)));
+    let fine = LockOptions::new(ttl).with_auto_renew(RenewPolicy::default().with_interval(ms(987)));
     assert!(fine.validate().is_ok());
 }
 
@@ -70,7 +70,7 @@ fn a_tokio_runtime_without_timers_gets_no_runtime_not_a_panic() {
     let lock = Lock::new(store.clone());
     let outcome = runtime.block_on(async {
         let tried = lock.try_acquire("no-timers", &LockOptions::new(ms(5_000))).await.err();
-        let waited = lock.acquire("no-timers", &LockOptions::new(ms(5_000)).wait(ms(100))).await.err();
+        let waited = lock.acquire("no-timers", &LockOptions::new(ms(5_000)).with_wait(ms(100))).await.err();
         (tried, waited)
     });
     assert!(matches!(outcome.0, Some(LockError::NoRuntime(_))), "try_acquire: {:?}", outcome.0);

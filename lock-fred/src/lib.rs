@@ -9,7 +9,7 @@
 //! # async fn main() -> lock_fred::lock_core::Result<()> {
 //! let store = FredStore::connect("redis://127.0.0.1:6379").await?;
 //! let lock = Lock::new(store);
-//! let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(2));
+//! let opts = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(2));
 //! let guard = lock.acquire("reports/daily", &opts).await?;
 //! let fence = guard.fencing_token();
 //! // ... do the work, passing `fence` to the resource the lock protects ...
@@ -46,7 +46,7 @@
 //! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the
 //! channel `lock:{r}:released` (see [`LockKeys`](lock_core::LockKeys)). The fencing counter is one small key per
 //! resource **with no TTL**, so that fencing tokens keep increasing across acquisitions; turn fencing off with
-//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing) and acquire never creates it.
+//! [`LockOptions::with_fencing(false)`](lock_core::LockOptions::with_fencing) and acquire never creates it.
 //!
 //! # Deployments
 //! fred's [`Config`](fred::prelude::Config) is passed through untouched, including Sentinel
@@ -67,7 +67,7 @@
 //! What Sentinel guarantees for a lock, tested in `tests/sentinel.rs` (cases in `lock_testkit::sentinel_cases`):
 //! replication is asynchronous, so a primary that dies right after a grant can lose it and the promoted replica
 //! grants the resource again (lost in 2 to 4 of 5 trials per run on loopback without `WAIT`);
-//! [`LockOptions::replica_ack`](lock_core::LockOptions::replica_ack) narrows that (0 lost with it) but cannot
+//! [`LockOptions::with_replica_ack`](lock_core::LockOptions::with_replica_ack) narrows that (0 lost with it) but cannot
 //! close it. **A fencing token can repeat after such a failover**: the counter's last increment is lost with the
 //! grant, and the next grant's `max(counter + 1, server clock in µs)` on the promoted replica is above the lost
 //! token only if that server's clock has passed it (true on one machine, not when the old primary's clock ran
@@ -77,15 +77,15 @@
 //! # TLS
 //! Off by default. `tls-rustls` (rustls with its `ring` provider) or `tls-native-tls` (the platform's library)
 //! turn on fred's TLS: `rediss://` URLs connect over TLS trusting the platform's roots, and
-//! [`FredStoreBuilder::ca_certificate`] / [`FredStoreBuilder::client_certificate`] give a private CA and a client
+//! [`FredStoreBuilder::with_ca_certificate`] / [`FredStoreBuilder::with_client_certificate`] give a private CA and a client
 //! certificate (mutual TLS) for a URL or `Config` source. A refused certificate is
-//! [`LockError::Tls`](lock_core::LockError::Tls) from `build`.
+//! [`LockError::Tls`](lock_core::LockError::Tls) from `connect`.
 //!
 //! # Errors
 //! fred errors become [`LockError`](lock_core::LockError)s with the fred error as their source: `WRONGTYPE` →
 //! `WrongType`, I/O, connection and cancellation errors, `READONLY`/`LOADING`/`MASTERDOWN` and no primary found
 //! through Sentinel → `Unavailable`, timeouts → `Timeout`, authentication → `Auth`, anything else → `Backend`.
-//! Every call is bounded by the store's command timeout ([`FredStoreBuilder::command_timeout`]).
+//! Every call is bounded by the store's command timeout ([`FredStoreBuilder::with_command_timeout`]).
 #![deny(missing_docs)]
 
 mod error;

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::error;
 use crate::subscriber::{apply_subscriptions, deliver_messages, Subscriptions};
 
-/// The bound on one store call unless [`FredStoreBuilder::command_timeout`] says otherwise.
+/// The bound on one store call unless [`FredStoreBuilder::with_command_timeout`] says otherwise.
 ///
 /// Below lock-core's [`DEFAULT_OPERATION_TIMEOUT`](lock_core::DEFAULT_OPERATION_TIMEOUT), so that with default
 /// settings the store's own, more precise error ([`Unavailable`](LockError::Unavailable) when fred knows the
@@ -76,9 +76,9 @@ pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
 /// # async fn main() -> lock_fred::lock_core::Result<()> {
 /// let quick = FredStore::connect("redis://127.0.0.1:6379").await?;
 /// let tuned = FredStoreBuilder::from_url("redis://127.0.0.1:6379")?
-///     .pool_size(8)
-///     .command_timeout(Duration::from_millis(300))
-///     .build()
+///     .with_pool_size(8)
+///     .with_command_timeout(Duration::from_millis(300))
+///     .connect()
 ///     .await?;
 /// # let _ = (quick, tuned);
 /// # Ok(())
@@ -112,7 +112,7 @@ impl FredStore {
     /// [`LockError::InvalidArgument`] for a URL fred rejects; [`LockError::Unavailable`],
     /// [`LockError::Timeout`] or [`LockError::Auth`] when the first connection fails.
     pub async fn connect(url: &str) -> Result<Self> {
-        FredStoreBuilder::from_url(url)?.build().await
+        FredStoreBuilder::from_url(url)?.connect().await
     }
 
     /// A store over a pool the caller already connected (`init()`ed). The store adds its own subscriber client,
@@ -120,9 +120,9 @@ impl FredStore {
     /// [`FredStoreBuilder::from_pool`] to choose the command timeout.
     ///
     /// # Errors
-    /// As [`FredStoreBuilder::build`].
+    /// As [`FredStoreBuilder::connect`].
     pub async fn from_pool(pool: Pool) -> Result<Self> {
-        FredStoreBuilder::from_pool(pool).build().await
+        FredStoreBuilder::from_pool(pool).connect().await
     }
 
     /// The pool that runs the lock scripts.
@@ -446,8 +446,8 @@ enum Source {
 ///
 /// | source | pool | command timeout | reconnect policy | `max_command_attempts` | connect/internal timeouts |
 /// |---|---|---|---|---|---|
-/// | URL, [`Config`] | built, [`pool_size`](Self::pool_size) clients | set | exponential, forever | 1 (cluster: 1 + redirections) | = command timeout |
-/// | [`Builder`] | built, [`pool_size`](Self::pool_size) clients | set | yours | yours | yours |
+/// | URL, [`Config`] | built, [`pool_size`](Self::with_pool_size) clients | set | exponential, forever | 1 (cluster: 1 + redirections) | = command timeout |
+/// | [`Builder`] | built, [`pool_size`](Self::with_pool_size) clients | set | yours | yours | yours |
 /// | [`Pool`] | yours, untouched | bounded by the store only | yours | yours | yours |
 ///
 /// One attempt per command matters for a lock: if fred resends an acquire whose connection broke after the
@@ -463,7 +463,7 @@ enum Source {
 ///
 /// The subscriber client is always the store's own, built from the pool's configuration, with the command timeout
 /// and (when the pool has none) the reconnect policy above.
-#[must_use = "a builder does nothing until `build().await`"]
+#[must_use = "a builder does nothing until `connect().await`"]
 pub struct FredStoreBuilder {
     source: Source,
     pool_size: usize,
@@ -507,7 +507,7 @@ impl FredStoreBuilder {
     /// # #[tokio::main]
     /// # async fn main() -> lock_fred::lock_core::Result<()> {
     /// let sentinels = [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("10.0.0.3", 26379)];
-    /// let store = lock_fred::FredStoreBuilder::sentinel("mymaster", sentinels).build().await?;
+    /// let store = lock_fred::FredStoreBuilder::sentinel("mymaster", sentinels).connect().await?;
     /// # let _ = store;
     /// # Ok(())
     /// # }
@@ -522,13 +522,13 @@ impl FredStoreBuilder {
     }
 
     /// Starts from a fred [`Builder`]. Its performance, connection and reconnect settings are kept, except the
-    /// default command timeout, which becomes [`command_timeout`](Self::command_timeout).
+    /// default command timeout, which becomes [`command_timeout`](Self::with_command_timeout).
     pub fn from_builder(builder: Builder) -> Self {
         Self::with_source(Source::Builder(Box::new(builder)))
     }
 
     /// Starts from a pool the caller built and connected; its settings are not changed.
-    /// [`pool_size`](Self::pool_size) does not apply.
+    /// [`pool_size`](Self::with_pool_size) does not apply.
     pub fn from_pool(pool: Pool) -> Self {
         Self::with_source(Source::Pool(pool))
     }
@@ -543,13 +543,13 @@ impl FredStoreBuilder {
     }
 
     /// Sets the number of clients (connections) in a pool the store builds (default [`DEFAULT_POOL_SIZE`]).
-    pub fn pool_size(mut self, clients: usize) -> Self {
+    pub fn with_pool_size(mut self, clients: usize) -> Self {
         self.pool_size = clients;
         self
     }
 
     /// Sets the bound on each call to the server (default [`DEFAULT_COMMAND_TIMEOUT`]).
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
     }
@@ -557,14 +557,14 @@ impl FredStoreBuilder {
     /// Trusts the CA certificate(s) in `pem` for TLS connections instead of the platform's roots (for servers whose
     /// certificate a private CA signed), and connects over TLS. Applies to a URL or [`Config`] source (for a
     /// [`Builder`] or [`Pool`], configure TLS on it). Needs the `tls-rustls` or `tls-native-tls` feature.
-    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+    pub fn with_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.ca = Some(pem.into());
         self
     }
 
     /// Presents `cert_pem` (with its private key `key_pem`) to servers that require client certificates (mutual
-    /// TLS). As [`ca_certificate`](Self::ca_certificate) for where it applies; the key never appears in `Debug`.
-    pub fn client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+    /// TLS). As [`ca_certificate`](Self::with_ca_certificate) for where it applies; the key never appears in `Debug`.
+    pub fn with_client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
         self.tls.client = Some((cert_pem.into(), key_pem.into()));
         self
     }
@@ -575,7 +575,7 @@ impl FredStoreBuilder {
     /// [`LockError::InvalidArgument`] for a zero pool size or command timeout, or a configuration fred rejects;
     /// [`LockError::Unavailable`], [`LockError::Timeout`] or [`LockError::Auth`] when a first connection fails
     /// (fred bounds each connection attempt by its connect timeout).
-    pub async fn build(self) -> Result<FredStore> {
+    pub async fn connect(self) -> Result<FredStore> {
         let FredStoreBuilder { source, pool_size, command_timeout: timeout, tls } = self;
         if timeout.is_zero() || timeout > lock_core::MAX_WAIT {
             return Err(LockError::invalid(format!("command timeout must be in (0, {:?}]", lock_core::MAX_WAIT)));
@@ -672,7 +672,7 @@ async fn start(
 }
 
 /// The store's own subscriber, configured like the pool's clients except: it fails fast on its first connection
-/// (so `build` reports a server it cannot reach instead of waiting), none of its timeouts exceeds the command
+/// (so `connect` reports a server it cannot reach instead of waiting), none of its timeouts exceeds the command
 /// timeout, and it reconnects even when the pool was given no policy.
 fn subscriber_for(pool: &Pool, timeout: Duration) -> SubscriberClient {
     let client = pool.next();

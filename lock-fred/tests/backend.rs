@@ -55,7 +55,7 @@ fn is_fred_source(err: &LockError) -> bool {
 async fn noscript_after_script_flush_is_invisible() {
     let server = server();
     let lock = Lock::new(store(&server).await);
-    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
 
     command(&server, &["SCRIPT", "FLUSH"]);
     let guard = lock.acquire("flush", &opts).await.unwrap_or_else(|err| panic!("acquire after flush: {err:?}"));
@@ -83,7 +83,7 @@ async fn noscript_after_script_flush_is_invisible() {
 async fn fence_after_restart_exceeds_fence_before() {
     let mut server = server();
     let lock = Lock::new(store(&server).await);
-    let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+    let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000));
     let mut before = 0;
     for _ in 0..3 {
         let guard = lock.acquire("restart", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
@@ -110,7 +110,7 @@ async fn wrongtype_is_typed_and_names_the_key() {
     let server = server();
     let store = store(&server).await;
     let lock = Lock::new(store.clone());
-    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
     let token = Token::generate();
 
     let hash = keys("hash");
@@ -137,7 +137,7 @@ async fn wrongtype_is_typed_and_names_the_key() {
     assert_eq!(command(&server, &["EXISTS", counter.lock()]).as_int(), Some(0));
     // Without fencing the counter is not read, so the lock works.
     let guard = lock
-        .try_acquire("counter", &opts.clone().fencing(false))
+        .try_acquire("counter", &opts.clone().with_fencing(false))
         .await
         .unwrap_or_else(|err| panic!("acquire without fencing: {err:?}"))
         .unwrap_or_else(|| panic!("lock should be free"));
@@ -152,8 +152,8 @@ async fn killed_server_is_unavailable_within_bound() {
     let timeout = ms(300);
     let store = FredStoreBuilder::from_url(&server.url())
         .unwrap_or_else(|err| panic!("url: {err:?}"))
-        .command_timeout(timeout)
-        .build()
+        .with_command_timeout(timeout)
+        .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"));
     // The lock's own bound is far away, so what ends the calls below is the store's.
@@ -180,8 +180,8 @@ async fn killed_server_is_unavailable_within_bound() {
     let started = Instant::now();
     let result = FredStoreBuilder::from_url(&url)
         .unwrap_or_else(|err| panic!("url: {err:?}"))
-        .command_timeout(timeout)
-        .build()
+        .with_command_timeout(timeout)
+        .connect()
         .await;
     println!("connect to a dead server: {result:?} after {:?}", started.elapsed());
     assert!(matches!(result, Err(LockError::Unavailable { .. } | LockError::Timeout { .. })), "{result:?}");
@@ -196,12 +196,12 @@ async fn paused_server_times_out_then_recovers() {
     let timeout = ms(300);
     let store = FredStoreBuilder::from_url(&server.url())
         .unwrap_or_else(|err| panic!("url: {err:?}"))
-        .command_timeout(timeout)
-        .build()
+        .with_command_timeout(timeout)
+        .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"));
     let lock = Lock::new(store).with_operation_timeout(ms(30_000));
-    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
 
     server.pause();
     let started = Instant::now();
@@ -234,7 +234,7 @@ async fn one_lock_cycle_is_two_evalsha() {
     let server = server();
     let lock = Lock::new(store(&server).await);
     // Warm up: the first call on a fresh server loads the scripts.
-    let opts = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
+    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
     for name in ["warm", "warm"] {
         let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
         guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
@@ -265,7 +265,7 @@ async fn waiting_acquire_cycle_round_trips() {
     const CYCLES: u64 = 100;
     let server = server();
     let lock = Lock::new(store(&server).await);
-    let opts = LockOptions::new(ms(5_000)).wait(ms(5_000));
+    let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000));
     let warm = lock.acquire("warm", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
     warm.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
 
@@ -294,13 +294,13 @@ async fn release_wakes_a_waiter_on_another_store_promptly() {
     let holder = Lock::new(store(&server).await);
     let waiter = Lock::new(store(&server).await);
     let guard = holder
-        .acquire("wake", &LockOptions::new(ms(10_000)).wait(Duration::ZERO))
+        .acquire("wake", &LockOptions::new(ms(10_000)).with_wait(Duration::ZERO))
         .await
         .unwrap_or_else(|err| panic!("holder: {err:?}"));
 
     // With the backoff pinned at 500 ms, only a notification can wake the waiter within 200 ms of the release.
-    let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
-    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+    let slow = RetryPolicy::default().with_min_delay(ms(500)).with_max_delay(ms(500));
+    let opts = LockOptions::new(ms(10_000)).with_wait(ms(5_000)).with_retry(slow);
     let waiting = tokio::spawn(async move {
         let guard = waiter.acquire("wake", &opts).await.unwrap_or_else(|err| panic!("waiter: {err:?}"));
         let acquired = Instant::now();
@@ -326,12 +326,12 @@ async fn notifications_survive_a_subscriber_reconnect() {
     let waiter = Lock::new(store(&server).await);
     let channel = keys("resub").channel().to_owned();
     let guard = holder
-        .acquire("resub", &LockOptions::new(ms(10_000)).wait(Duration::ZERO))
+        .acquire("resub", &LockOptions::new(ms(10_000)).with_wait(Duration::ZERO))
         .await
         .unwrap_or_else(|err| panic!("holder: {err:?}"));
 
-    let slow = RetryPolicy::default().min_delay(ms(1_500)).max_delay(ms(1_500));
-    let opts = LockOptions::new(ms(10_000)).wait(ms(8_000)).retry(slow);
+    let slow = RetryPolicy::default().with_min_delay(ms(1_500)).with_max_delay(ms(1_500));
+    let opts = LockOptions::new(ms(10_000)).with_wait(ms(8_000)).with_retry(slow);
     let waiting = tokio::spawn(async move {
         let guard = waiter.acquire("resub", &opts).await.unwrap_or_else(|err| panic!("waiter: {err:?}"));
         let acquired = Instant::now();
@@ -405,9 +405,9 @@ async fn store_from_a_fred_builder() {
     let mut builder = Builder::from_config(config);
     builder.set_policy(ReconnectPolicy::new_constant(0, 50));
     let store = FredStoreBuilder::from_builder(builder)
-        .pool_size(3)
-        .command_timeout(ms(700))
-        .build()
+        .with_pool_size(3)
+        .with_command_timeout(ms(700))
+        .connect()
         .await
         .unwrap_or_else(|err| panic!("build: {err:?}"));
     assert_eq!(store.pool().size(), 3);
@@ -433,7 +433,11 @@ async fn store_from_a_fred_builder() {
 #[tokio::test]
 async fn an_absurd_command_timeout_is_a_typed_error() {
     let server = server();
-    let err =
-        FredStoreBuilder::from_url(&server.url()).expect("url").command_timeout(Duration::MAX).build().await.err();
+    let err = FredStoreBuilder::from_url(&server.url())
+        .expect("url")
+        .with_command_timeout(Duration::MAX)
+        .connect()
+        .await
+        .err();
     assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
 }

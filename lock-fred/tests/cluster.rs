@@ -19,8 +19,8 @@ async fn store(cluster: &RedisCluster) -> FredStore {
     FredStoreBuilder::from_config(config(cluster))
         // A multi-key script on a slot that is being migrated gets TRYAGAIN until the move completes; on a loaded
         // 2-core machine that can outlast the 1 s default.
-        .command_timeout(std::time::Duration::from_secs(3))
-        .build()
+        .with_command_timeout(std::time::Duration::from_secs(3))
+        .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"))
 }

@@ -26,8 +26,8 @@ async fn locks(server: &RedisServer) -> (Lock, Lock) {
 async fn each_backend_blocks_the_other() {
     let server = RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"));
     let (fred, redis) = locks(&server).await;
-    let now = LockOptions::new(ms(5_000)).wait(Duration::ZERO);
-    let briefly = LockOptions::new(ms(5_000)).wait(ms(200));
+    let now = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
+    let briefly = LockOptions::new(ms(5_000)).with_wait(ms(200));
 
     for (holder, other, label) in
         [(&redis, &fred, "redis-rs holds, fred waits"), (&fred, &redis, "fred holds, redis-rs waits")]
@@ -68,7 +68,7 @@ async fn fencing_tokens_continue_across_backends() {
     let fence_key = LockKeys::new("lock:", "fenced").unwrap_or_else(|err| panic!("keys: {err}")).fence().to_owned();
     let set = server.command(&["SET", &fence_key, &BASE.to_string()]);
     assert!(matches!(set, Ok(ref reply) if !reply.is_error()), "{set:?}");
-    let opts = LockOptions::new(ms(5_000)).wait(ms(2_000));
+    let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));
     let mut fences = Vec::new();
     for round in 0..10 {
         let lock = if round % 2 == 0 { &fred } else { &redis };
@@ -88,11 +88,11 @@ async fn redis_rs_release_wakes_fred_waiter() {
     let server = RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"));
     let (fred, redis) = locks(&server).await;
     let guard = redis
-        .acquire("wake", &LockOptions::new(ms(10_000)).wait(Duration::ZERO))
+        .acquire("wake", &LockOptions::new(ms(10_000)).with_wait(Duration::ZERO))
         .await
         .unwrap_or_else(|err| panic!("redis-rs: {err:?}"));
-    let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
-    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+    let slow = RetryPolicy::default().with_min_delay(ms(500)).with_max_delay(ms(500));
+    let opts = LockOptions::new(ms(10_000)).with_wait(ms(5_000)).with_retry(slow);
     let waiting = tokio::spawn(async move {
         let guard = fred.acquire("wake", &opts).await.unwrap_or_else(|err| panic!("fred waiter: {err:?}"));
         let acquired = Instant::now();

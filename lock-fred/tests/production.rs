@@ -28,12 +28,12 @@ mod tls {
     async fn connect(how: TlsConnect) -> Result<FredStore> {
         let mut builder = FredStoreBuilder::from_url(&how.url)?;
         if let Some(ca) = how.ca_pem {
-            builder = builder.ca_certificate(ca);
+            builder = builder.with_ca_certificate(ca);
         }
         if let Some((cert, key)) = how.client {
-            builder = builder.client_certificate(cert, key);
+            builder = builder.with_client_certificate(cert, key);
         }
-        builder.build().await
+        builder.connect().await
     }
 
     lock_testkit::tls_tests!(connect);
@@ -43,12 +43,13 @@ mod tls {
 
         async fn subject() -> Subject {
             let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
-            let server = RedisServer::builder().tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
+            let server =
+                RedisServer::builder().with_tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
             let url = server.tls_url().unwrap_or_default();
             let store = FredStoreBuilder::from_url(&url)
-                .map(|b| b.ca_certificate(certs.ca_pem()))
+                .map(|b| b.with_ca_certificate(certs.ca_pem()))
                 .unwrap_or_else(|err| panic!("url: {err:?}"))
-                .build()
+                .connect()
                 .await
                 .unwrap_or_else(|err| panic!("connect over TLS: {err:?}"));
             Subject::new(Lock::new(store)).keep((server, certs))
@@ -64,13 +65,13 @@ mod tls {
 async fn secrets_never_appear_in_debug_output_or_errors() {
     const PASSWORD: &str = "Hunter2-never-printed";
     let server = lock_testkit::RedisServer::builder()
-        .acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
+        .with_acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
         .start()
         .unwrap_or_else(|err| panic!("redis-server: {err}"));
     let url = server.url_for("locker", PASSWORD, false);
     let builder = FredStoreBuilder::from_url(&url)
         .unwrap_or_else(|err| panic!("url: {err:?}"))
-        .client_certificate("CERTIFICATE", format!("KEY {PASSWORD}"));
+        .with_client_certificate("CERTIFICATE", format!("KEY {PASSWORD}"));
     let mut printed = vec![format!("{builder:?}")];
     let store = FredStore::connect(&url).await.unwrap_or_else(|err| panic!("connect: {err:?}"));
     let lock = Lock::new(store.clone());

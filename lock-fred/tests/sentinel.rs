@@ -14,8 +14,8 @@ async fn store(deployment: &RedisSentinel) -> FredStore {
     let sentinels = deployment.sentinel_addrs().into_iter().map(|a| (a.ip().to_string(), a.port()));
     FredStoreBuilder::sentinel(deployment.service_name(), sentinels)
         // Room for the 1 s WAIT of the failover trials (the bound must stay below the command timeout).
-        .command_timeout(Duration::from_secs(3))
-        .build()
+        .with_command_timeout(Duration::from_secs(3))
+        .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"))
 }

@@ -12,7 +12,7 @@
 //! # async fn main() -> lock_redis_rs::lock_core::Result<()> {
 //! let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
 //! let lock = Lock::new(store);
-//! let options = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
+//! let options = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(5));
 //! let guard = lock.acquire("reports/daily", &options).await?;
 //! let fence = guard.fencing_token(); // pass it to what the lock protects
 //! // ... work; stop if `guard.is_lost()` ...
@@ -42,7 +42,7 @@
 //! carries the new value. The counter is raised to at least the server's clock in microseconds, so tokens keep
 //! increasing when a server without persistence restarts and loses the counter. The counter key never expires:
 //! if you lock many short-lived resource names and do not need tokens, turn fencing off per acquisition with
-//! [`LockOptions::fencing(false)`](lock_core::LockOptions::fencing); acquire is then a plain `SET NX PX`
+//! [`LockOptions::with_fencing(false)`](lock_core::LockOptions::with_fencing); acquire is then a plain `SET NX PX`
 //! (followed, only when it fails, by a small script that reports the holder's remaining TTL or a foreign key type)
 //! and the counter key is never created.
 //!
@@ -51,7 +51,7 @@
 //! Each store has **one** subscriber connection, outside the pool, opened when the first waiter needs it and
 //! closed when the last clone of the store is dropped; a lost subscriber connection is reopened with backoff and
 //! resubscribed. On Redis Cluster the release is announced with `SPUBLISH` on the lock's shard and heard through
-//! a cluster connection that `SSUBSCRIBE`s each channel there (see [`RedisStoreConfig::cluster`]). Pub/sub is
+//! a cluster connection that `SSUBSCRIBE`s each channel there (see [`RedisStoreBuilder::cluster`]). Pub/sub is
 //! at-most-once, so a notification is only a hint: waiters also wake at the holder's
 //! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
 //!
@@ -65,8 +65,8 @@
 //! | `tls-rustls-webpki-roots` | rustls | tokio | also Mozilla's bundled roots |
 //! | `tls-native-tls` | the platform's (OpenSSL on Linux) | tokio | the platform's roots |
 //!
-//! A `rediss://` URL connects over TLS; [`RedisStoreConfig::ca_certificate`] trusts a private CA and
-//! [`RedisStoreConfig::client_certificate`] presents a client certificate (mutual TLS), for a single server, every
+//! A `rediss://` URL connects over TLS; [`RedisStoreBuilder::with_ca_certificate`] trusts a private CA and
+//! [`RedisStoreBuilder::with_client_certificate`] presents a client certificate (mutual TLS), for a single server, every
 //! node of a cluster, and the Sentinels and the primary behind Sentinel. A refused certificate is
 //! [`LockError::Tls`](lock_core::LockError::Tls) from `connect`; TLS settings in a build without a TLS feature are
 //! [`InvalidArgument`](lock_core::LockError::InvalidArgument) naming the features. With rustls, the store makes
@@ -74,21 +74,21 @@
 //! the process default).
 //!
 //! # Connections and timeouts
-//! A store built from a URL keeps one multiplexed connection (or [`pool_size`](RedisStoreConfig::pool_size) of
+//! A store built from a URL keeps one multiplexed connection (or [`pool_size`](RedisStoreBuilder::with_pool_size) of
 //! them, round robin) and gives every command a clone: the commands of all concurrent tasks are pipelined on it, as
 //! on a hand-written client's connection. No command holds a connection while a lock is awaited, so one connection
 //! serves any number of waiters. A command that is cancelled leaves the connection usable, because redis-rs
 //! multiplexed connections match replies to requests themselves; a connection whose transport failed is dropped and
 //! the next command opens a new one (so after a server restart one command fails with `Unavailable`, which a
-//! waiting acquire retries). Every store call is bounded by [`connect_timeout`](RedisStoreConfig::connect_timeout)
-//! + [`command_timeout`](RedisStoreConfig::command_timeout).
+//! waiting acquire retries). Every store call is bounded by [`connect_timeout`](RedisStoreBuilder::with_connect_timeout)
+//! + [`command_timeout`](RedisStoreBuilder::with_command_timeout).
 //!
-//! Build a store from a URL ([`RedisStore::connect`], [`RedisStoreConfig`]) or over a `deadpool_redis::Pool` you
+//! Build a store from a URL ([`RedisStore::connect`], [`RedisStoreBuilder`]) or over a `deadpool_redis::Pool` you
 //! already have ([`RedisStore::from_pool`]); such a pool checks every connection out exclusively and checks it with
 //! `UNWATCH` + `PING`, which costs one more round trip per command.
 //!
 //! # Redis Sentinel
-//! [`RedisStoreConfig::sentinel`] takes the service name and the Sentinels' URLs. Every connection the store opens
+//! [`RedisStoreBuilder::sentinel`] takes the service name and the Sentinels' URLs. Every connection the store opens
 //! (its multiplexed connections and the notification subscriber's) goes to the primary the Sentinels name at that
 //! moment, confirmed with `ROLE`; after a failover the old connections break, the call in flight fails as
 //! `Unavailable` or `Timeout` (retryable: a waiting acquire retries it), and the next one finds the promoted replica.
@@ -101,7 +101,7 @@
 //! - **Replication is asynchronous**: a primary that dies right after a grant can take the grant with it, and the
 //!   promoted replica then grants the same resource to someone else (two holders). Killing the primary right after
 //!   the grant lost it on the promoted replica in 0 to 4 of 5 trials per run on loopback.
-//! - [`LockOptions::replica_ack`](lock_core::LockOptions::replica_ack) (`WAIT`) makes acquire return only once a
+//! - [`LockOptions::with_replica_ack`](lock_core::LockOptions::with_replica_ack) (`WAIT`) makes acquire return only once a
 //!   replica has the grant: 0 lost in every run. It narrows the window, it does not close it (a replica that
 //!   acknowledged may not be the one promoted, and a shortfall can be accepted by policy).
 //! - **Fencing tokens can repeat after a failover that lost a grant.** The counter is replicated like the lock key,
@@ -133,7 +133,7 @@ mod store;
 mod subscriber;
 mod tls;
 
-pub use store::{RedisStore, RedisStoreConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE};
+pub use store::{RedisStore, RedisStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE};
 
 pub use deadpool_redis;
 pub use lock_core;

@@ -23,12 +23,12 @@ use crate::subscriber::Subscriber;
 use crate::tls::{self, TlsOptions};
 use lock_core::rt;
 
-/// Connections of a store built from a URL, unless set with [`RedisStoreConfig::pool_size`]. One multiplexed
+/// Connections of a store built from a URL, unless set with [`RedisStoreBuilder::with_pool_size`]. One multiplexed
 /// connection pipelines the commands of every task, which is what a single-threaded Redis serves best.
 pub const DEFAULT_POOL_SIZE: usize = 1;
-/// Bound on one command's reply, unless set with [`RedisStoreConfig::command_timeout`].
+/// Bound on one command's reply, unless set with [`RedisStoreBuilder::with_command_timeout`].
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on opening one connection, unless set with [`RedisStoreConfig::connect_timeout`].
+/// Bound on opening one connection, unless set with [`RedisStoreBuilder::with_connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Shortest wait (ms) before the cluster connection retries a command (`TRYAGAIN`, a failed node).
@@ -69,14 +69,14 @@ pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
 /// Settings for a [`RedisStore`]: where the server is, how many pooled connections, and the timeouts.
 ///
 /// ```no_run
-/// use lock_redis_rs::RedisStoreConfig;
+/// use lock_redis_rs::RedisStoreBuilder;
 /// use std::time::Duration;
 ///
 /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
-/// let store = RedisStoreConfig::new("redis://127.0.0.1:6379")
-///     .pool_size(4)
-///     .command_timeout(Duration::from_millis(500))
-///     .connect_timeout(Duration::from_secs(2))
+/// let store = RedisStoreBuilder::new("redis://127.0.0.1:6379")
+///     .with_pool_size(4)
+///     .with_command_timeout(Duration::from_millis(500))
+///     .with_connect_timeout(Duration::from_secs(2))
 ///     .connect()
 ///     .await?;
 /// # let _ = store;
@@ -84,7 +84,7 @@ pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RedisStoreConfig {
+pub struct RedisStoreBuilder {
     target: Target,
     pool_size: usize,
     deadlines: Deadlines,
@@ -137,7 +137,7 @@ where
     Ok(nodes)
 }
 
-impl RedisStoreConfig {
+impl RedisStoreBuilder {
     /// Settings for the server at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS,
     /// `unix://`; see [`redis::Client::open`]). A malformed URL is reported by [`connect`](Self::connect).
     pub fn new(url: &str) -> Self {
@@ -145,7 +145,7 @@ impl RedisStoreConfig {
     }
 
     /// Settings for the server `client` points at (with the TLS settings of that client; the store's own
-    /// [`ca_certificate`](Self::ca_certificate) and [`client_certificate`](Self::client_certificate) do not apply).
+    /// [`ca_certificate`](Self::with_ca_certificate) and [`client_certificate`](Self::with_client_certificate) do not apply).
     pub fn from_client(client: Client) -> Self {
         Self::with_target(Target::Client(Box::new(client)))
     }
@@ -162,7 +162,7 @@ impl RedisStoreConfig {
     ///
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
-    /// let store = lock_redis_rs::RedisStoreConfig::cluster(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
+    /// let store = lock_redis_rs::RedisStoreBuilder::cluster(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
     ///     .connect()
     ///     .await?;
     /// # let _ = store;
@@ -180,7 +180,7 @@ impl RedisStoreConfig {
     /// Settings for the primary that the Sentinels at `sentinel_urls` monitor as `service_name` (Redis Sentinel:
     /// a primary with replicas, failed over by the Sentinels).
     ///
-    /// Every connection the store opens (one per [`pool_size`](Self::pool_size) slot, and the notification
+    /// Every connection the store opens (one per [`pool_size`](Self::with_pool_size) slot, and the notification
     /// subscriber's) goes to the primary the Sentinels name at that moment, which redis-rs confirms with `ROLE`.
     /// After a failover the connections to the old primary break (it died, or the Sentinels disconnected its
     /// clients when they demoted it): the command that was in flight fails as
@@ -189,13 +189,13 @@ impl RedisStoreConfig {
     /// disconnecting it) is dropped the same way. While the Sentinels name no primary that is up (between the
     /// primary's failure and the promotion, about `down-after-milliseconds` plus a second or two), calls fail with
     /// `Unavailable`; a waiting acquire retries them within its wait budget. Each lookup is bounded by the
-    /// [`connect_timeout`](Self::connect_timeout).
+    /// [`connect_timeout`](Self::with_connect_timeout).
     ///
     /// Credentials and TLS in the Sentinel URLs (`rediss://user:password@host:port`; those of the first URL) are
-    /// used for the Sentinels. The primary is reached with [`primary_credentials`](Self::primary_credentials),
-    /// [`primary_tls`](Self::primary_tls) and [`primary_db`](Self::primary_db) (default: no credentials, plain TCP,
-    /// database 0); the certificates of [`ca_certificate`](Self::ca_certificate) and
-    /// [`client_certificate`](Self::client_certificate) apply to both.
+    /// used for the Sentinels. The primary is reached with [`primary_credentials`](Self::with_primary_credentials),
+    /// [`primary_tls`](Self::with_primary_tls) and [`primary_db`](Self::with_primary_db) (default: no credentials, plain TCP,
+    /// database 0); the certificates of [`ca_certificate`](Self::with_ca_certificate) and
+    /// [`client_certificate`](Self::with_client_certificate) apply to both.
     ///
     /// What Sentinel guarantees for a lock (asynchronous replication: a failover can lose a just-granted lock and
     /// the last fencing-counter increment) is in the [crate docs](crate#redis-sentinel).
@@ -203,8 +203,8 @@ impl RedisStoreConfig {
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
     /// let sentinels = ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"];
-    /// let store = lock_redis_rs::RedisStoreConfig::sentinel("mymaster", sentinels)
-    ///     .primary_credentials(Some("locker"), "secret")
+    /// let store = lock_redis_rs::RedisStoreBuilder::sentinel("mymaster", sentinels)
+    ///     .with_primary_credentials(Some("locker"), "secret")
     ///     .connect()
     ///     .await?;
     /// # let _ = store;
@@ -221,7 +221,7 @@ impl RedisStoreConfig {
     }
 
     fn with_target(target: Target) -> Self {
-        RedisStoreConfig {
+        RedisStoreBuilder {
             target,
             pool_size: DEFAULT_POOL_SIZE,
             deadlines: Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT },
@@ -233,54 +233,54 @@ impl RedisStoreConfig {
     /// Sets how many multiplexed connections the store opens (default [`DEFAULT_POOL_SIZE`]); commands are spread
     /// over them round robin, and every connection is shared by all concurrent commands (pipelined). No command
     /// holds a connection while a lock is awaited, so any size serves any number of waiters.
-    pub fn pool_size(mut self, size: usize) -> Self {
+    pub fn with_pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
     }
 
     /// Sets the bound on one command's reply (default [`DEFAULT_COMMAND_TIMEOUT`]).
-    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
         self.deadlines.command = timeout;
         self
     }
 
     /// Sets the bound on opening one connection, handshake included (default [`DEFAULT_CONNECT_TIMEOUT`]).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.deadlines.connect = timeout;
         self
     }
 
     /// Trusts the CA certificate(s) in `pem` for TLS connections (`rediss://`) instead of the platform's roots:
     /// for servers whose certificate a private CA signed. Needs a TLS feature (see the [crate docs](crate#tls)).
-    pub fn ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+    pub fn with_ca_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.ca = Some(pem.into());
         self
     }
 
     /// Presents `cert_pem` (with its private key `key_pem`) to servers that require client certificates (mutual
     /// TLS, `tls-auth-clients yes`). Needs a TLS feature; the key never appears in `Debug` output.
-    pub fn client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
+    pub fn with_client_certificate(mut self, cert_pem: impl Into<Vec<u8>>, key_pem: impl Into<Vec<u8>>) -> Self {
         self.tls.client = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
     /// Behind Sentinel: authenticates to the primary as `username` (an ACL user; `None` for the `default` user
     /// and `requirepass`) with `password`. Ignored by other deployments, whose URLs carry their credentials.
-    pub fn primary_credentials(mut self, username: Option<&str>, password: &str) -> Self {
+    pub fn with_primary_credentials(mut self, username: Option<&str>, password: &str) -> Self {
         self.primary.username = username.map(str::to_owned);
         self.primary.password = Some(password.to_owned());
         self
     }
 
     /// Behind Sentinel: reaches the primary over TLS (the Sentinels name its address; the certificates of
-    /// [`ca_certificate`](Self::ca_certificate) and [`client_certificate`](Self::client_certificate) apply).
-    pub fn primary_tls(mut self, tls: bool) -> Self {
+    /// [`ca_certificate`](Self::with_ca_certificate) and [`client_certificate`](Self::with_client_certificate) apply).
+    pub fn with_primary_tls(mut self, tls: bool) -> Self {
         self.primary.tls = tls;
         self
     }
 
     /// Behind Sentinel: the database the locks live in on the primary (default 0).
-    pub fn primary_db(mut self, db: i64) -> Self {
+    pub fn with_primary_db(mut self, db: i64) -> Self {
         self.primary.db = db;
         self
     }
@@ -454,8 +454,8 @@ impl RedisStoreConfig {
 }
 
 /// A [`LockStore`] on one Redis server (or one primary, found through Sentinel with
-/// [`RedisStoreConfig::sentinel`]) over redis-rs with pooled connections, or on a Redis Cluster over a redis-rs
-/// cluster connection ([`RedisStoreConfig::cluster`]).
+/// [`RedisStoreBuilder::sentinel`]) over redis-rs with pooled connections, or on a Redis Cluster over a redis-rs
+/// cluster connection ([`RedisStoreBuilder::cluster`]).
 ///
 /// Cheap to clone: clones share the pool and the notification subscriber. See the [crate docs](crate) for the
 /// keys, scripts, round trips and errors.
@@ -473,7 +473,7 @@ struct Inner {
 }
 
 impl RedisStore {
-    /// Connects to the server at `url` with the default settings (see [`RedisStoreConfig`]).
+    /// Connects to the server at `url` with the default settings (see [`RedisStoreBuilder`]).
     ///
     /// ```no_run
     /// # async fn run() -> lock_redis_rs::lock_core::Result<()> {
@@ -485,13 +485,13 @@ impl RedisStore {
     /// ```
     ///
     /// # Errors
-    /// As [`RedisStoreConfig::connect`].
+    /// As [`RedisStoreBuilder::connect`].
     pub async fn connect(url: &str) -> Result<Self> {
-        RedisStoreConfig::new(url).connect().await
+        RedisStoreBuilder::new(url).connect().await
     }
 
     /// A store over the caller's `deadpool_redis` pool, with `subscriber` (a client for the same server) used for
-    /// the release-notification connection, and the default timeouts. See [`RedisStoreConfig::build_with_pool`].
+    /// the release-notification connection, and the default timeouts. See [`RedisStoreBuilder::build_with_pool`].
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
         let deadlines = Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT };
         RedisStore::assemble(Pool::Shared(pool), Subscriber::hub(Endpoint::server(subscriber), deadlines), deadlines)

@@ -2,8 +2,8 @@
 //!
 //! A `rediss://` URL alone connects over TLS and trusts the platform's root certificates (with the
 //! `tls-rustls-webpki-roots` feature, also Mozilla's bundled roots). A private CA or a client certificate is given
-//! through [`RedisStoreConfig::ca_certificate`](crate::RedisStoreConfig::ca_certificate) and
-//! [`client_certificate`](crate::RedisStoreConfig::client_certificate), in PEM. Without a TLS feature, a store that
+//! through [`RedisStoreBuilder::ca_certificate`](crate::RedisStoreBuilder::ca_certificate) and
+//! [`client_certificate`](crate::RedisStoreBuilder::client_certificate), in PEM. Without a TLS feature, a store that
 //! needs TLS fails at `connect` with [`InvalidArgument`](lock_core::LockError::InvalidArgument) naming the
 //! features, rather than at its first command.
 

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use lock_redis_rs::lock_core::{
     FencingToken, Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, RetryPolicy, Token,
 };
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{RedisServer, Reply};
 
 fn ms(n: u64) -> Duration {
@@ -20,7 +20,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
-    LockOptions::new(ms(ttl_ms)).wait(ms(wait_ms))
+    LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms))
 }
 
 fn start() -> RedisServer {
@@ -86,7 +86,7 @@ async fn fence_keeps_increasing_across_a_restart_without_persistence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_of_one_serves_the_holder_and_fifty_waiters() {
     let server = start();
-    let store = RedisStoreConfig::new(&server.url()).pool_size(1).connect().await.expect("connect");
+    let store = RedisStoreBuilder::new(&server.url()).with_pool_size(1).connect().await.expect("connect");
     assert_eq!(store.pool_status().max_size, 1);
     let lock = Lock::new(store);
     let holder = lock.try_acquire("crowded", &opts(10_000, 0)).await.expect("acquire").expect("free");
@@ -141,7 +141,7 @@ async fn foreign_key_types_are_wrongtype() {
         other => panic!("expected WrongType for the lock key, got {other:?}"),
     }
     // Without fencing acquire is a plain SET NX PX, which a hash merely "holds": the follow-up names the type.
-    match lock.try_acquire("hashed", &opts(5_000, 0).fencing(false)).await {
+    match lock.try_acquire("hashed", &opts(5_000, 0).with_fencing(false)).await {
         Err(LockError::WrongType { key, .. }) => assert_eq!(key, keys.lock()),
         other => panic!("expected WrongType without fencing, got {other:?}"),
     }
@@ -159,7 +159,7 @@ async fn foreign_key_types_are_wrongtype() {
     // Nothing was written before the check failed.
     assert_eq!(command(&server, &["EXISTS", keys.lock()]), Reply::Int(0));
     // With fencing off the counter is not read, so the lock works.
-    let guard = lock.try_acquire("counted", &opts(5_000, 0).fencing(false)).await.expect("acquire").expect("free");
+    let guard = lock.try_acquire("counted", &opts(5_000, 0).with_fencing(false)).await.expect("acquire").expect("free");
     assert_eq!(guard.fencing_token(), None);
     assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
 }
@@ -168,9 +168,9 @@ async fn foreign_key_types_are_wrongtype() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_down_then_back() {
     let mut server = start();
-    let store = RedisStoreConfig::new(&server.url())
-        .command_timeout(ms(300))
-        .connect_timeout(ms(300))
+    let store = RedisStoreBuilder::new(&server.url())
+        .with_command_timeout(ms(300))
+        .with_connect_timeout(ms(300))
         .connect()
         .await
         .expect("connect");
@@ -216,8 +216,10 @@ async fn server_down_then_back() {
 async fn invalid_settings_are_rejected() {
     let invalid = |r: lock_redis_rs::lock_core::Result<RedisStore>| matches!(r, Err(LockError::InvalidArgument(_)));
     assert!(invalid(RedisStore::connect("nonsense://where").await));
-    assert!(invalid(RedisStoreConfig::new("redis://127.0.0.1:1").pool_size(0).connect().await));
-    assert!(invalid(RedisStoreConfig::new("redis://127.0.0.1:1").command_timeout(Duration::ZERO).connect().await));
+    assert!(invalid(RedisStoreBuilder::new("redis://127.0.0.1:1").with_pool_size(0).connect().await));
+    assert!(invalid(
+        RedisStoreBuilder::new("redis://127.0.0.1:1").with_command_timeout(Duration::ZERO).connect().await
+    ));
 }
 
 /// Wrong or missing credentials are `Auth`, at connect and on a running store.
@@ -252,7 +254,7 @@ async fn bad_credentials_are_auth() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
     let server = start();
-    let store = RedisStoreConfig::new(&server.url()).pool_size(2).connect().await.expect("connect");
+    let store = RedisStoreBuilder::new(&server.url()).with_pool_size(2).connect().await.expect("connect");
     let lock = Lock::new(store.clone());
     let names: Vec<String> = (0..10).map(|i| format!("cancel-{i}")).collect();
     // Half of the resources are held, so some acquires are cut while waiting rather than while in flight.
@@ -357,7 +359,7 @@ async fn two_round_trips_per_uncontended_lock_cycle() {
     assert!(!stats.contains_key("eval") && !stats.contains_key("script|load") && !stats.contains_key("ping"));
 
     // Without fencing: the floor's own commands, `SET NX PX` and the compare-and-delete script.
-    let o = o.fencing(false);
+    let o = o.with_fencing(false);
     command(&server, &["CONFIG", "RESETSTAT"]);
     let seen = monitored(&server, async {
         for _ in 0..100 {
@@ -433,7 +435,8 @@ async fn release_notification_wakes_a_waiter_on_another_store() {
     let server = start();
     let holder_lock = Lock::new(connect(&server).await);
     let waiter_lock = Lock::new(connect(&server).await);
-    let slow = opts(5_000, 10_000).retry(RetryPolicy::default().min_delay(ms(1_000)).max_delay(ms(1_000)));
+    let slow =
+        opts(5_000, 10_000).with_retry(RetryPolicy::default().with_min_delay(ms(1_000)).with_max_delay(ms(1_000)));
 
     for round in 0..3 {
         let holder = holder_lock.try_acquire("notify", &opts(10_000, 0)).await.expect("acquire").expect("free");
@@ -463,7 +466,8 @@ async fn subscriber_reconnects_and_resubscribes() {
     let server = start();
     let holder_lock = Lock::new(connect(&server).await);
     let waiter_lock = Lock::new(connect(&server).await);
-    let slow = opts(5_000, 20_000).retry(RetryPolicy::default().min_delay(ms(2_000)).max_delay(ms(2_000)));
+    let slow =
+        opts(5_000, 20_000).with_retry(RetryPolicy::default().with_min_delay(ms(2_000)).with_max_delay(ms(2_000)));
 
     let holder = holder_lock.try_acquire("resub", &opts(20_000, 0)).await.expect("acquire").expect("free");
     let waiter = tokio::spawn(async move {
@@ -553,8 +557,8 @@ fn absurd_timeouts_and_a_runtime_without_timers_are_typed_errors() {
     let server = start();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
     for config in [
-        RedisStoreConfig::new(&server.url()).command_timeout(Duration::MAX),
-        RedisStoreConfig::new(&server.url()).connect_timeout(Duration::MAX),
+        RedisStoreBuilder::new(&server.url()).with_command_timeout(Duration::MAX),
+        RedisStoreBuilder::new(&server.url()).with_connect_timeout(Duration::MAX),
     ] {
         let err = runtime.block_on(config.connect()).err();
         assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
@@ -578,7 +582,7 @@ fn connections_received(server: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_command_timeout_keeps_the_connection() {
     let server = start();
-    let store = RedisStoreConfig::new(&server.url()).command_timeout(ms(200)).connect().await.expect("connect");
+    let store = RedisStoreBuilder::new(&server.url()).with_command_timeout(ms(200)).connect().await.expect("connect");
     let lock = Lock::new(store);
     // Load the scripts first: a release answered NOSCRIPT after its caller gave up would never send the body.
     let g = lock.try_acquire("timeout-once", &opts(5_000, 0)).await.expect("acquire").expect("free");

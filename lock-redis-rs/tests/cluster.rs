@@ -1,4 +1,4 @@
-//! The redis-rs backend on a real Redis Cluster (`RedisStoreConfig::cluster`) (3 primaries on loopback): the whole conformance suite against one
+//! The redis-rs backend on a real Redis Cluster (`RedisStoreBuilder::cluster`) (3 primaries on loopback): the whole conformance suite against one
 //! cluster shared by this test binary, many resources over all slots, release notifications across nodes,
 //! `SCRIPT FLUSH` on every node, a slot migration and a failover under load.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
@@ -6,14 +6,14 @@
 use std::time::Duration;
 
 use lock_redis_rs::lock_core::Lock;
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{conformance_tests, RedisCluster, Subject};
 
 async fn store(cluster: &RedisCluster) -> RedisStore {
-    RedisStoreConfig::cluster(cluster.urls())
+    RedisStoreBuilder::cluster(cluster.urls())
         // A multi-key script on a slot that is being migrated gets TRYAGAIN until the move completes; on a loaded
         // 2-core machine that can outlast the 1 s default.
-        .command_timeout(Duration::from_secs(3))
+        .with_command_timeout(Duration::from_secs(3))
         .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"))

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{Lock, LockError, LockOptions, LockStore, Redlock, ReleaseOutcome, RenewPolicy};
-use lock_redis_rs::RedisStoreConfig;
+use lock_core::{Lock, LockError, LockOptions, LockStore, ReleaseOutcome, RenewPolicy};
+use lock_redis_rs::RedisStoreBuilder;
 use lock_testkit::history::{instant_nanos, EventKind, History, Recorder, WriteOutcome};
 use lock_testkit::worker::{worker_id, WorkerProcess};
 use lock_testkit::{Checker, CounterClient, FaultProxy, FencedCounter, Hold, Persistence, RedisServer, Reply};
@@ -30,7 +30,7 @@ async fn store(url: &str) -> Arc<dyn LockStore> {
 }
 
 async fn store_with_timeout(url: &str, timeout: Duration) -> Arc<dyn LockStore> {
-    Arc::new(RedisStoreConfig::new(url).command_timeout(timeout).connect().await.unwrap())
+    Arc::new(RedisStoreBuilder::new(url).with_command_timeout(timeout).connect().await.unwrap())
 }
 
 async fn single(url: &str) -> Lock {
@@ -42,7 +42,7 @@ async fn redlock(urls: &[String]) -> Lock {
     for url in urls {
         stores.push(store(url).await);
     }
-    Redlock::new(stores).build().unwrap()
+    Lock::redlock(stores).build().unwrap()
 }
 
 fn servers(n: usize) -> Vec<RedisServer> {
@@ -110,7 +110,7 @@ fn case01_no_faults_mutual_exclusion_exact_counter_no_keys_left() {
                     let (lock, checker, addr) = (lock.clone(), checker.clone(), oracle.addr());
                     tokio::spawn(async move {
                         let mut counter = CounterClient::connect(addr).unwrap();
-                        let opts = LockOptions::new(ms(5_000)).wait(ms(60_000));
+                        let opts = LockOptions::new(ms(5_000)).with_wait(ms(60_000));
                         for _ in 0..per_worker {
                             let outcome = fenced_increment(&lock, "case01", &opts, &mut counter, &checker)
                                 .await
@@ -170,7 +170,7 @@ fn worker_entry() {
     runtime().block_on(async move {
         let lock = single(&env(URL)).await;
         let mut history = Recorder::open(&dir, id).unwrap();
-        let opts = LockOptions::new(ttl).wait(ms(10_000)).fencing(fencing);
+        let opts = LockOptions::new(ttl).with_wait(ms(10_000)).with_fencing(fencing);
         let g = lock.acquire("faults:holder", &opts).await.unwrap();
         let fence = g.fencing_token().map_or(0, |f| f.get());
         history
@@ -252,7 +252,7 @@ fn case02_killed_holder_frees_lock_between_validity_and_ttl_plus_retry() {
     let (acquired_at, valid_until) = acquired_event(&history);
     runtime().block_on(async {
         let lock = single(&server.url()).await;
-        let g = lock.acquire("faults:holder", &LockOptions::new(ttl).wait(ms(5_000))).await.unwrap();
+        let g = lock.acquire("faults:holder", &LockOptions::new(ttl).with_wait(ms(5_000))).await.unwrap();
         let got = instant_nanos(Instant::now());
         let retry_window = ms(100 + 50).as_nanos() as u64; // backoff cap + slack for this 2-core machine
         println!("case02: next holder after {} ms (ttl 1000 ms)", (got - acquired_at) / 1_000_000);
@@ -276,7 +276,7 @@ fn case04_paused_holder_is_told_and_its_late_write_is_rejected() {
         spawned.worker.pause();
         runtime().block_on(async {
             let lock = single(&server.url()).await;
-            let opts = LockOptions::new(ms(5_000)).wait(ms(5_000)).fencing(fencing);
+            let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000)).with_fencing(fencing);
             let mut counter = oracle.client().unwrap();
             let g = lock.acquire("faults:holder", &opts).await.unwrap();
             let fence = g.fencing_token().map_or(0, |f| f.get());
@@ -331,7 +331,7 @@ fn case03_redlock_minority_killed_and_paused_no_overlap_bounded_latency() {
     let oracle = FencedCounter::start().unwrap();
     let rt = runtime();
     let lock = rt.block_on(redlock(&urls(&servers)));
-    let opts = LockOptions::new(ms(2_000)).wait(ms(30_000)); // per-instance timeout: 100 ms
+    let opts = LockOptions::new(ms(2_000)).with_wait(ms(30_000)); // per-instance timeout: 100 ms
     let checker = Arc::new(Checker::new());
     let done = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..8)
@@ -379,7 +379,7 @@ async fn redlock_via(proxies: &[FaultProxy], instance_timeout: Duration) -> Lock
     for p in proxies {
         stores.push(store_with_timeout(&p.url(), instance_timeout.max(ms(500))).await);
     }
-    Redlock::new(stores).instance_timeout(instance_timeout).build().unwrap().with_operation_timeout(ms(5_000))
+    Lock::redlock(stores).with_instance_timeout(instance_timeout).build().unwrap().with_operation_timeout(ms(5_000))
 }
 
 /// Case 5 — replies delayed past the TTL on a majority. Invariant: acquire fails cleanly (a typed error, within
@@ -440,11 +440,11 @@ fn case07_partitioned_holder_told_before_deadline_waiter_after_expiry() {
         let holder = redlock_via(&proxies, ms(100)).await;
         let waiter = redlock(&urls(&servers)).await;
         let ttl = ms(900);
-        let g = holder.try_acquire("case07", &LockOptions::new(ttl).auto_renew(RenewPolicy::default())).await;
+        let g = holder.try_acquire("case07", &LockOptions::new(ttl).with_auto_renew(RenewPolicy::default())).await;
         let g = g.unwrap().expect("free");
         tokio::time::sleep(ms(400)).await; // at least one renewal
         let waiting = tokio::spawn(async move {
-            let w = waiter.acquire("case07", &LockOptions::new(ms(1_000)).wait(ms(10_000))).await.unwrap();
+            let w = waiter.acquire("case07", &LockOptions::new(ms(1_000)).with_wait(ms(10_000))).await.unwrap();
             (Instant::now(), w)
         });
         proxies[0].cut();
@@ -475,7 +475,7 @@ fn case08_restart_without_persistence_inside_quorum() {
         let mut servers: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let p = if persistent { Persistence::AppendFsyncAlways } else { Persistence::None };
-                RedisServer::builder().persistence(p).start().unwrap()
+                RedisServer::builder().with_persistence(p).start().unwrap()
             })
             .collect();
         let rt = runtime();
@@ -490,7 +490,7 @@ fn case08_restart_without_persistence_inside_quorum() {
         std::thread::sleep(ms(350));
         servers[1].restart().unwrap();
         // The pooled connection to the restarted instance fails once; a short wait budget retries past that.
-        let second = match rt.block_on(lock.acquire("case08", &LockOptions::new(ms(5_000)).wait(ms(1_500)))) {
+        let second = match rt.block_on(lock.acquire("case08", &LockOptions::new(ms(5_000)).with_wait(ms(1_500)))) {
             Ok(g) => Some(g),
             Err(LockError::Contended { .. } | LockError::Quorum { .. }) => None,
             Err(e) => panic!("{e:?}"),
@@ -555,7 +555,7 @@ fn case09_script_flush_mid_run_is_invisible() {
             .map(|w| {
                 let lock = lock.clone();
                 tokio::spawn(async move {
-                    let opts = LockOptions::new(ms(2_000)).wait(ms(20_000));
+                    let opts = LockOptions::new(ms(2_000)).with_wait(ms(20_000));
                     for i in 0..50 {
                         let g = lock.acquire(&format!("case09-{}", (w + i) % 3), &opts).await.unwrap();
                         g.extend(ms(2_000)).await.unwrap();
@@ -584,7 +584,7 @@ fn case10_ten_thousand_cancelled_operations_leave_nothing_behind() {
     let server = RedisServer::start().unwrap();
     runtime().block_on(async {
         let lock = single(&server.url()).await;
-        let opts = LockOptions::new(ms(30_000)).auto_renew(RenewPolicy::default());
+        let opts = LockOptions::new(ms(30_000)).with_auto_renew(RenewPolicy::default());
         let cancelled = Arc::new(AtomicUsize::new(0));
         let completed = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..50)
@@ -596,7 +596,7 @@ fn case10_ten_thousand_cancelled_operations_leave_nothing_behind() {
                         let resource = format!("case10-{t}-{i}");
                         let cut = Duration::from_micros(rand::random::<u64>() % 8_000);
                         let op = async {
-                            let g = lock.acquire(&resource, &opts.clone().wait(ms(200))).await.ok()?;
+                            let g = lock.acquire(&resource, &opts.clone().with_wait(ms(200))).await.ok()?;
                             g.extend(ms(30_000)).await.ok()?;
                             g.release().await.ok()
                         };
@@ -668,9 +668,9 @@ fn case12_tiny_pool_many_waiters_holder_can_always_release() {
     let server = RedisServer::start().unwrap();
     for pool in [1usize, 2] {
         runtime().block_on(async {
-            let store = RedisStoreConfig::new(&server.url()).pool_size(pool).connect().await.unwrap();
+            let store = RedisStoreBuilder::new(&server.url()).with_pool_size(pool).connect().await.unwrap();
             let lock = Lock::new(store);
-            let opts = LockOptions::new(ms(5_000)).wait(ms(30_000));
+            let opts = LockOptions::new(ms(5_000)).with_wait(ms(30_000));
             let g = lock.acquire("case12", &opts).await.unwrap();
             let waiters: Vec<_> = (0..50)
                 .map(|_| {
@@ -713,7 +713,7 @@ fn case13_two_hundred_waiters_bounded_load_all_served() {
             .map(|_| {
                 let (lock, served) = (lock.clone(), served.clone());
                 tokio::spawn(async move {
-                    let opts = LockOptions::new(ms(5_000)).wait(ms(60_000));
+                    let opts = LockOptions::new(ms(5_000)).with_wait(ms(60_000));
                     match lock.acquire("case13", &opts).await {
                         Ok(g) => {
                             served.fetch_add(1, Ordering::SeqCst);
@@ -775,7 +775,7 @@ fn case14_soak_random_faults_zero_fenced_safety_violations() {
             rt.spawn(async move {
                 let mut history = Recorder::open(&dir, w).unwrap();
                 let mut counter = CounterClient::connect(addr).unwrap();
-                let opts = LockOptions::new(ms(1_000)).wait(ms(2_000));
+                let opts = LockOptions::new(ms(1_000)).with_wait(ms(2_000));
                 let (mut ok, mut failed) = (0u64, 0u64);
                 while !stop.load(Ordering::SeqCst) {
                     let g = match lock.acquire("case14", &opts).await {

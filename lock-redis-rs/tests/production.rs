@@ -3,7 +3,7 @@
 #![cfg(feature = "tokio")]
 
 use lock_redis_rs::lock_core::{Lock, Result};
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{server_cases, Subject};
 
 mod minimal_acl {
@@ -27,12 +27,12 @@ mod tls {
     use lock_testkit::{RedisServer, TestCertificates};
 
     async fn connect(how: TlsConnect) -> Result<RedisStore> {
-        let mut config = RedisStoreConfig::new(&how.url);
+        let mut config = RedisStoreBuilder::new(&how.url);
         if let Some(ca) = how.ca_pem {
-            config = config.ca_certificate(ca);
+            config = config.with_ca_certificate(ca);
         }
         if let Some((cert, key)) = how.client {
-            config = config.client_certificate(cert, key);
+            config = config.with_client_certificate(cert, key);
         }
         config.connect().await
     }
@@ -44,10 +44,11 @@ mod tls {
 
         async fn subject() -> Subject {
             let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
-            let server = RedisServer::builder().tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
+            let server =
+                RedisServer::builder().with_tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
             let url = server.tls_url().unwrap_or_default();
-            let store = RedisStoreConfig::new(&url)
-                .ca_certificate(certs.ca_pem())
+            let store = RedisStoreBuilder::new(&url)
+                .with_ca_certificate(certs.ca_pem())
                 .connect()
                 .await
                 .unwrap_or_else(|err| panic!("connect over TLS: {err:?}"));
@@ -64,16 +65,16 @@ mod tls {
 async fn secrets_never_appear_in_debug_output_or_errors() {
     const PASSWORD: &str = "Hunter2-never-printed";
     let server = lock_testkit::RedisServer::builder()
-        .acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
+        .with_acl_user("locker", &format!("on >{PASSWORD} ~* &* +@all"))
         .start()
         .unwrap_or_else(|err| panic!("redis-server: {err}"));
     let url = server.url_for("locker", PASSWORD, false);
     let tls_url = format!("rediss://locker:{PASSWORD}@127.0.0.1:{}", server.port());
     let configs = [
-        RedisStoreConfig::new(&url),
-        RedisStoreConfig::new(&tls_url).client_certificate("CERTIFICATE", format!("KEY {PASSWORD}")),
-        RedisStoreConfig::cluster([&url, &tls_url]),
-        RedisStoreConfig::sentinel("mymaster", [&url]).primary_credentials(Some("locker"), PASSWORD),
+        RedisStoreBuilder::new(&url),
+        RedisStoreBuilder::new(&tls_url).with_client_certificate("CERTIFICATE", format!("KEY {PASSWORD}")),
+        RedisStoreBuilder::cluster([&url, &tls_url]),
+        RedisStoreBuilder::sentinel("mymaster", [&url]).with_primary_credentials(Some("locker"), PASSWORD),
     ];
     let mut printed: Vec<String> = configs.iter().map(|c| format!("{c:?}")).collect();
     let store = RedisStore::connect(&url).await.unwrap_or_else(|err| panic!("connect: {err:?}"));
@@ -100,13 +101,13 @@ async fn cluster_over_tls_as_the_minimal_acl_user() {
     use std::time::Duration;
     let certs = lock_testkit::TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
     let cluster = lock_testkit::RedisCluster::builder()
-        .tls(&certs)
-        .acl_user("locker", server_cases::MINIMAL_ACL_RULES)
+        .with_tls(&certs)
+        .with_acl_user("locker", server_cases::MINIMAL_ACL_RULES)
         .start()
         .unwrap_or_else(|err| panic!("cluster: {err}"));
-    let store = RedisStoreConfig::cluster(cluster.urls_for("locker", "secret", true))
-        .ca_certificate(certs.ca_pem())
-        .command_timeout(Duration::from_secs(3))
+    let store = RedisStoreBuilder::cluster(cluster.urls_for("locker", "secret", true))
+        .with_ca_certificate(certs.ca_pem())
+        .with_command_timeout(Duration::from_secs(3))
         .connect()
         .await
         .unwrap_or_else(|err| panic!("connect to the cluster over TLS: {err:?}"));
@@ -123,14 +124,14 @@ async fn cluster_over_tls_as_the_minimal_acl_user() {
     assert_eq!(shards.len(), 3, "the resources did not cover every shard");
     // A waiter is woken by the holder's release (SPUBLISH/SSUBSCRIBE over TLS), well before its 5 s backoff.
     let slow = lock_redis_rs::lock_core::RetryPolicy::default()
-        .min_delay(Duration::from_secs(5))
-        .max_delay(Duration::from_secs(5));
+        .with_min_delay(Duration::from_secs(5))
+        .with_max_delay(Duration::from_secs(5));
     let holder = lock.try_acquire("tls-cluster-wake", &LockOptions::default()).await.ok().flatten();
     let holder = holder.unwrap_or_else(|| panic!("free"));
     let waiter = {
         let lock = lock.clone();
         tokio::spawn(async move {
-            let opts = LockOptions::default().wait(Duration::from_secs(10)).retry(slow);
+            let opts = LockOptions::default().with_wait(Duration::from_secs(10)).with_retry(slow);
             let t0 = std::time::Instant::now();
             let guard = lock.acquire("tls-cluster-wake", &opts).await;
             (guard, t0.elapsed())
@@ -151,15 +152,15 @@ async fn cluster_over_tls_as_the_minimal_acl_user() {
 async fn sentinel_data_nodes_with_an_acl_user() {
     use lock_redis_rs::lock_core::{LockError, LockOptions, ReleaseOutcome};
     let deployment = lock_testkit::RedisSentinel::builder()
-        .data_password("data-secret")
-        .data_acl_user("locker", server_cases::MINIMAL_ACL_RULES)
+        .with_data_password("data-secret")
+        .with_data_acl_user("locker", server_cases::MINIMAL_ACL_RULES)
         .start()
         .unwrap_or_else(|err| panic!("sentinel deployment: {err}"));
     let service = deployment.service_name().to_owned();
-    let err = RedisStoreConfig::sentinel(&service, deployment.sentinel_urls()).connect().await.err();
+    let err = RedisStoreBuilder::sentinel(&service, deployment.sentinel_urls()).connect().await.err();
     assert!(matches!(err, Some(LockError::Auth { .. })), "without credentials: {err:?}");
-    let store = RedisStoreConfig::sentinel(&service, deployment.sentinel_urls())
-        .primary_credentials(Some("locker"), "secret")
+    let store = RedisStoreBuilder::sentinel(&service, deployment.sentinel_urls())
+        .with_primary_credentials(Some("locker"), "secret")
         .connect()
         .await
         .unwrap_or_else(|err| panic!("connect as the ACL user behind Sentinel: {err:?}"));

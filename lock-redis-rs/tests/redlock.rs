@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, Redlock, ReleaseOutcome};
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{Checker, Hold, Persistence, RedisServer, Reply, Subject};
 
 fn ms(n: u64) -> Duration {
@@ -19,7 +19,7 @@ async fn redlock(servers: &[RedisServer]) -> Lock {
     for s in servers {
         stores.push(Arc::new(RedisStore::connect(&s.url()).await.expect("connect")));
     }
-    Redlock::new(stores).build().expect("valid Redlock")
+    Lock::redlock(stores).build().expect("valid Redlock")
 }
 
 async fn subject(n: usize) -> Subject {
@@ -130,14 +130,15 @@ async fn every_subset_of_blocked_instances() {
 async fn fencing_tokens_increase_under_contention_and_instance_kills() {
     const WORKERS: usize = 8;
     const EACH: usize = 250;
-    let servers: Vec<RedisServer> =
-        (0..5).map(|_| RedisServer::builder().persistence(Persistence::AppendFsyncAlways).start().unwrap()).collect();
+    let servers: Vec<RedisServer> = (0..5)
+        .map(|_| RedisServer::builder().with_persistence(Persistence::AppendFsyncAlways).start().unwrap())
+        .collect();
     let mut stores: Vec<Arc<dyn LockStore>> = Vec::new();
     for s in &servers {
-        let store = RedisStoreConfig::new(&s.url()).command_timeout(ms(300)).connect().await.unwrap();
+        let store = RedisStoreBuilder::new(&s.url()).with_command_timeout(ms(300)).connect().await.unwrap();
         stores.push(Arc::new(store));
     }
-    let lock = Redlock::new(stores).build().unwrap();
+    let lock = Lock::redlock(stores).build().unwrap();
     let checker = Arc::new(Checker::new());
     let stop = Arc::new(AtomicBool::new(false));
     let chaos = {
@@ -160,7 +161,7 @@ async fn fencing_tokens_increase_under_contention_and_instance_kills() {
         .map(|_| {
             let (lock, checker) = (lock.clone(), checker.clone());
             tokio::spawn(async move {
-                let opts = LockOptions::new(ms(2_000)).wait(ms(30_000));
+                let opts = LockOptions::new(ms(2_000)).with_wait(ms(30_000));
                 for _ in 0..EACH {
                     let g = lock.acquire("fencing-kills", &opts).await.unwrap();
                     let start = Instant::now();

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use lock_core::{Lock, LockKeys, LockOptions, LostReason, RenewPolicy};
-use lock_redis_rs::RedisStoreConfig;
+use lock_redis_rs::RedisStoreBuilder;
 use lock_testkit::runtime::sleep;
 use lock_testkit::{RedisServer, Reply};
 
@@ -14,11 +14,11 @@ fn ms(n: u64) -> Duration {
 }
 
 async fn lock_on(server: &RedisServer) -> Lock {
-    Lock::new(RedisStoreConfig::new(&server.url()).command_timeout(ms(200)).connect().await.unwrap())
+    Lock::new(RedisStoreBuilder::new(&server.url()).with_command_timeout(ms(200)).connect().await.unwrap())
 }
 
 fn renewing(ttl_ms: u64) -> LockOptions {
-    LockOptions::new(ms(ttl_ms)).auto_renew(RenewPolicy::default())
+    LockOptions::new(ms(ttl_ms)).with_auto_renew(RenewPolicy::default())
 }
 
 /// The server freezes (`SIGSTOP`) for longer than the TTL: the holder is told no later than its validity deadline.

@@ -1,4 +1,4 @@
-//! The redis-rs backend on a Sentinel-managed primary (`RedisStoreConfig::sentinel`): one primary, one replica and
+//! The redis-rs backend on a Sentinel-managed primary (`RedisStoreBuilder::sentinel`): one primary, one replica and
 //! three Sentinels on loopback. The whole conformance suite against one deployment shared by this test binary,
 //! release notifications, a failover under load, failover trials with and without `WAIT`, a grant lost by a
 //! failover (and its fencing token), and `READONLY` from a demoted primary.
@@ -7,13 +7,13 @@
 use std::time::Duration;
 
 use lock_redis_rs::lock_core::Lock;
-use lock_redis_rs::{RedisStore, RedisStoreConfig};
+use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{conformance_tests, RedisSentinel, Subject};
 
 async fn store(deployment: &RedisSentinel) -> RedisStore {
-    RedisStoreConfig::sentinel(deployment.service_name(), deployment.sentinel_urls())
+    RedisStoreBuilder::sentinel(deployment.service_name(), deployment.sentinel_urls())
         // Room for the 1 s WAIT of the failover trials (the bound must stay below the command timeout).
-        .command_timeout(Duration::from_secs(3))
+        .with_command_timeout(Duration::from_secs(3))
         .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"))

@@ -49,14 +49,14 @@ impl Default for RedisClusterBuilder {
 
 impl RedisClusterBuilder {
     /// Number of primaries (default 3, at least 1). The slots are split evenly between them.
-    pub fn primaries(mut self, n: usize) -> Self {
+    pub fn with_primaries(mut self, n: usize) -> Self {
         self.primaries = n.max(1);
         self
     }
 
     /// Replicas per primary (default 0). Needed for [`RedisCluster::failover`] and
     /// [`RedisCluster::kill_primary_and_wait`].
-    pub fn replicas(mut self, n: usize) -> Self {
+    pub fn with_replicas(mut self, n: usize) -> Self {
         self.replicas = n;
         self
     }
@@ -64,28 +64,28 @@ impl RedisClusterBuilder {
     /// `cluster-node-timeout` (default 1 s): how long a node may be unreachable before it is considered failed,
     /// and so the largest part of the time an automatic failover takes. Short values make failover tests fast
     /// but risk spurious failure detection on a loaded machine.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
 
     /// Adds one `--name value` configuration argument to every node.
-    pub fn config(mut self, name: &str, value: &str) -> Self {
+    pub fn with_config(mut self, name: &str, value: &str) -> Self {
         self.extra.push((name.to_owned(), value.to_owned()));
         self
     }
 
-    /// Every node also listens for TLS with the certificates of `certs` ([`RedisServerBuilder::tls`]); the cluster
+    /// Every node also listens for TLS with the certificates of `certs` ([`RedisServerBuilder::with_tls`]); the cluster
     /// bus and replication use TLS, and each node gives TLS clients the TLS ports of the others
     /// ([`RedisCluster::tls_urls`]).
-    pub fn tls(mut self, certs: &crate::TestCertificates) -> Self {
-        self.node = self.node.tls(certs);
+    pub fn with_tls(mut self, certs: &crate::TestCertificates) -> Self {
+        self.node = self.node.with_tls(certs);
         self
     }
 
-    /// Adds an ACL user to every node ([`RedisServerBuilder::acl_user`]).
-    pub fn acl_user(mut self, name: &str, rules: &str) -> Self {
-        self.node = self.node.acl_user(name, rules);
+    /// Adds an ACL user to every node ([`RedisServerBuilder::with_acl_user`]).
+    pub fn with_acl_user(mut self, name: &str, rules: &str) -> Self {
+        self.node = self.node.with_acl_user(name, rules);
         self
     }
 
@@ -99,14 +99,14 @@ impl RedisClusterBuilder {
         let mut server = self
             .node
             .clone()
-            .cluster(true)
-            .config("cluster-node-timeout", &self.node_timeout.as_millis().to_string())
+            .with_cluster(true)
+            .with_config("cluster-node-timeout", &self.node_timeout.as_millis().to_string())
             // A replica syncs right away instead of waiting 5 s for more replicas to share the transfer.
-            .config("repl-diskless-sync-delay", "0")
+            .with_config("repl-diskless-sync-delay", "0")
             // A replica may always take over: failover tests kill primaries whose replicas lag by design.
-            .config("cluster-replica-validity-factor", "0");
+            .with_config("cluster-replica-validity-factor", "0");
         for (name, value) in &self.extra {
-            server = server.config(name, value);
+            server = server.with_config(name, value);
         }
         let mut nodes = Vec::with_capacity(total);
         for _ in 0..total {
@@ -196,7 +196,7 @@ impl RedisCluster {
         shared.as_ref().map_err(|reason| ServerError::Start { reason: reason.clone() })
     }
 
-    /// `rediss://127.0.0.1:TLS_PORT` of every live node, when started with [`RedisClusterBuilder::tls`].
+    /// `rediss://127.0.0.1:TLS_PORT` of every live node, when started with [`RedisClusterBuilder::with_tls`].
     pub fn tls_urls(&self) -> Vec<String> {
         self.live().filter_map(|(_, s)| s.tls_url()).collect()
     }

@@ -74,7 +74,7 @@ pub async fn many_resources_over_all_slots_16_workers(store: &StoreFactory) {
         .map(|w| {
             let (lock, checkers, names) = (lock.clone(), checkers.clone(), names.clone());
             tokio::spawn(async move {
-                let opts = LockOptions::new(ms(5_000)).wait(ms(10_000));
+                let opts = LockOptions::new(ms(5_000)).with_wait(ms(10_000));
                 for round in 0..ROUNDS {
                     // Workers collide on resources (stride 7 over 256) so that holds really contend.
                     let name = &names[(w * 16 + round * 7) % RESOURCES];
@@ -156,8 +156,8 @@ pub(crate) const NOTIFIED_WITHIN: Duration = Duration::from_millis(200);
 /// [`NOTIFIED_WITHIN`] only a release notification can have woken it.
 pub(crate) async fn release_wake_delay(holder: &Lock, waiter: &Arc<Lock>, name: &str) -> Duration {
     let guard = holder.acquire(name, &LockOptions::new(ms(10_000))).await.or_panic();
-    let slow = RetryPolicy::default().min_delay(ms(500)).max_delay(ms(500));
-    let opts = LockOptions::new(ms(10_000)).wait(ms(5_000)).retry(slow);
+    let slow = RetryPolicy::default().with_min_delay(ms(500)).with_max_delay(ms(500));
+    let opts = LockOptions::new(ms(10_000)).with_wait(ms(5_000)).with_retry(slow);
     let (waiter, n) = (waiter.clone(), name.to_owned());
     let waiting = tokio::spawn(async move {
         let guard = waiter.acquire(&n, &opts).await.or_panic();
@@ -203,7 +203,7 @@ pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
         .map(|w| {
             let (lock, checkers, names, stop) = (lock.clone(), checkers.clone(), names.clone(), stop.clone());
             tokio::spawn(async move {
-                let opts = LockOptions::new(ms(5_000)).wait(ms(10_000));
+                let opts = LockOptions::new(ms(5_000)).with_wait(ms(10_000));
                 let mut round = w;
                 while stop.load(Ordering::Relaxed) == 0 {
                     let name = &names[round % names.len()];
@@ -251,7 +251,7 @@ pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
 /// wakes another store's waiter by notification, before and after the failover. Whether the lock held at the kill
 /// survived is reported, not asserted: `WAIT` narrows the window, replication stays asynchronous.
 pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
-    let mut cluster = RedisCluster::builder().replicas(1).start().or_panic();
+    let mut cluster = RedisCluster::builder().with_replicas(1).start().or_panic();
     let lock = Lock::from_arc(store(&cluster).await);
     let name = "failover";
     let victim = owner(&cluster, name);
@@ -276,19 +276,20 @@ pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
     let there = (0..).map(|i| format!("other-shard-{i}")).find(|r| owner(&cluster, r) == other).or_panic();
     let unacked = lock.try_acquire(&there, &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
     let other_shard_down =
-        lock.try_acquire(name, &LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(1_000)))).await;
+        lock.try_acquire(name, &LockOptions::new(ms(30_000)).with_replica_ack(ReplicaAck::new(1, ms(1_000)))).await;
     cluster.node_mut(elsewhere).or_panic().resume();
     other_shard_down.or_panic().or_panic().release().await.or_panic();
     unacked.release().await.or_panic();
     cluster.node_mut(replica).or_panic().pause();
-    let short = lock.try_acquire(name, &LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(200)))).await;
+    let short =
+        lock.try_acquire(name, &LockOptions::new(ms(30_000)).with_replica_ack(ReplicaAck::new(1, ms(200)))).await;
     cluster.node_mut(replica).or_panic().resume();
     assert!(matches!(short, Err(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{short:?}");
     let keys = LockKeys::new(DEFAULT_PREFIX, name).or_panic();
     let left = cluster.node(victim).or_panic().command(&["EXISTS", keys.lock()]).or_panic();
     assert_eq!(left, Reply::Int(0), "a short grant is given back");
-    let acked = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(1_000)));
-    let held = lock.acquire(name, &acked.wait(ms(5_000))).await.or_panic();
+    let acked = LockOptions::new(ms(30_000)).with_replica_ack(ReplicaAck::new(1, ms(1_000)));
+    let held = lock.acquire(name, &acked.with_wait(ms(5_000))).await.or_panic();
     let (cluster, promoted) = tokio::task::spawn_blocking(move || {
         let promoted = cluster.kill_primary_and_wait(victim, Duration::from_secs(30));
         (cluster, promoted)
@@ -321,7 +322,7 @@ pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
     assert!(delay < NOTIFIED_WITHIN, "after the failover: waiter took {delay:?}; no notification");
     // Every other primary's resources still work too.
     for i in 0..8 {
-        let g = lock.acquire(&format!("after-{i}"), &LockOptions::new(ms(5_000)).wait(ms(5_000))).await.or_panic();
+        let g = lock.acquire(&format!("after-{i}"), &LockOptions::new(ms(5_000)).with_wait(ms(5_000))).await.or_panic();
         g.release().await.or_panic();
     }
     drop(cluster);

@@ -27,7 +27,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
-    LockOptions::new(ms(ttl_ms)).wait(ms(wait_ms))
+    LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms))
 }
 
 #[track_caller]
@@ -142,9 +142,9 @@ pub async fn attempt_limit_is_respected(s: &Subject) {
     let lock = s.lock();
     let r = fresh("attempts");
     let a = some(try_get(lock, &r, &opts(10_000, 0)).await, "holder");
-    let policy = RetryPolicy::default().min_delay(ms(20)).max_delay(ms(20)).max_attempts(Some(3));
+    let policy = RetryPolicy::default().with_min_delay(ms(20)).with_max_delay(ms(20)).with_max_attempts(Some(3));
     let t0 = Instant::now();
-    let err = lock.acquire(&r, &opts(10_000, 10_000).retry(policy)).await.err();
+    let err = lock.acquire(&r, &opts(10_000, 10_000).with_retry(policy)).await.err();
     assert!(matches!(err, Some(LockError::Contended { .. })), "expected Contended, got {err:?}");
     let took = t0.elapsed();
     // Three tries: the first, an immediate re-poll once subscribed to release notifications (where the backend
@@ -239,7 +239,7 @@ pub async fn validity_ends_before_server_expiry(s: &Subject) {
     let r = fresh("validity");
     let ttl = ms(300);
     let before = Instant::now();
-    let a = some(try_get(lock, &r, &LockOptions::new(ttl).wait(Duration::ZERO)).await, "holder");
+    let a = some(try_get(lock, &r, &LockOptions::new(ttl).with_wait(Duration::ZERO)).await, "holder");
     let valid_until = a.valid_until();
     assert!(valid_until <= before + ttl, "validity must count from before the request");
     let polling_since = Instant::now();
@@ -286,7 +286,7 @@ pub async fn fencing_tokens_strictly_increase(s: &Subject) {
 pub async fn fencing_can_be_turned_off(s: &Subject) {
     let lock = s.lock();
     let r = fresh("nofence");
-    let o = opts(5_000, 0).fencing(false);
+    let o = opts(5_000, 0).with_fencing(false);
     let a = some(try_get(lock, &r, &o).await, "holder");
     assert_eq!(a.fencing_token(), None);
     assert!(try_get(lock, &r, &o).await.is_none());
@@ -303,8 +303,8 @@ pub async fn invalid_inputs_rejected(s: &Subject) {
         ("zero ttl", r.clone(), LockOptions::new(Duration::ZERO)),
         ("ttl below floor", r.clone(), LockOptions::new(ms(1))),
         ("absurd ttl", r.clone(), LockOptions::new(Duration::from_secs(400 * 24 * 3600))),
-        ("absurd wait", r.clone(), opts(1_000, 0).wait(Duration::from_secs(400 * 24 * 3600))),
-        ("bad retry", r.clone(), opts(1_000, 100).retry(RetryPolicy::default().factor(0.5))),
+        ("absurd wait", r.clone(), opts(1_000, 0).with_wait(Duration::from_secs(400 * 24 * 3600))),
+        ("bad retry", r.clone(), opts(1_000, 100).with_retry(RetryPolicy::default().with_factor(0.5))),
     ];
     for (what, resource, o) in cases {
         let t0 = Instant::now();
@@ -465,7 +465,7 @@ pub async fn auto_renewal_outlives_ttl(s: &Subject) {
     let lock = s.lock();
     let r = fresh("renew");
     let ttl = ms(300);
-    let a = some(try_get(lock, &r, &LockOptions::new(ttl).auto_renew(RenewPolicy::default())).await, "holder");
+    let a = some(try_get(lock, &r, &LockOptions::new(ttl).with_auto_renew(RenewPolicy::default())).await, "holder");
     let checker = Checker::new();
     let start = Instant::now();
     let mut polls = 0;
@@ -496,9 +496,9 @@ pub async fn auto_renewal_outlives_ttl(s: &Subject) {
 pub async fn max_hold_stops_renewal(s: &Subject) {
     let lock = s.lock();
     let r = fresh("maxhold");
-    let policy = RenewPolicy::default().max_hold(ms(400));
+    let policy = RenewPolicy::default().with_max_hold(ms(400));
     let t0 = Instant::now();
-    let a = some(try_get(lock, &r, &LockOptions::new(ms(150)).auto_renew(policy)).await, "holder");
+    let a = some(try_get(lock, &r, &LockOptions::new(ms(150)).with_auto_renew(policy)).await, "holder");
     let signal = a.lost_signal();
     let reason = signal.lost().await;
     let at = t0.elapsed();
@@ -543,7 +543,8 @@ pub async fn scoped_work_cancelled_on_loss(s: &Subject) {
     let r = fresh("scoped-lost");
     let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = DropFlag(dropped.clone());
-    let o = LockOptions::new(ms(300)).wait(ms(1_000)).auto_renew(RenewPolicy::default().max_hold(ms(600)));
+    let o =
+        LockOptions::new(ms(300)).with_wait(ms(1_000)).with_auto_renew(RenewPolicy::default().with_max_hold(ms(600)));
     let t0 = Instant::now();
     let out = lock
         .with_lock(&r, &o, |_ctx| async move {

@@ -27,9 +27,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::{select, Either};
 use futures_util::stream::{self, StreamExt};
-use lock_core::{
-    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Redlock, RenewPolicy, RetryPolicy, DEFAULT_PREFIX,
-};
+use lock_core::{Guard, Lock, LockError, LockKeys, LockOptions, LockStore, RenewPolicy, RetryPolicy, DEFAULT_PREFIX};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -397,7 +395,7 @@ fn build(schedule: Schedule) -> World {
                 Lock::new(clients[0].clone()).with_operation_timeout(CALL_TIMEOUT)
             } else {
                 let stores = clients.iter().map(|c| Arc::new(c.clone()) as Arc<dyn LockStore>).collect();
-                match Redlock::new(stores).instance_timeout(CALL_TIMEOUT).build() {
+                match Lock::redlock(stores).with_instance_timeout(CALL_TIMEOUT).build() {
                     Ok(lock) => lock,
                     Err(err) => panic!("a valid Redlock: {err}"),
                 }
@@ -475,14 +473,14 @@ impl Drop for Waiting<'_> {
 }
 
 fn options(session: &Session, fencing: bool) -> LockOptions {
-    let retry = RetryPolicy::default().min_delay(MIN_DELAY).max_delay(MAX_DELAY);
-    let opts = LockOptions::new(session.ttl).fencing(fencing).retry(retry);
+    let retry = RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY);
+    let opts = LockOptions::new(session.ttl).with_fencing(fencing).with_retry(retry);
     match session.take {
-        Take::Try => opts.wait(Duration::ZERO),
-        Take::Wait { budget_ms } => opts.wait(Duration::from_millis(budget_ms)),
-        Take::Renewing { budget_ms } => {
-            opts.wait(Duration::from_millis(budget_ms)).auto_renew(RenewPolicy::default().max_hold(session.ttl * 4))
-        }
+        Take::Try => opts.with_wait(Duration::ZERO),
+        Take::Wait { budget_ms } => opts.with_wait(Duration::from_millis(budget_ms)),
+        Take::Renewing { budget_ms } => opts
+            .with_wait(Duration::from_millis(budget_ms))
+            .with_auto_renew(RenewPolicy::default().with_max_hold(session.ttl * 4)),
     }
 }
 

@@ -57,36 +57,36 @@ impl Default for RedisSentinelBuilder {
 
 impl RedisSentinelBuilder {
     /// The name the Sentinels monitor the primary under (default `mymaster`): what clients ask them for.
-    pub fn service_name(mut self, name: &str) -> Self {
+    pub fn with_service_name(mut self, name: &str) -> Self {
         name.clone_into(&mut self.service_name);
         self
     }
 
     /// `down-after-milliseconds` (default 1 s): how long the primary may not answer before a Sentinel considers
     /// it down, the largest part of a failover's duration.
-    pub fn down_after(mut self, after: Duration) -> Self {
+    pub fn with_down_after(mut self, after: Duration) -> Self {
         self.down_after = after;
         self
     }
 
     /// `failover-timeout` (default 3 s): how long one failover attempt may take, and (doubled) how long the
     /// Sentinels wait before they fail the same service over again.
-    pub fn failover_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_failover_timeout(mut self, timeout: Duration) -> Self {
         self.failover_timeout = timeout;
         self
     }
 
     /// Sets `requirepass` on the primary and the replica (the replica and the Sentinels authenticate with it, as
     /// must every client of the data nodes).
-    pub fn data_password(mut self, password: &str) -> Self {
-        self.data = self.data.requirepass(password);
+    pub fn with_data_password(mut self, password: &str) -> Self {
+        self.data = self.data.with_requirepass(password);
         self.password = Some(password.to_owned());
         self
     }
 
-    /// Adds an ACL user to the primary and the replica ([`RedisServerBuilder::acl_user`]).
-    pub fn data_acl_user(mut self, name: &str, rules: &str) -> Self {
-        self.data = self.data.acl_user(name, rules);
+    /// Adds an ACL user to the primary and the replica ([`RedisServerBuilder::with_acl_user`]).
+    pub fn with_data_acl_user(mut self, name: &str, rules: &str) -> Self {
+        self.data = self.data.with_acl_user(name, rules);
         self
     }
 
@@ -100,14 +100,14 @@ impl RedisSentinelBuilder {
     pub fn start(self) -> Result<RedisSentinel, ServerError> {
         let started = Instant::now();
         // A replica syncs right away instead of waiting 5 s for more replicas to share the transfer.
-        let data = self.data.clone().config("repl-diskless-sync-delay", "0");
+        let data = self.data.clone().with_config("repl-diskless-sync-delay", "0");
         let primary = data.clone().start()?;
-        let replica = data.replica_of(&primary).start()?;
+        let replica = data.with_replica_of(&primary).start()?;
         replica.wait_for_link(START_TIMEOUT)?;
         let config = self.monitor_lines(primary.port());
         let mut sentinels = Vec::with_capacity(SENTINELS);
         for _ in 0..SENTINELS {
-            let sentinel = RedisServerBuilder::default().sentinel(&config).start()?;
+            let sentinel = RedisServerBuilder::default().with_sentinel(&config).start()?;
             let periods = ["SENTINEL", "DEBUG", "publish-period", PUBLISH_PERIOD_MS, "info-period", INFO_PERIOD_MS];
             expect_ok(sentinel.command(&periods)?, "SENTINEL DEBUG")?;
             sentinels.push(sentinel);

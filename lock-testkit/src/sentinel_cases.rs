@@ -190,10 +190,10 @@ async fn trial(store: &StoreFactory, with_wait: bool, t: usize) -> Trial {
     let name = format!("trial-{t}");
     let mut opts = LockOptions::new(ms(30_000));
     if with_wait {
-        opts = opts.replica_ack(ReplicaAck::new(1, ms(1_000)));
+        opts = opts.with_replica_ack(ReplicaAck::new(1, ms(1_000)));
     }
     // A waiting acquire: a replica that lags past the WAIT timeout is a retryable shortfall.
-    let guard = lock.acquire(&name, &opts.wait(ms(5_000))).await.or_panic();
+    let guard = lock.acquire(&name, &opts.with_wait(ms(5_000))).await.or_panic();
     let (deployment, failover) = fail_over(deployment).await;
     let primary = deployment.primary().or_panic();
     let missing = primary.command(&["GET", guard.keys().lock()]).or_panic() != stored(&guard);

@@ -74,13 +74,13 @@ pub struct RedisServerBuilder {
 
 impl RedisServerBuilder {
     /// Sets the durability.
-    pub fn persistence(mut self, p: Persistence) -> Self {
+    pub fn with_persistence(mut self, p: Persistence) -> Self {
         self.persistence = p;
         self
     }
 
     /// Adds one `--name value` configuration argument.
-    pub fn config(mut self, name: &str, value: &str) -> Self {
+    pub fn with_config(mut self, name: &str, value: &str) -> Self {
         self.extra.push(format!("--{name}"));
         self.extra.push(value.to_owned());
         self
@@ -88,7 +88,7 @@ impl RedisServerBuilder {
 
     /// Makes the server a replica of `primary` (`--replicaof 127.0.0.1 PORT`). [`RedisServer::wait_for_link`] waits
     /// until it has synchronised.
-    pub fn replica_of(mut self, primary: &RedisServer) -> Self {
+    pub fn with_replica_of(mut self, primary: &RedisServer) -> Self {
         self.extra.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned(), primary.port().to_string()]);
         self
     }
@@ -98,7 +98,7 @@ impl RedisServerBuilder {
     /// The bus port is picked here rather than left at Redis's default of port + 10000, which overflows for
     /// ephemeral ports above 55535 and may collide with another process. The node starts with no slots; see
     /// [`RedisCluster`](crate::RedisCluster) for a whole cluster.
-    pub fn cluster(mut self, enabled: bool) -> Self {
+    pub fn with_cluster(mut self, enabled: bool) -> Self {
         self.cluster = enabled;
         self
     }
@@ -108,27 +108,27 @@ impl RedisServerBuilder {
     /// only when absent, because a Sentinel rewrites it with what it learns (its id, the replicas and other
     /// Sentinels it found) and must find that again after a [`restart`](RedisServer::restart). See
     /// [`RedisSentinel`](crate::RedisSentinel) for a whole deployment.
-    pub fn sentinel(mut self, config: &str) -> Self {
+    pub fn with_sentinel(mut self, config: &str) -> Self {
         self.sentinel = Some(config.to_owned());
         self
     }
 
     /// Also listens for TLS on a second free port ([`RedisServer::tls_url`]), with the server certificate and CA of
-    /// `certs`; clients may present a certificate ([`require_client_certificates`](Self::require_client_certificates)
+    /// `certs`; clients may present a certificate ([`require_client_certificates`](Self::with_client_certificates_required)
     /// makes it mandatory). The plain port stays open for the fixture's own commands.
-    pub fn tls(mut self, certs: &TestCertificates) -> Self {
+    pub fn with_tls(mut self, certs: &TestCertificates) -> Self {
         self.tls = Some(certs.dir().to_owned());
         self
     }
 
     /// TLS clients must present a certificate signed by the CA (mutual TLS, `tls-auth-clients yes`).
-    pub fn require_client_certificates(mut self) -> Self {
+    pub fn with_client_certificates_required(mut self) -> Self {
         self.tls_client_certificates = true;
         self
     }
 
     /// Adds an ACL user, as a `user` configuration line: `rules` such as `on >password ~lock:* &lock:* +@all`.
-    pub fn acl_user(mut self, name: &str, rules: &str) -> Self {
+    pub fn with_acl_user(mut self, name: &str, rules: &str) -> Self {
         self.extra.push("--user".to_owned());
         self.extra.push(name.to_owned());
         // One argument per rule: redis-server quotes an argument with spaces as one token.
@@ -137,7 +137,7 @@ impl RedisServerBuilder {
     }
 
     /// Sets `requirepass` (the `default` user's password). The fixture's own commands authenticate with it.
-    pub fn requirepass(mut self, password: &str) -> Self {
+    pub fn with_requirepass(mut self, password: &str) -> Self {
         self.password = Some(password.to_owned());
         self
     }
@@ -188,7 +188,7 @@ pub struct RedisServer {
     port: u16,
     /// The cluster bus port of a cluster node.
     bus_port: Option<u16>,
-    /// The TLS port, when started with [`RedisServerBuilder::tls`].
+    /// The TLS port, when started with [`RedisServerBuilder::with_tls`].
     tls_port: Option<u16>,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -215,12 +215,12 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// `rediss://127.0.0.1:TLS_PORT`, when started with [`RedisServerBuilder::tls`].
+    /// `rediss://127.0.0.1:TLS_PORT`, when started with [`RedisServerBuilder::with_tls`].
     pub fn tls_url(&self) -> Option<String> {
         self.tls_port.map(|port| format!("rediss://127.0.0.1:{port}"))
     }
 
-    /// The TLS port, when started with [`RedisServerBuilder::tls`].
+    /// The TLS port, when started with [`RedisServerBuilder::with_tls`].
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port
     }
@@ -238,7 +238,7 @@ impl RedisServer {
         self.port
     }
 
-    /// The cluster bus port, when started with [`RedisServerBuilder::cluster`].
+    /// The cluster bus port, when started with [`RedisServerBuilder::with_cluster`].
     pub fn bus_port(&self) -> Option<u16> {
         self.bus_port
     }

@@ -40,7 +40,8 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 pub async fn replica_wait_does_not_block_other_resources(connect: &UrlFactory) {
     let server = start();
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
-    let waiting = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(700)).on_shortfall(Shortfall::Accept));
+    let waiting =
+        LockOptions::new(ms(30_000)).with_replica_ack(ReplicaAck::new(1, ms(700)).with_on_shortfall(Shortfall::Accept));
     let done = AtomicBool::new(false);
     let slow = async {
         let guard = lock.try_acquire("waits-for-replicas", &waiting).await.or_panic().or_panic();
@@ -72,7 +73,8 @@ pub async fn a_wait_refused_by_the_acl_gives_the_grant_back(connect: &UrlFactory
     assert!(!reply.is_error(), "ACL SETUSER: {reply:?}");
     let url = format!("redis://nowait:secret@127.0.0.1:{}", server.port());
     let lock = Lock::from_arc(connect(url).await.or_panic());
-    let opts = LockOptions::new(ms(30_000)).replica_ack(ReplicaAck::new(1, ms(100)).on_shortfall(Shortfall::Accept));
+    let opts =
+        LockOptions::new(ms(30_000)).with_replica_ack(ReplicaAck::new(1, ms(100)).with_on_shortfall(Shortfall::Accept));
     let err = lock.try_acquire("refused-wait", &opts).await.err();
     assert!(matches!(err, Some(LockError::Auth { .. })), "expected Auth, got {err:?}");
     let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "refused-wait").or_panic();
@@ -114,7 +116,7 @@ pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels 
 /// When the server does not start.
 pub fn server_with_minimal_user() -> RedisServer {
     RedisServer::builder()
-        .acl_user("locker", MINIMAL_ACL_RULES)
+        .with_acl_user("locker", MINIMAL_ACL_RULES)
         .start()
         .unwrap_or_else(|err| panic!("redis-server: {err}"))
 }
@@ -124,7 +126,7 @@ pub fn server_with_minimal_user() -> RedisServer {
 pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connect: &UrlFactory) {
     let without_incrby = MINIMAL_ACL_RULES.replace(" +incrby", "");
     let server = RedisServer::builder()
-        .acl_user("locker", &without_incrby)
+        .with_acl_user("locker", &without_incrby)
         .start()
         .unwrap_or_else(|err| panic!("redis-server: {err}"));
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());

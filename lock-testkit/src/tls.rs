@@ -5,7 +5,7 @@
 //! use lock_testkit::{RedisServer, TestCertificates};
 //!
 //! let certs = TestCertificates::generate()?;
-//! let server = RedisServer::builder().tls(&certs).start()?;
+//! let server = RedisServer::builder().with_tls(&certs).start()?;
 //! // Clients trust `certs.ca_pem()` and connect to `server.tls_url()`.
 //! # let _ = server;
 //! # Ok::<(), lock_testkit::ServerError>(())

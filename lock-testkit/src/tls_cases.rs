@@ -34,8 +34,8 @@ pub type TlsFactory =
 const PROMPT: Duration = Duration::from_millis(2_500);
 
 fn server(certs: &TestCertificates, client_certificates: bool) -> RedisServer {
-    let builder = RedisServer::builder().tls(certs);
-    let builder = if client_certificates { builder.require_client_certificates() } else { builder };
+    let builder = RedisServer::builder().with_tls(certs);
+    let builder = if client_certificates { builder.with_client_certificates_required() } else { builder };
     builder.start().unwrap_or_else(|err| panic!("redis-server with TLS: {err}"))
 }
 

@@ -37,7 +37,7 @@ fn three_primaries_form_and_die_on_drop() {
 #[test]
 fn failover_and_kill_primary() {
     let started = Instant::now();
-    let mut cluster = RedisCluster::builder().replicas(1).start().unwrap();
+    let mut cluster = RedisCluster::builder().with_replicas(1).start().unwrap();
     println!("3+3 cluster ready in {:?}", started.elapsed());
     assert_eq!(cluster.len(), 6);
     assert_eq!(cluster.primaries().unwrap().len(), 3);

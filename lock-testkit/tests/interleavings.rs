@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{Lock, LockError, LockOptions, LockStore, Redlock, ReleaseOutcome, RetryPolicy};
+use lock_core::{Lock, LockError, LockOptions, LockStore, ReleaseOutcome, RetryPolicy};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 
 fn ms(n: u64) -> Duration {
@@ -26,8 +26,8 @@ async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool
 
 /// A waiter whose backoff is far longer than any test here: only a wake-up gets it the lock in time.
 fn patient() -> LockOptions {
-    let slow = RetryPolicy::default().min_delay(ms(20_000)).max_delay(ms(20_000));
-    LockOptions::new(ms(30_000)).wait(ms(60_000)).retry(slow)
+    let slow = RetryPolicy::default().with_min_delay(ms(20_000)).with_max_delay(ms(20_000));
+    LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(slow)
 }
 
 async fn timed<T>(fut: impl Future<Output = T>) -> (T, Duration) {
@@ -152,7 +152,7 @@ async fn redlock_waiters_hear_every_instance() {
     servers[0].rule(|_| Some(Fault::FailBefore(Injected::Unavailable)));
     let process = || {
         let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-        Redlock::new(stores).build().unwrap()
+        Lock::redlock(stores).build().unwrap()
     };
     let (holder_process, waiter_process) = (process(), process());
     let holder = holder_process.try_acquire("redlock", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
@@ -221,15 +221,15 @@ async fn a_redlock_give_back_wakes_nobody() {
     let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
     let lock = {
         let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-        Redlock::new(stores).build().unwrap()
+        Lock::redlock(stores).build().unwrap()
     };
     // The holder holds instances 1 and 2 only; instance 0 is free, so every try of the waiter is granted there
     // and given back.
     servers[0].once(Op::Acquire, Fault::FailBefore(Injected::Unavailable));
     let holder = lock.try_acquire("give-back", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
     assert_eq!(holder.held_instances(), vec![1, 2]);
-    let policy = RetryPolicy::default().min_delay(ms(20)).max_delay(ms(20)).max_attempts(Some(3));
-    let opts = LockOptions::new(ms(30_000)).wait(ms(10_000)).retry(policy);
+    let policy = RetryPolicy::default().with_min_delay(ms(20)).with_max_delay(ms(20)).with_max_attempts(Some(3));
+    let opts = LockOptions::new(ms(30_000)).with_wait(ms(10_000)).with_retry(policy);
     let (err, took) = timed(lock.acquire("give-back", &opts)).await;
     assert!(matches!(err, Err(LockError::Contended { .. })), "{err:?}");
     // Three tries: the first, one right after subscribing, one after a 20 ms pause.
@@ -311,7 +311,7 @@ async fn an_early_woken_waiter_that_runs_out_of_budget_leaves_the_wake_up_behind
     let server = ScriptedServer::new();
     let lock = Lock::new(server.client().ordered(true));
     let holder = lock.try_acquire("budget", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let short = patient().wait(ms(300));
+    let short = patient().with_wait(ms(300));
     let first = tokio::spawn({
         let lock = lock.clone();
         async move { lock.acquire("budget", &short).await.map(|_| ()) }
@@ -355,7 +355,7 @@ async fn a_failed_extension_that_may_have_shortened_the_lock_shortens_the_holder
             Lock::new(servers[0].client())
         } else {
             let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-            Redlock::new(stores).build().unwrap()
+            Lock::redlock(stores).build().unwrap()
         };
         let holder = lock.try_acquire("shortened", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
         for server in &servers {

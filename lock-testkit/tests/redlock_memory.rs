@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore, Redlock,
+    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore,
     ReleaseHub, ReleaseOutcome, Token,
 };
 use lock_testkit::{conformance_tests, Checker, Hold, Subject};
@@ -65,7 +65,7 @@ fn cluster(n: usize) -> (Lock, Vec<Arc<Instance>>) {
         .map(|_| Arc::new(Instance { inner: MemoryStore::new(), mode: AtomicU8::new(UP), raises: AtomicU64::new(0) }))
         .collect();
     let stores = instances.iter().map(|i| i.clone() as Arc<dyn LockStore>).collect();
-    (Redlock::new(stores).build().unwrap(), instances)
+    (Lock::redlock(stores).build().unwrap(), instances)
 }
 
 fn ms(n: u64) -> Duration {
@@ -91,12 +91,12 @@ mod conformance_redlock5 {
 #[test]
 fn quorum_must_be_a_majority() {
     let stores = |n: usize| (0..n).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn LockStore>).collect::<Vec<_>>();
-    assert!(Redlock::new(stores(0)).build().is_err());
-    assert!(Redlock::new(stores(3)).quorum(1).build().is_err());
-    assert!(Redlock::new(stores(3)).quorum(4).build().is_err());
-    assert_eq!(Redlock::new(stores(5)).build().unwrap().quorum(), 3);
-    assert_eq!(Redlock::new(stores(4)).build().unwrap().quorum(), 3);
-    assert_eq!(Redlock::new(stores(5)).quorum(5).build().unwrap().quorum(), 5);
+    assert!(Lock::redlock(stores(0)).build().is_err());
+    assert!(Lock::redlock(stores(3)).with_quorum(1).build().is_err());
+    assert!(Lock::redlock(stores(3)).with_quorum(4).build().is_err());
+    assert_eq!(Lock::redlock(stores(5)).build().unwrap().quorum(), 3);
+    assert_eq!(Lock::redlock(stores(4)).build().unwrap().quorum(), 3);
+    assert_eq!(Lock::redlock(stores(5)).with_quorum(5).build().unwrap().quorum(), 5);
 }
 
 #[tokio::test]
@@ -135,7 +135,7 @@ async fn a_dead_majority_gives_a_typed_quorum_error_and_leaves_nothing_behind() 
     }
     assert_eq!(instances[1].inner.held_count(), 0, "the one grant must be released");
     // With a wait budget the error is the same, after the budget.
-    let err = lock.acquire("majority", &LockOptions::new(ms(1_000)).wait(ms(200))).await.err();
+    let err = lock.acquire("majority", &LockOptions::new(ms(1_000)).with_wait(ms(200))).await.err();
     assert!(matches!(err, Some(LockError::Quorum { .. })), "{err:?}");
     assert_eq!(instances[1].inner.held_count(), 0);
 }
@@ -215,7 +215,7 @@ async fn fencing_tokens_stay_monotonic_across_changing_quorums() {
     let workers = (0..WORKERS).map(|_| {
         let (lock, checker) = (lock.clone(), checker.clone());
         tokio::spawn(async move {
-            let opts = LockOptions::new(ms(2_000)).wait(ms(20_000));
+            let opts = LockOptions::new(ms(2_000)).with_wait(ms(20_000));
             for _ in 0..PER_WORKER {
                 let g = lock.acquire("fencing-chaos", &opts).await.unwrap();
                 let start = Instant::now();

@@ -28,7 +28,7 @@ fn role(server: &lock_testkit::RedisServer) -> String {
 #[test]
 fn starts_replicates_and_dies_on_drop() {
     let started = Instant::now();
-    let deployment = RedisSentinel::builder().service_name("locks").start().unwrap();
+    let deployment = RedisSentinel::builder().with_service_name("locks").start().unwrap();
     println!("sentinel deployment ready in {:?}", started.elapsed());
     assert_eq!(deployment.service_name(), "locks");
     assert_eq!(deployment.sentinel_urls().len(), 3);

@@ -44,7 +44,7 @@ fn restart_without_persistence_loses_data() {
 
 #[test]
 fn restart_with_appendfsync_always_keeps_data() {
-    let mut server = RedisServer::builder().persistence(Persistence::AppendFsyncAlways).start().unwrap();
+    let mut server = RedisServer::builder().with_persistence(Persistence::AppendFsyncAlways).start().unwrap();
     server.command(&["SET", "k", "v"]).unwrap();
     server.restart().unwrap();
     assert_eq!(server.command(&["GET", "k"]).unwrap(), Reply::Bulk(Some(b"v".to_vec())));
