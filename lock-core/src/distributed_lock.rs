@@ -84,6 +84,7 @@ pub trait DistributedLock: Send + Sync + Debug {
 /// Dropping a guard releases the lock in the background when a runtime is available (otherwise it expires at its
 /// TTL); call [`release`](Self::release) to release it now and learn the outcome.
 #[async_trait]
+#[must_use = "dropping a guard releases the lock in the background; call `release().await` to know the outcome"]
 pub trait LockGuard: Send + Sync + Debug {
     /// The resource name.
     fn resource(&self) -> &str;
@@ -123,12 +124,20 @@ pub trait LockGuard: Send + Sync + Debug {
     /// # Errors
     /// [`Lost`](crate::LockError::Lost) as above; [`InvalidArgument`](crate::LockError::InvalidArgument) for a bad
     /// TTL; backend errors (the lock stays valid until its current deadline).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the extension applied or not; a shorter TTL counts from before it was sent
+    /// (the holder's deadline moves first), so the holder never trusts the lock longer than the servers keep it.
     async fn extend(&self, ttl: Duration) -> Result<Instant>;
 
     /// Releases the lock (compare-and-delete by token) and says what it found.
     ///
     /// # Errors
     /// Backend errors; the lock then expires at its TTL.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: renewal has stopped and the guard is marked released before the first await; if the future
+    /// is dropped before the release completed, the release is sent again in the background.
     async fn release(self: Box<Self>) -> Result<ReleaseOutcome>;
 }
 

@@ -168,6 +168,9 @@ impl Lock {
     ///
     /// # Errors
     /// As [`DistributedLock::try_acquire`]; with several instances, [`LockError::Quorum`] when too few answered.
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
     pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
         let keys = self.prepare(resource, options)?;
         let span = tracing::debug_span!("lock.try_acquire", resource, ttl = ?options.ttl());
@@ -181,6 +184,10 @@ impl Lock {
     ///
     /// # Errors
     /// As [`DistributedLock::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
+    /// a release notification it had consumed is passed to the next waiter.
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
         let keys = self.prepare(resource, options)?;
         let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait());
@@ -692,6 +699,9 @@ impl Guard {
     /// # Errors
     /// As [`LockGuard::extend`]; with several instances, [`LockError::Quorum`] when too few answered (the lock
     /// stays valid until its current deadline).
+    ///
+    /// # Cancel safety
+    /// As [`LockGuard::extend`].
     pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
         self.state.extend(ttl).await
     }
@@ -700,6 +710,9 @@ impl Guard {
     ///
     /// # Errors
     /// As [`LockGuard::release`] (an error only when no instance answered).
+    ///
+    /// # Cancel safety
+    /// As [`LockGuard::release`].
     pub async fn release(self) -> Result<ReleaseOutcome> {
         let quorum = self.state.instances.quorum;
         Ok(self.release_report().await?.outcome(quorum))
@@ -708,6 +721,9 @@ impl Guard {
     /// Like [`release`](Self::release), with the count of what each instance found.
     ///
     /// # Errors
+    /// As [`release`](Self::release).
+    ///
+    /// # Cancel safety
     /// As [`release`](Self::release).
     pub async fn release_report(mut self) -> Result<ReleaseReport> {
         self.state.stop();

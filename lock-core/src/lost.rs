@@ -108,6 +108,12 @@ impl LostSignal {
     /// Without a runtime to sleep on (see the crate's runtime features) it still resolves on every explicit loss,
     /// but only notices the validity deadline when something else wakes it; [`is_lost`](Self::is_lost) is exact
     /// either way.
+    ///
+    /// # Errors
+    /// None: the future resolves with the reason.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only observes the signal.
     pub async fn lost(&self) -> LostReason {
         loop {
             let listener = self.shared.event.listen();

@@ -124,6 +124,12 @@ impl ReleaseHub {
 
     /// Registers a waiter on `channel`; the first waiter of a channel subscribes (a failure is logged, not returned:
     /// the waiter then polls).
+    ///
+    /// # Errors
+    /// None: a subscription the backend cannot confirm is logged, and the waiter polls.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the registration is made before the first await and undone when its watch is dropped.
     pub async fn watch(self: &Arc<Self>, channel: &str) -> ReleaseWatch {
         let (state, confirmation) = {
             let mut map = self.channels();

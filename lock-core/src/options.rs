@@ -28,6 +28,7 @@ pub const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// assert!(LockOptions::new(Duration::ZERO).validate().is_err());
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "options do nothing until passed to an acquire"]
 pub struct LockOptions {
     ttl: Duration,
     wait: Duration,
@@ -165,6 +166,7 @@ impl LockOptions {
 /// assert!(opts.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "a policy does nothing until set with `LockOptions::with_auto_renew`"]
 pub struct RenewPolicy {
     interval: Option<Duration>,
     max_hold: Option<Duration>,
@@ -248,6 +250,7 @@ pub enum Shortfall {
 /// assert!(opts.validate().is_ok());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a policy does nothing until set with `LockOptions::with_replica_ack`"]
 pub struct ReplicaAck {
     replicas: u32,
     timeout: Duration,
@@ -336,6 +339,7 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
 /// assert!(p.validate().is_ok());
 /// ```
 #[derive(Clone, Debug, PartialEq)]
+#[must_use = "a policy does nothing until set with `LockOptions::with_retry`"]
 pub struct RetryPolicy {
     min_delay: Duration,
     max_delay: Duration,

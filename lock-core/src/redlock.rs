@@ -78,6 +78,7 @@ use crate::store::LockStore;
 /// # }
 /// ```
 #[derive(Debug)]
+#[must_use = "a builder does nothing until `build()`"]
 pub struct RedlockBuilder {
     stores: Vec<Arc<dyn LockStore>>,
     quorum: Option<usize>,

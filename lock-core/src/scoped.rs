@@ -54,6 +54,10 @@ pub trait DistributedLockExt: DistributedLock {
     /// Those of [`acquire`](DistributedLock::acquire), and [`LockError::Lost`] when the lock was lost during the
     /// work. A failed release after the work finished is logged, not returned (the lock expires at its TTL and the
     /// work's output is not thrown away).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the work at its current await point and releases the lock in the background (the
+    /// guard's drop); an acquire still in progress is cancelled as [`acquire`](DistributedLock::acquire) says.
     async fn with_lock<F, Fut, T>(&self, resource: &str, options: &LockOptions, work: F) -> Result<T>
     where
         F: FnOnce(LockContext) -> Fut + Send,

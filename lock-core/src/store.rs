@@ -91,16 +91,43 @@ pub enum ExtendReply {
 pub trait LockStore: Send + Sync + Debug + 'static {
     /// Sets the lock key to the token with the TTL if absent and, with fencing, advances the fencing counter, in
     /// one atomic step; otherwise reports the holder's remaining TTL.
+    ///
+    /// # Errors
+    /// Typed as the trait docs say; an error raised before the request left must be
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) (the engine then knows nothing was applied).
+    ///
+    /// # Cancel safety
+    /// Must be cancel-safe for the connection: a dropped call may leave the grant applied (the engine releases it by
+    /// token), but must never leave a connection out of step (a later call reading this call's reply).
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply>;
 
     /// Deletes the lock key only if it holds `token`, and publishes a release notification when it did.
+    ///
+    /// # Errors
+    /// Typed as the trait docs say.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire): the release may or may not be applied; the connection stays in step.
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome>;
 
     /// Sets the lock key's TTL to `ttl` only if it holds `token`.
+    ///
+    /// # Errors
+    /// Typed as the trait docs say.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
     async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply>;
 
     /// Raises the fencing counter to at least `at_least`, only if the lock key still holds `token`; returns whether
     /// it did. Redlock uses this to make fencing tokens monotonic across quorums.
+    ///
+    /// # Errors
+    /// Typed as the trait docs say; [`WrongType`](crate::LockError::WrongType) for a counter that is not an
+    /// integer.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool>;
 
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.

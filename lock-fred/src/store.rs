@@ -111,6 +111,9 @@ impl FredStore {
     /// # Errors
     /// [`LockError::InvalidArgument`] for a URL fred rejects; [`LockError::Unavailable`],
     /// [`LockError::Timeout`] or [`LockError::Auth`] when the first connection fails.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future closes what it opened.
     pub async fn connect(url: &str) -> Result<Self> {
         FredStoreBuilder::from_url(url)?.connect().await
     }
@@ -121,6 +124,9 @@ impl FredStore {
     ///
     /// # Errors
     /// As [`FredStoreBuilder::connect`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future closes the subscriber it opened; the pool is the caller's.
     pub async fn from_pool(pool: Pool) -> Result<Self> {
         FredStoreBuilder::from_pool(pool).connect().await
     }
@@ -575,6 +581,9 @@ impl FredStoreBuilder {
     /// [`LockError::InvalidArgument`] for a zero pool size or command timeout, or a configuration fred rejects;
     /// [`LockError::Unavailable`], [`LockError::Timeout`] or [`LockError::Auth`] when a first connection fails
     /// (fred bounds each connection attempt by its connect timeout).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the clients it built (their connection tasks end with them).
     pub async fn connect(self) -> Result<FredStore> {
         let FredStoreBuilder { source, pool_size, command_timeout: timeout, tls } = self;
         if timeout.is_zero() || timeout > lock_core::MAX_WAIT {

@@ -1,7 +1,7 @@
 //! The fred backend as production deployments reach Redis: the conformance suite as the smallest ACL user a lock
 //! needs and over TLS, mutual TLS, and the certificates it must refuse (`lock_testkit::tls_cases`).
 
-use lock_fred::lock_core::{Lock, Result};
+use lock_fred::lock_core::Lock;
 use lock_fred::{FredStore, FredStoreBuilder};
 use lock_testkit::{server_cases, Subject};
 
@@ -25,7 +25,7 @@ mod tls {
     use lock_testkit::tls_cases::TlsConnect;
     use lock_testkit::{RedisServer, TestCertificates};
 
-    async fn connect(how: TlsConnect) -> Result<FredStore> {
+    async fn connect(how: TlsConnect) -> lock_fred::lock_core::Result<FredStore> {
         let mut builder = FredStoreBuilder::from_url(&how.url)?;
         if let Some(ca) = how.ca_pem {
             builder = builder.with_ca_certificate(ca);

@@ -133,8 +133,12 @@ mod store;
 mod subscriber;
 mod tls;
 
-pub use store::{RedisStore, RedisStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE};
+pub use store::{
+    PoolStatus, RedisStore, RedisStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE,
+};
 
+#[cfg(feature = "deadpool-redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "deadpool-redis")))]
 pub use deadpool_redis;
 pub use lock_core;
 pub use redis;

@@ -299,6 +299,7 @@ pub(crate) enum Pool {
     /// Built by this crate from a URL: shared multiplexed connections.
     Own(Arc<Multiplexed>),
     /// The caller's `deadpool_redis` pool.
+    #[cfg(feature = "deadpool-redis")]
     Shared(deadpool_redis::Pool),
     /// A Redis Cluster. redis-rs's cluster connection is itself multiplexed over one connection per node and
     /// follows `MOVED`/`ASK` and retries `TRYAGAIN` by itself, so it needs no pool: every command uses a clone.
@@ -318,6 +319,7 @@ impl Pool {
             // Boxed: deadpool's get future holds the future that opens a connection (tens of KB); inline, it
             // would make every store call's future that large, allocated and moved on every call (measured: a
             // 21.5 KB box per acquire and per release, the client's top cost in `memmove`).
+            #[cfg(feature = "deadpool-redis")]
             Pool::Shared(pool) => Pooled::Shared(Box::pin(pool.get()).await?),
             Pool::Cluster(cluster) => Pooled::Cluster(cluster.shared.clone()),
         })
@@ -336,6 +338,7 @@ impl Pool {
                 Some(exclusive) => Pooled::ExclusiveCluster(Exclusive::new(Box::pin(exclusive.get()).await?)),
                 None => self.get().await?,
             },
+            #[cfg(feature = "deadpool-redis")]
             Pool::Shared(_) => self.get().await?,
         })
     }
@@ -343,6 +346,7 @@ impl Pool {
     pub(crate) fn status(&self) -> deadpool::Status {
         match self {
             Pool::Own(conns) => conns.status(),
+            #[cfg(feature = "deadpool-redis")]
             Pool::Shared(pool) => pool.status(),
             // One shared cluster connection, never exhausted.
             Pool::Cluster(_) => deadpool::Status { max_size: 1, size: 1, available: 1, waiting: 0 },
@@ -354,6 +358,7 @@ impl fmt::Debug for Pool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match self {
             Pool::Own(_) => "multiplexed",
+            #[cfg(feature = "deadpool-redis")]
             Pool::Shared(_) => "deadpool_redis",
             Pool::Cluster(_) => "cluster",
         };
@@ -390,6 +395,7 @@ impl<M: deadpool::managed::Manager> Drop for Exclusive<M> {
 /// The connection one command uses.
 pub(crate) enum Pooled {
     Own(MultiplexedConnection, Arc<Multiplexed>, usize),
+    #[cfg(feature = "deadpool-redis")]
     Shared(deadpool_redis::Connection),
     Cluster(ClusterConnection),
     Exclusive(Exclusive<ServerConnections>),
@@ -411,6 +417,7 @@ impl Pooled {
                 }
                 reply
             }
+            #[cfg(feature = "deadpool-redis")]
             Pooled::Shared(conn) => cmd.query_async(&mut **conn).await,
             Pooled::Cluster(conn) => cmd.query_async(conn).await,
             Pooled::Exclusive(conn) => match conn.get() {
@@ -439,7 +446,9 @@ impl Pooled {
             Pooled::Own(_, conns, index) => conns.replied(*index),
             Pooled::Exclusive(conn) => conn.done = true,
             Pooled::ExclusiveCluster(conn) => conn.done = true,
-            Pooled::Shared(_) | Pooled::Cluster(_) => {}
+            #[cfg(feature = "deadpool-redis")]
+            Pooled::Shared(_) => {}
+            Pooled::Cluster(_) => {}
         }
     }
 
@@ -456,6 +465,7 @@ impl Pooled {
     pub(crate) fn discard(self) {
         match self {
             Pooled::Own(_, conns, index) => conns.discard(index),
+            #[cfg(feature = "deadpool-redis")]
             Pooled::Shared(conn) => drop(deadpool_redis::Connection::take(conn)),
             // The cluster connection reconnects to a failed node by itself; dropping this clone is enough.
             Pooled::Cluster(conn) => drop(conn),

@@ -53,6 +53,20 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     holder: Script::new(scripts::HOLDER),
 });
 
+/// How many connections a store holds and how many are in use ([`RedisStore::pool_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStatus {
+    /// The most connections the store opens.
+    pub max_size: usize,
+    /// Connections open now.
+    pub size: usize,
+    /// Connections free for a command now (a store's own multiplexed connections are always free).
+    pub available: usize,
+    /// Commands waiting for a connection.
+    pub waiting: usize,
+}
+
 /// The body of the lock script whose SHA-1 is `sha` (to name the command an ACL refused inside it).
 pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
     [
@@ -84,6 +98,7 @@ pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `connect().await`"]
 pub struct RedisStoreBuilder {
     target: Target,
     pool_size: usize,
@@ -435,6 +450,8 @@ impl RedisStoreBuilder {
     /// # Errors
     /// [`LockError::InvalidArgument`] for a malformed URL, a zero timeout, or a [`cluster`](Self::cluster) or
     /// [`sentinel`](Self::sentinel) configuration.
+    #[cfg(feature = "deadpool-redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deadpool-redis")))]
     pub fn build_with_pool(self, pool: deadpool_redis::Pool) -> Result<RedisStore> {
         self.check_timeouts()?;
         tls::install_crypto_provider();
@@ -486,12 +503,17 @@ impl RedisStore {
     ///
     /// # Errors
     /// As [`RedisStoreBuilder::connect`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future closes what it opened.
     pub async fn connect(url: &str) -> Result<Self> {
         RedisStoreBuilder::new(url).connect().await
     }
 
     /// A store over the caller's `deadpool_redis` pool, with `subscriber` (a client for the same server) used for
     /// the release-notification connection, and the default timeouts. See [`RedisStoreBuilder::build_with_pool`].
+    #[cfg(feature = "deadpool-redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "deadpool-redis")))]
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
         let deadlines = Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT };
         RedisStore::assemble(Pool::Shared(pool), Subscriber::hub(Endpoint::server(subscriber), deadlines), deadlines)
@@ -501,9 +523,15 @@ impl RedisStore {
         RedisStore { inner: Arc::new(Inner { pool, deadlines, hub }) }
     }
 
-    /// How many connections the pool holds and how many are in use.
-    pub fn pool_status(&self) -> deadpool_redis::Status {
-        self.inner.pool.status()
+    /// How many connections the store holds and how many are in use.
+    pub fn pool_status(&self) -> PoolStatus {
+        let status = self.inner.pool.status();
+        PoolStatus {
+            max_size: status.max_size,
+            size: status.size,
+            available: status.available,
+            waiting: status.waiting,
+        }
     }
 
     /// Checks that the server answers and is recent enough for the scripts (`INFO server`, one round trip).
@@ -571,7 +599,9 @@ impl Inner {
             // timeout (redis-rs's own); a second timer per call would only cost.
             Pool::Own(_) => call.await,
             // Waiting for a caller's pool, or cluster retries, are not: bound the call as a whole.
-            Pool::Shared(_) | Pool::Cluster(_) => rt::timeout(operation, d.call(), call).await?,
+            #[cfg(feature = "deadpool-redis")]
+            Pool::Shared(_) => rt::timeout(operation, d.call(), call).await?,
+            Pool::Cluster(_) => rt::timeout(operation, d.call(), call).await?,
         }
     }
 }

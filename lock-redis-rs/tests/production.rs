@@ -2,7 +2,7 @@
 //! lock needs and over TLS, mutual TLS, and the certificates it must refuse (`lock_testkit::tls_cases`).
 #![cfg(feature = "tokio")]
 
-use lock_redis_rs::lock_core::{Lock, Result};
+use lock_redis_rs::lock_core::Lock;
 use lock_redis_rs::{RedisStore, RedisStoreBuilder};
 use lock_testkit::{server_cases, Subject};
 
@@ -26,7 +26,7 @@ mod tls {
     use lock_testkit::tls_cases::TlsConnect;
     use lock_testkit::{RedisServer, TestCertificates};
 
-    async fn connect(how: TlsConnect) -> Result<RedisStore> {
+    async fn connect(how: TlsConnect) -> lock_redis_rs::lock_core::Result<RedisStore> {
         let mut config = RedisStoreBuilder::new(&how.url);
         if let Some(ca) = how.ca_pem {
             config = config.with_ca_certificate(ca);

@@ -26,6 +26,7 @@ const POLL: Duration = Duration::from_millis(10);
 
 /// Options for [`RedisCluster`].
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start()`"]
 pub struct RedisClusterBuilder {
     primaries: usize,
     replicas: usize,

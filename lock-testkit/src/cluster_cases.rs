@@ -3,6 +3,9 @@
 //!
 //! Like the conformance suite, one public async function per case; [`cluster_tests!`](crate::cluster_tests) writes
 //! one `#[test]` per case for a backend, given an async function that connects its store to a cluster.
+//!
+//! Each case is a test: it panics, naming what broke, when the backend does not keep a promise (so no case has an
+//! `# Errors` section), and it is not meant to be cancelled except by ending the test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

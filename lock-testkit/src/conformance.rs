@@ -2,6 +2,9 @@
 //!
 //! [`conformance_tests!`](crate::conformance_tests) writes one `#[test]` per case. Every case uses fresh
 //! resource names, so cases run in parallel against one server. Each case says what it proves in its doc.
+//!
+//! Each case is a test: it panics, naming what broke, when the backend does not keep a promise (so no case has an
+//! `# Errors` section), and it is not meant to be cancelled except by ending the test.
 
 use std::collections::HashSet;
 use std::fmt::Debug;

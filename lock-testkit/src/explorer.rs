@@ -293,6 +293,9 @@ impl Explorer {
     ///
     /// # Errors
     /// The first [`Violation`] found.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the schedules in progress (their background releases still run).
     pub async fn run(&self) -> Result<Summary, Violation> {
         let seeds = (0..self.schedules).map(|i| self.first_seed.wrapping_add(i));
         let mut results =
@@ -308,6 +311,9 @@ impl Explorer {
     ///
     /// # Errors
     /// Its [`Violation`].
+    ///
+    /// # Cancel safety
+    /// As [`run`](Self::run).
     pub async fn replay(seed: u64) -> Result<Summary, Violation> {
         run_schedule(Schedule::generate(seed)).await
     }

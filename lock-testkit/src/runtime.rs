@@ -48,6 +48,12 @@ async fn bounded<F: Future>(fut: F) -> F::Output {
 }
 
 /// Sleeps on any runtime (an `async-io` timer, which runs without a reactor of its own).
+///
+/// # Errors
+/// None.
+///
+/// # Cancel safety
+/// Cancel-safe.
 pub async fn sleep(d: Duration) {
     async_io::Timer::after(d).await;
 }

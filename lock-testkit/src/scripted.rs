@@ -236,6 +236,12 @@ impl Gate {
     }
 
     /// Waits until `n` calls have reached the gate; `false` if that did not happen `within`.
+    ///
+    /// # Errors
+    /// None: `false` says the calls did not arrive in time.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
     pub async fn wait_arrivals(&self, n: usize, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {
@@ -253,6 +259,12 @@ impl Gate {
     }
 
     /// Arrives at the gate and waits until it is open.
+    ///
+    /// # Errors
+    /// None.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe; the arrival is counted either way.
     pub async fn pass(&self) {
         {
             let mut st = self.state();
@@ -710,6 +722,12 @@ impl LockStore for ScriptedStore {
 }
 
 /// Yields once to the executor (any runtime).
+///
+/// # Errors
+/// None.
+///
+/// # Cancel safety
+/// Cancel-safe.
 pub async fn yield_now() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {

@@ -33,6 +33,7 @@ const INFO_PERIOD_MS: &str = "250";
 
 /// Options for [`RedisSentinel`].
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `start()`"]
 pub struct RedisSentinelBuilder {
     service_name: String,
     down_after: Duration,

@@ -7,6 +7,9 @@
 //! [`sentinel_tests!`](crate::sentinel_tests) writes one `#[test]` per case for a backend, given an async function
 //! that connects its store to a deployment. The cases that kill a primary start a deployment of their own; the
 //! others share one per test binary ([`shared`]).
+//!
+//! Each case is a test: it panics, naming what broke, when the backend does not keep a promise (so no case has an
+//! `# Errors` section), and it is not meant to be cancelled except by ending the test.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -58,6 +58,7 @@ pub enum Persistence {
 
 /// Options for [`RedisServer`].
 #[derive(Clone, Debug, Default)]
+#[must_use = "a builder does nothing until `start()`"]
 pub struct RedisServerBuilder {
     persistence: Persistence,
     extra: Vec<String>,

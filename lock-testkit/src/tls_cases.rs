@@ -4,6 +4,9 @@
 //!
 //! [`tls_tests!`](crate::tls_tests) writes one `#[test]` per case for a backend, given an async function that
 //! connects its store as a [`TlsConnect`] says.
+//!
+//! Each case is a test: it panics, naming what broke, when the backend does not keep a promise (so no case has an
+//! `# Errors` section), and it is not meant to be cancelled except by ending the test.
 
 use std::future::Future;
 use std::pin::Pin;
