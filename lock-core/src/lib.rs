@@ -59,6 +59,10 @@
 //! # Safety model
 //! A lease lock cannot by itself protect against a holder that pauses (GC, swap, `SIGSTOP`) past its validity:
 //! use the [`FencingToken`] of each acquisition at the protected resource, and watch the [`LostSignal`].
+//!
+//! # Feature flags
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod distributed_lock;
@@ -95,3 +99,8 @@ pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, Backgr
 pub use scoped::{DistributedLockExt, LockContext};
 pub use store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 pub use token::{FencingToken, Token};
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

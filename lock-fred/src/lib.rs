@@ -86,6 +86,10 @@
 //! `WrongType`, I/O, connection and cancellation errors, `READONLY`/`LOADING`/`MASTERDOWN` and no primary found
 //! through Sentinel → `Unavailable`, timeouts → `Timeout`, authentication → `Auth`, anything else → `Backend`.
 //! Every call is bounded by the store's command timeout ([`FredStoreBuilder::with_command_timeout`]).
+//!
+//! # Feature flags
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod error;
@@ -97,3 +101,8 @@ pub use store::{FredStore, FredStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_PO
 
 pub use fred;
 pub use lock_core;
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

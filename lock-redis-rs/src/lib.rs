@@ -125,6 +125,10 @@
 //! Feature `tokio` (default) runs on tokio; feature `smol` on smol; feature `async-std` under async-std's executor
 //! (redis-rs drives its connections with smol's reactor there, which async-std shares). With several enabled,
 //! tokio is used when a tokio runtime is current.
+//!
+//! # Feature flags
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 mod error;
@@ -142,3 +146,8 @@ pub use store::{
 pub use deadpool_redis;
 pub use lock_core;
 pub use redis;
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

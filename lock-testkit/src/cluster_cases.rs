@@ -19,34 +19,12 @@ use lock_core::{
     DEFAULT_PREFIX,
 };
 
+use crate::or_panic::{ms, OrPanic};
 use crate::{Checker, Hold, RedisCluster, Reply};
 
 /// Connects a backend's store to a cluster (the argument of every case).
 pub type StoreFactory =
     dyn Fn(&RedisCluster) -> Pin<Box<dyn Future<Output = Arc<dyn LockStore>> + Send + '_>> + Send + Sync;
-
-/// Test cases fail by panicking, with the caller's location.
-pub(crate) trait OrPanic<T> {
-    fn or_panic(self) -> T;
-}
-
-impl<T, E: std::fmt::Debug> OrPanic<T> for Result<T, E> {
-    #[track_caller]
-    fn or_panic(self) -> T {
-        self.unwrap_or_else(|e| panic!("unexpected error: {e:?}"))
-    }
-}
-
-impl<T> OrPanic<T> for Option<T> {
-    #[track_caller]
-    fn or_panic(self) -> T {
-        self.unwrap_or_else(|| panic!("unexpected None"))
-    }
-}
-
-pub(crate) fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 /// The cluster shared by the cases of one test binary.
 pub fn shared() -> &'static RedisCluster {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::checker::{Checker, Hold, Report};
+pub use crate::oracle::WriteOutcome;
 
 /// Nanoseconds on this machine's monotonic clock (the clock [`Instant`] uses on Linux), comparable across
 /// processes.
@@ -83,17 +84,6 @@ pub enum EventKind {
         /// What the resource answered.
         outcome: WriteOutcome,
     },
-}
-
-/// The protected resource's verdict on one write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// Accepted, and the value it read was still current.
-    Accepted,
-    /// Rejected: a higher fencing token had already written.
-    Rejected,
-    /// Accepted, but someone else had written since this writer read: a lost update.
-    LostUpdate,
 }
 
 /// One stamped event.

@@ -31,25 +31,41 @@
 //! - [`explorer`]: seeded random schedules of acquire, cancel, release, drop, renewal and expiry over scripted
 //!   stores, checked for the lock's promises after each one;
 //! - the fault harness ([`proxy`], [`worker`], [`history`], [`FencedCounter`]) behind the fault suite.
+//!
+//! The crate builds on every platform `redis-server` runs on; the parts that stop, resume or signal processes
+//! (Cluster and Sentinel cases, worker processes, the cross-process history, [`RedisServer::pause`]) are Unix-only.
+//!
+//! # Feature flags
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
 pub mod checker;
 mod cluster;
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod cluster_cases;
 pub mod conformance;
 pub mod explorer;
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
+mod or_panic;
 mod oracle;
 pub mod proxy;
 mod resp;
 pub mod runtime;
 pub mod scripted;
 mod sentinel;
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod sentinel_cases;
 mod server;
 pub mod server_cases;
 mod tls;
 pub mod tls_cases;
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod worker;
 
 use std::any::Any;
@@ -66,7 +82,7 @@ pub mod __private {
     pub use lock_core::LockStore;
 }
 pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
-pub use oracle::{CounterClient, FencedCounter};
+pub use oracle::{CounterClient, FencedCounter, WriteOutcome};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
@@ -166,7 +182,7 @@ macro_rules! conformance_tests {
 ///
 /// `cluster_tests!(connect)`: `connect` is an `async fn(&RedisCluster) -> S` where `S: LockStore`, connecting the
 /// backend's store to the given cluster. Cases run on a multi-threaded tokio runtime; the cluster-wide ones share
-/// one cluster per test binary ([`cluster_cases::shared`]).
+/// one cluster per test binary ([`cluster_cases::shared`]). Unix only.
 #[macro_export]
 macro_rules! cluster_tests {
     ($connect:path) => {
@@ -188,7 +204,7 @@ macro_rules! cluster_tests {
 /// `sentinel_tests!(connect)`: `connect` is an `async fn(&RedisSentinel) -> S` where `S: LockStore`, connecting the
 /// backend's store to the given deployment (through its Sentinels). Cases run on a multi-threaded tokio runtime;
 /// the ones that kill a primary start a deployment of their own, the others share one per test binary
-/// ([`sentinel_cases::shared`]).
+/// ([`sentinel_cases::shared`]). Unix only.
 #[macro_export]
 macro_rules! sentinel_tests {
     ($connect:path) => {
@@ -294,3 +310,8 @@ macro_rules! __fixture_cases {
         )*
     };
 }
+
+/// The README's examples, compiled and run as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::history::WriteOutcome;
 use crate::resp::{self, Reply};
 use crate::server::{RedisServer, ServerError};
 
@@ -97,4 +96,15 @@ impl CounterClient {
             _ => Err(ServerError::Protocol(format!("{reply:?}"))),
         }
     }
+}
+
+/// The protected resource's verdict on one write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Accepted, and the value it read was still current.
+    Accepted,
+    /// Rejected: a higher fencing token had already written.
+    Rejected,
+    /// Accepted, but someone else had written since this writer read: a lost update.
+    LostUpdate,
 }

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Lock, LockError, LockOptions, LockStore, ReleaseOutcome, ReplicaAck};
 
-use crate::cluster_cases::{ms, release_wake_delay, OrPanic, NOTIFIED_WITHIN};
+use crate::cluster_cases::{release_wake_delay, NOTIFIED_WITHIN};
+use crate::or_panic::{ms, OrPanic};
 use crate::{RedisSentinel, Reply};
 
 /// Connects a backend's store to a Sentinel deployment (the argument of every case). Stores should have a command

@@ -323,16 +323,19 @@ impl RedisServer {
     /// Kills the process with SIGKILL (no shutdown, no final save).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            #[cfg(unix)]
             if self.paused {
                 signal(&child, libc::SIGCONT);
-                self.paused = false;
             }
+            self.paused = false;
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    /// Freezes the process (SIGSTOP): connections stay open, nothing is answered.
+    /// Freezes the process (SIGSTOP): connections stay open, nothing is answered. Unix only.
+    #[cfg(unix)]
+    #[cfg_attr(docsrs, doc(cfg(unix)))]
     pub fn pause(&mut self) {
         if let Some(child) = &self.child {
             signal(child, libc::SIGSTOP);
@@ -340,7 +343,9 @@ impl RedisServer {
         }
     }
 
-    /// Thaws a paused process (SIGCONT).
+    /// Thaws a paused process (SIGCONT). Unix only.
+    #[cfg(unix)]
+    #[cfg_attr(docsrs, doc(cfg(unix)))]
     pub fn resume(&mut self) {
         if let Some(child) = &self.child {
             signal(child, libc::SIGCONT);
@@ -449,6 +454,7 @@ impl Drop for RedisServer {
     }
 }
 
+#[cfg(unix)]
 pub(crate) fn signal(child: &Child, sig: libc::c_int) {
     if let Ok(pid) = libc::pid_t::try_from(child.id()) {
         // SAFETY: sending a signal to our own child process, which we have not reaped yet.
@@ -545,6 +551,7 @@ pub(crate) mod exit_hook {
         let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
         let first = state.is_empty();
         state.extend(servers.into_iter().filter_map(|s| Some((s.pid()?, s.dir().to_owned()))));
+        #[cfg(unix)]
         if first {
             // SAFETY: registers a plain `extern "C"` function with the C runtime; it runs once, at `exit`.
             #[allow(unsafe_code)]
@@ -552,8 +559,13 @@ pub(crate) mod exit_hook {
                 libc::atexit(at_exit);
             }
         }
+        // Elsewhere the shared fixtures' processes outlive the test binary (no atexit hook, no parent-death
+        // signal): a platform limit, documented on the shared fixtures.
+        #[cfg(not(unix))]
+        let _ = first;
     }
 
+    #[cfg(unix)]
     extern "C" fn at_exit() {
         let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
         for (pid, dir) in state.iter() {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, ReplicaAck, Shortfall};
 
-use crate::cluster_cases::{ms, OrPanic};
+use crate::or_panic::{ms, OrPanic};
 use crate::{RedisServer, Reply};
 
 /// Connects a backend's store to the server at a URL (the argument of every case).

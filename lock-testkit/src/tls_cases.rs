@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Lock, LockError, LockOptions, LockStore, ReleaseOutcome};
 
-use crate::cluster_cases::OrPanic;
+use crate::or_panic::OrPanic;
 use crate::{RedisServer, ServerCertificate, TestCertificates};
 
 /// How a case asks a backend to connect.
