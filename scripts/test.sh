@@ -2,6 +2,7 @@
 # The whole test suite on a fresh machine: installs redis-server when it is missing, then runs every test.
 #
 #   scripts/test.sh [extra cargo test arguments]
+#   scripts/test.sh --install-only     (installs what is missing, runs nothing)
 #
 # redis-server (and OpenSSL's development files, for the native-tls features) come from the system's packages:
 # apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk (Alpine), pacman (Arch), brew (macOS); as root, or
@@ -85,6 +86,9 @@ install_openssl_headers() {
 
 have_redis || install_redis
 have_openssl_headers || install_openssl_headers
+if [ "${1:-}" = "--install-only" ]; then
+  exit 0
+fi
 "${REDIS_SERVER:-redis-server}" --version
 # The Sentinel tests run `redis-server sentinel.conf --sentinel`: the same binary, no other package needed.
 cargo test --workspace --all-features --exclude lock-bench "$@"
