@@ -33,6 +33,18 @@
 //! # }
 //! ```
 //!
+//! # Which type to use
+//!
+//! | you want… | use |
+//! |---|---|
+//! | a lock on one Redis (or Cluster, Sentinel) | [`Lock::new`] with a store from `lock-redis-rs` or `lock-fred` |
+//! | a lock over N independent Redis (Redlock) | [`Lock::redlock`]`(stores).build()?` |
+//! | to accept any lock in a library | `Arc<dyn` [`DistributedLock`]`>` (implemented by [`Lock`]); guards are `Box<dyn` [`LockGuard`]`>` |
+//! | the concrete guard with Redlock details | [`Guard`] (what [`Lock::acquire`] returns) |
+//! | work that runs only while the lock is held | [`DistributedLockExt::with_lock`] |
+//! | tests without Redis | [`MemoryStore`] |
+//! | to write a backend | implement [`LockStore`], prove it with `lock-testkit` |
+//!
 //! # Runtimes
 //! Features pick the runtimes lock-core can sleep, time out and spawn on: `rt-tokio` (default), `rt-async-std`,
 //! `rt-smol`. tokio is used when a tokio runtime is current; otherwise async-std's or smol's executor with

@@ -74,6 +74,11 @@
 //! ahead of the replica's by more than the failover took). The tests show the exact repeat with a counter set
 //! ahead of the clock.
 //!
+//! A grant with replica acknowledgement runs on a client of its own (the `WAIT` blocks its connection), from up to
+//! [`EXCLUSIVE_CLIENTS`] that connect at the store's first such grant, inside that call's bound: on a cluster that
+//! is a discovery per client, so on a loaded machine the first one can end in `Timeout` (retryable; a waiting
+//! acquire retries it).
+//!
 //! # TLS
 //! Off by default. `tls-rustls` (rustls with its `ring` provider) or `tls-native-tls` (the platform's library)
 //! turn on fred's TLS: `rediss://` URLs connect over TLS trusting the platform's roots, and
@@ -97,7 +102,7 @@ mod store;
 mod subscriber;
 mod tls;
 
-pub use store::{FredStore, FredStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE};
+pub use store::{FredStore, FredStoreBuilder, DEFAULT_COMMAND_TIMEOUT, DEFAULT_POOL_SIZE, EXCLUSIVE_CLIENTS};
 
 pub use fred;
 pub use lock_core;
