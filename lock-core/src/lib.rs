@@ -84,6 +84,7 @@ pub mod lease;
 mod lock;
 mod lost;
 mod memory;
+mod mutex_calls;
 mod notify;
 mod options;
 pub mod redlock;
@@ -93,6 +94,7 @@ mod scoped;
 pub mod scripts;
 mod store;
 mod token;
+pub mod transport;
 mod wait;
 mod watchdog;
 
@@ -111,6 +113,7 @@ pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, Backgr
 pub use scoped::{DistributedLockExt, LockContext};
 pub use store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 pub use token::{FencingToken, Token};
+pub use transport::{Call, Ran, Reply, ScriptStore, Topology};
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.
 #[cfg(doctest)]

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::error::{LockError, Result};
 use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
+pub use crate::transport::Script;
 
 /// Acquire: `SET lock token NX PX ttl`; with fencing, advance the counter in the same step.
 ///
@@ -29,7 +30,9 @@ use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
 /// second are issued for one resource. The counter key has no TTL (one small string per resource). Values stay
 /// exact below 2^53 (Lua numbers are doubles); the time floor is about 1.8·10^15 (2^51) in 2026, which leaves
 /// centuries of headroom.
-pub const ACQUIRE: &str = r#"
+pub static ACQUIRE: Script = Script::new(
+    "acquire",
+    r#"
 local fencing = ARGV[3] == '1'
 local current = false
 if fencing then
@@ -59,7 +62,8 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 return {0, redis.call('PTTL', KEYS[1])}
-"#;
+"#,
+);
 
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
 /// it taken: the holder's remaining TTL, or `WRONGTYPE` when the key is not a lock at all.
@@ -69,7 +73,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// once"). Backends acquiring without
 /// fencing send `SET NX PX` first (one round trip, the same command a hand-written client would send) and this
 /// script only when that failed, so an uncontended lock without fencing costs no Lua on the server.
-pub const HOLDER: &str = r#"
+pub static HOLDER: Script = Script::new(
+    "holder",
+    r#"
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'none' then
   return -2
@@ -78,7 +84,8 @@ if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 return redis.call('PTTL', KEYS[1])
-"#;
+"#,
+);
 
 /// Release: delete the lock key only if it holds our token, and announce the release.
 ///
@@ -91,7 +98,9 @@ return redis.call('PTTL', KEYS[1])
 /// tag). Measured on a 3-primary 7.0 cluster: about 6 µs of server CPU per release summed over the nodes with
 /// `PUBLISH`, 1–1.7 µs with `SPUBLISH`, and the `PUBLISH` cost grows with the number of nodes. Cluster stores
 /// therefore announce with `SPUBLISH` and listen with `SSUBSCRIBE`; single servers keep `PUBLISH`.
-pub const RELEASE: &str = r#"
+pub static RELEASE: Script = Script::new(
+    "release",
+    r#"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -101,13 +110,16 @@ elseif value then
   return -1
 end
 return 0
-"#;
+"#,
+);
 
 /// Extend: set the lock key's TTL only if it holds our token (never recreates it).
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` absent, `-1` held by
 /// another token.
-pub const EXTEND: &str = r#"
+pub static EXTEND: Script = Script::new(
+    "extend",
+    r#"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -116,13 +128,16 @@ elseif value then
   return -1
 end
 return 0
-"#;
+"#,
+);
 
 /// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` the floor (decimal). Reply: `1` done, `0`
 /// not our lock.
-pub const RAISE_FENCE: &str = r#"
+pub static RAISE_FENCE: Script = Script::new(
+    "raise-fence",
+    r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -137,7 +152,16 @@ if current < wanted then
   redis.call('INCRBY', KEYS[2], string.format('%d', wanted - current))
 end
 return 1
-"#;
+"#,
+);
+
+/// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
+pub static ALL: &[&Script] = &[&ACQUIRE, &HOLDER, &RELEASE, &EXTEND, &RAISE_FENCE];
+
+/// The script of lock-core whose SHA-1 is `sha1`.
+pub fn by_sha1(sha1: &str) -> Option<&'static Script> {
+    ALL.iter().copied().find(|script| script.sha1() == sha1)
+}
 
 /// The TTL argument of [`ACQUIRE`] and [`EXTEND`]: whole milliseconds, at least 1.
 pub fn ttl_millis(ttl: Duration) -> u64 {
@@ -292,11 +316,10 @@ pub fn refused_command(body: &str, message: &str) -> Option<String> {
 }
 
 /// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes: the command named by `NOPERM` (`… run
-/// the 'wait' command`), or the one on the script line the message names, found in the body `script_body` returns
-/// for the script's SHA-1.
-pub fn acl_refusal(message: &str, script_body: impl Fn(&str) -> Option<&'static str>) -> crate::AclRefusal {
+/// the 'wait' command`), or the one on the line the message names of the lock-core script whose SHA-1 it names.
+pub fn acl_refusal(message: &str) -> crate::AclRefusal {
     let quoted = message.split('\'').nth(1).filter(|_| message.contains("NOPERM")).map(str::to_ascii_uppercase);
-    let scripted = || script_sha(message).and_then(&script_body).and_then(|body| refused_command(body, message));
+    let scripted = || script_sha(message).and_then(by_sha1).and_then(|script| refused_command(script.body(), message));
     crate::AclRefusal { command: quoted.or_else(scripted), message: message.to_owned() }
 }
 

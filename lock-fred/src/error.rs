@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fred::error::{Error, ErrorKind};
-use lock_core::{scripts, LockError, LockKeys};
+use lock_core::{scripts, Call, LockError};
 
 /// fred 10.1 reports a command it could not write because no connection was up with `ErrorKind::Unknown` and one
 /// of these messages (seen right after a server restart, while the client reconnects).
@@ -15,15 +15,13 @@ const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
 /// Server error codes of a node that cannot take writes now.
 const NOT_WRITABLE: [&str; 3] = ["READONLY", "LOADING", "MASTERDOWN"];
 
-/// Maps the error of a script call on `keys`.
-pub(crate) fn from_script(err: Error, operation: &'static str, after: Duration, keys: &LockKeys) -> LockError {
+/// Maps the error of `call`.
+pub(crate) fn from_call(err: Error, call: &Call<'_>, after: Duration) -> LockError {
     if scripts::is_wrongtype(err.details()) {
-        // lock-core's scripts name the fencing counter when it is the foreign value; every other WRONGTYPE
-        // (including Redis's own, which names no key) concerns the lock key.
-        let key = if err.details().contains(keys.fence()) { keys.fence() } else { keys.lock() };
+        let key = call.key_named_in(err.details());
         return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
     }
-    from_fred(err, operation, after)
+    from_fred(err, call.operation, after)
 }
 
 /// Whether an error text is a failed TLS handshake (a certificate one side refused).
@@ -32,7 +30,7 @@ fn is_tls_failure(details: &str) -> bool {
     text.contains("certificate") || text.contains("handshake") || text.contains("tls alert")
 }
 
-/// Maps an error that is not about a particular key (connecting, subscribing, or the tail of [`from_script`]).
+/// Maps an error that is not about a particular key (connecting, subscribing, or the tail of [`from_call`]).
 pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) -> LockError {
     match err.kind() {
         ErrorKind::Timeout => {
@@ -58,7 +56,7 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
         ErrorKind::Sentinel => LockError::unavailable(err),
         ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
         _ if scripts::is_acl_refusal(err.details()) => {
-            LockError::Auth { source: Box::new(scripts::acl_refusal(err.details(), crate::store::script_body)) }
+            LockError::Auth { source: Box::new(scripts::acl_refusal(err.details())) }
         }
         #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
         ErrorKind::Tls => LockError::Tls { source: Box::new(err) },

@@ -19,9 +19,9 @@
 //! # }
 //! ```
 //!
-//! This crate only translates lock-core's [`LockStore`](lock_core::LockStore) interface to fred: waiting, validity,
-//! renewal and fencing rules all live in [`lock_core`], and the Lua scripts are [`lock_core::scripts`], the same
-//! text the `lock-redis-rs` backend sends. Both backends therefore interoperate on the same keys.
+//! This crate only translates lock-core's [`ScriptStore`](lock_core::ScriptStore) interface (run one script or
+//! command, hear releases) to fred: waiting, validity, renewal and fencing rules all live in [`lock_core`], and the
+//! Lua scripts are [`lock_core::scripts`], the same text the `lock-redis-rs` backend sends. Both backends therefore interoperate on the same keys.
 //!
 //! # Runtime: tokio only
 //! fred requires tokio (its connections and tasks run on it), so this crate offers no other runtime and has no

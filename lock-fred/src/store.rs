@@ -1,20 +1,17 @@
-//! [`FredStore`]: lock-core's [`LockStore`] over a fred [`Pool`], and its builder.
+//! [`FredStore`]: lock-core's calls ([`ScriptStore`]) over a fred [`Pool`], and its builder.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::clients::{Client, ExclusivePool, SubscriberClient};
-use fred::interfaces::{ClientLike, EventInterface, KeysInterface, LuaInterface, ServerInterface};
-use fred::prelude::{Builder, Config, Expiration, Options, Pool, ReconnectPolicy, ServerConfig, SetOptions, Value};
-use fred::types::scripts::Script;
-use fred::types::ConnectHandle;
-use fred::types::InfoKind;
-use lock_core::{
-    scripts, AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome,
-    Result, Token,
-};
+use fred::error::{Error as FredError, ErrorKind};
+use fred::interfaces::{ClientLike, EventInterface, LuaInterface, ServerInterface};
+use fred::prelude::{Builder, Config, Options, Pool, ReconnectPolicy, ServerConfig, Value};
+use fred::types::{ClusterHash, ConnectHandle, CustomCommand, InfoKind};
+use lock_core::transport::Command;
+use lock_core::{scripts, Call, LockError, Ran, ReleaseHub, ReplicaAck, Reply, Result, ScriptStore, Topology};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -33,37 +30,7 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 /// cycles/s with one client, 39 k with four).
 pub const DEFAULT_POOL_SIZE: usize = 1;
 
-/// lock-core's scripts as fred scripts: the text is lock-core's, only the SHA-1 is computed here (once per process).
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    raise_fence: Script,
-    holder: Script,
-}
-
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::from_lua(scripts::ACQUIRE),
-    release: Script::from_lua(scripts::RELEASE),
-    extend: Script::from_lua(scripts::EXTEND),
-    raise_fence: Script::from_lua(scripts::RAISE_FENCE),
-    holder: Script::from_lua(scripts::HOLDER),
-});
-
-/// The body of the lock script whose SHA-1 is `sha` (to name the command an ACL refused inside it).
-pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
-    [
-        (&SCRIPTS.acquire, scripts::ACQUIRE),
-        (&SCRIPTS.release, scripts::RELEASE),
-        (&SCRIPTS.extend, scripts::EXTEND),
-        (&SCRIPTS.raise_fence, scripts::RAISE_FENCE),
-        (&SCRIPTS.holder, scripts::HOLDER),
-    ]
-    .into_iter()
-    .find_map(|(script, body)| (&**script.sha1() == sha).then_some(body))
-}
-
-/// A [`LockStore`] on one Redis deployment (standalone, Sentinel or Cluster) through a fred [`Pool`].
+/// A [`ScriptStore`] (and so a [`LockStore`](lock_core::LockStore)) on one Redis deployment (standalone, Sentinel or Cluster) through a fred [`Pool`].
 ///
 /// Cheap to clone; clones share the pool, the subscriber and the [`ReleaseHub`]. When the last clone is dropped
 /// the store's background tasks stop and the subscriber (and a pool the store built itself) disconnect.
@@ -175,48 +142,19 @@ impl FredStore {
         Ok(ExclusiveClient { client: Some(pool.acquire().await), done: false })
     }
 
-    /// `SET lock token NX PX ttl`: whether it was set.
-    async fn set_nx(&self, client: &Client, keys: &LockKeys, token: &Token, ttl_ms: u64) -> Result<bool> {
+    /// Runs `call` on `client` (so that a following `WAIT` covers the same connection), bounded by the command
+    /// timeout, retrying what a cluster rejected without running it.
+    async fn send(&self, client: &Client, call: &Call<'_>) -> Result<Value> {
         let after = self.inner.command_timeout;
-        let expire = Some(Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX)));
-        let set = client.set::<Option<String>, _, _>(keys.lock(), token.as_str(), expire, Some(SetOptions::NX), false);
-        match tokio::time::timeout(after, set).await {
-            Err(_) => Err(LockError::Timeout { operation: "acquire", after }),
-            Ok(reply) => reply.map(|r| r.is_some()).map_err(|err| error::from_script(err, "acquire", after, keys)),
-        }
-    }
-
-    /// Runs one of lock-core's scripts: one `EVALSHA`. After a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`) it
-    /// sends the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when
-    /// another flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race). Runs on
-    /// `client`, so that a following `WAIT` covers the same connection.
-    async fn eval(
-        &self,
-        client: &Client,
-        operation: &'static str,
-        script: &Script,
-        keys: &LockKeys,
-        script_keys: Vec<&str>,
-        args: Vec<String>,
-    ) -> Result<Value> {
-        let after = self.inner.command_timeout;
-        let call = async {
+        let run = async {
             let mut pause = CLUSTER_RETRY_PAUSE;
             loop {
-                let keys = script_keys.clone();
-                let reply = match client.evalsha::<Value, _, _, _>(script.sha1().clone(), keys, args.clone()).await {
-                    Err(err) if has_code(&err, "NOSCRIPT") => {
-                        let body = script.lua().cloned().unwrap_or_default();
-                        client.eval::<Value, _, _, _>(body, script_keys.clone(), args.clone()).await
-                    }
-                    other => other,
-                };
-                match reply {
-                    // A cluster rejected the script without running it: its keys are split by a slot migration in
+                match send(client, call).await {
+                    // A cluster rejected the call without running it: its keys are split by a slot migration in
                     // progress (TRYAGAIN), or the slot's primary is failing over (CLUSTERDOWN). Retrying is safe
                     // and the condition is short-lived; the outer timeout bounds the retries.
                     Err(err) if has_code(&err, "TRYAGAIN") || has_code(&err, "CLUSTERDOWN") => {
-                        tracing::debug!(operation, error = %err, "cluster busy; retrying the script");
+                        tracing::debug!(operation = call.operation, error = %err, "cluster busy; retrying");
                         tokio::time::sleep(pause).await;
                         pause = (pause * 2).min(CLUSTER_RETRY_PAUSE_MAX);
                     }
@@ -227,11 +165,61 @@ impl FredStore {
         // fred's own default command timeout normally fires first; this bound also holds for a caller's pool that
         // has none. Dropping the call is safe for the connection: fred's router still reads the reply and discards
         // it, so no connection is left out of step.
-        match tokio::time::timeout(after, call).await {
-            Err(_) => Err(LockError::Timeout { operation, after }),
-            Ok(reply) => reply.map_err(|err| error::from_script(err, operation, after, keys)),
+        match tokio::time::timeout(after, run).await {
+            Err(_) => Err(LockError::Timeout { operation: call.operation, after }),
+            Ok(reply) => reply.map_err(|err| error::from_call(err, call, after)),
         }
     }
+
+    /// `WAIT` on `client`, on a cluster at the shard of the call's key (the grant's connection): fred would send a
+    /// keyless `WAIT` to any node, whose replicas say nothing about this grant.
+    async fn wait_replicas(&self, client: &Client, call: &Call<'_>, ack: ReplicaAck) -> Result<i64> {
+        let timeout_ms = i64::try_from(ack.timeout().as_millis()).unwrap_or(i64::MAX).max(1);
+        let on_shard = client
+            .with_options(&Options { cluster_hash: call.route_key().map(|key| key.into()), ..Options::default() });
+        let after = self.inner.command_timeout.saturating_add(ack.timeout());
+        tokio::time::timeout(after, on_shard.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
+            .await
+            .map_err(|_| LockError::Timeout { operation: call.operation, after })?
+            .map_err(|err| error::from_call(err, call, after))
+    }
+}
+
+/// Sends `call` once: a plain command, or `EVALSHA` and, after a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`),
+/// the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when another
+/// flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
+async fn send(client: &Client, call: &Call<'_>) -> std::result::Result<Value, FredError> {
+    let keys: Vec<&str> = call.keys.to_vec();
+    let args: Vec<&str> = call.args.to_vec();
+    match call.command {
+        Command::Plain(name) => {
+            let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+            client.custom::<Value, _>(command, keys.into_iter().chain(args).collect()).await
+        }
+        Command::Script(script) => match client
+            .evalsha::<Value, _, _, _>(script.sha1(), keys.clone(), args.clone())
+            .await
+        {
+            Err(err) if has_code(&err, "NOSCRIPT") => client.eval::<Value, _, _, _>(script.body(), keys, args).await,
+            other => other,
+        },
+        // A command lock-core added after this backend was written.
+        _ => Err(FredError::new(ErrorKind::InvalidCommand, "lock-core asked for a command this backend cannot send")),
+    }
+}
+
+/// A fred reply in lock-core's type. fred turns simple strings (`OK`) and bulk strings alike into
+/// [`Value::String`]; lock-core reads both the same way.
+fn reply(value: Value) -> Result<Reply> {
+    Ok(match value {
+        Value::Null => Reply::Nil,
+        Value::Integer(n) => Reply::Int(n),
+        Value::String(text) => Reply::Bulk(text.as_bytes().to_vec()),
+        Value::Bytes(bytes) => Reply::Bulk(bytes.to_vec()),
+        Value::Boolean(b) => Reply::Int(i64::from(b)),
+        Value::Array(items) => Reply::Array(items.into_iter().map(reply).collect::<Result<_>>()?),
+        other => return Err(LockError::backend(format!("unexpected reply type: {other:?}"))),
+    })
 }
 
 /// How many grants with a replica `WAIT` one store runs at once; more wait for a client (within their call's
@@ -271,39 +259,16 @@ fn has_code(err: &fred::error::Error, code: &str) -> bool {
     err.details().starts_with(code) || err.to_string().contains(code)
 }
 
-fn unexpected(operation: &str, reply: &Value) -> LockError {
-    LockError::backend(format!("unexpected reply to the {operation} script: {reply:?}"))
-}
-
-/// The integer a release, extend or raise-fence script returns.
-fn integer(operation: &str, reply: Value) -> Result<i64> {
-    match reply {
-        Value::Integer(n) => Ok(n),
-        other => Err(unexpected(operation, &other)),
-    }
-}
-
-/// The integers the acquire script returns.
-fn integers(operation: &str, reply: Value) -> Result<Vec<i64>> {
-    let parsed = match &reply {
-        Value::Array(items) => items.iter().map(|v| if let Value::Integer(n) = v { Some(*n) } else { None }).collect(),
-        _ => None,
-    };
-    parsed.ok_or_else(|| unexpected(operation, &reply))
-}
-
 #[async_trait]
-impl LockStore for FredStore {
-    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
-        let keys = request.keys;
-        if request.replicas.is_some_and(|ack| ack.timeout() >= self.inner.command_timeout) {
+impl ScriptStore for FredStore {
+    async fn run(&self, call: Call<'_>) -> Result<Ran> {
+        if call.replicas.is_some_and(|ack| ack.timeout() >= self.inner.command_timeout) {
             // WAIT must answer within fred's command timeout, or the grant's outcome is lost.
             return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
         }
-        let ttl = scripts::ttl_millis(request.ttl);
-        // One client (one connection) for the grant and, when asked, the WAIT that must follow it there: then one
-        // of its own (see `exclusive`).
-        let mut exclusive = match request.replicas {
+        // A call that may WAIT gets a client of its own (see `exclusive`): the WAIT blocks its connection on the
+        // server, and counts that connection's writes only.
+        let mut exclusive = match call.replicas {
             Some(_) => Some(self.exclusive().await?),
             None => None,
         };
@@ -311,79 +276,23 @@ impl LockStore for FredStore {
             Some(client) => client,
             None => self.inner.pool.next_connected(),
         };
-        let reply = if request.fencing {
-            let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-            let args = vec![request.token.as_str().to_owned(), ttl.to_string(), "1".to_owned(), floor];
-            let reply =
-                self.eval(client, "acquire", &SCRIPTS.acquire, keys, vec![keys.lock(), keys.fence()], args).await?;
-            scripts::parse_acquire(&integers("acquire", reply)?, true)?
-        } else if self.set_nx(client, keys, request.token, ttl).await? {
-            // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
-            AcquireReply::Acquired { fence: None }
-        } else {
-            let reply = self.eval(client, "acquire", &SCRIPTS.holder, keys, vec![keys.lock()], Vec::new()).await?;
-            scripts::parse_holder(integer("acquire", reply)?)
+        let answer = reply(self.send(client, &call).await?)?;
+        let acknowledged = match call.wait_after(&answer) {
+            Some(ack) => Some(self.wait_replicas(client, &call, ack).await?),
+            None => None,
         };
-        if let (AcquireReply::Acquired { .. }, Some(ack)) = (&reply, request.replicas) {
-            let timeout_ms = i64::try_from(ack.timeout().as_millis()).unwrap_or(i64::MAX).max(1);
-            // On a cluster, to the lock key's shard (the grant's connection): fred would send a keyless WAIT to
-            // any node, whose replicas say nothing about this grant.
-            let on_shard =
-                client.with_options(&Options { cluster_hash: Some(keys.lock().into()), ..Options::default() });
-            let after = self.inner.command_timeout.saturating_add(ack.timeout());
-            let acknowledged = tokio::time::timeout(after, on_shard.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
-                .await
-                .map_err(|_| LockError::Timeout { operation: "acquire", after })?
-                .map_err(|err| error::from_script(err, "acquire", after, keys))?;
-            if let Some(exclusive) = exclusive.as_mut() {
-                exclusive.done = true;
-            }
-            ack.check(acknowledged)?;
-        }
         if let Some(exclusive) = exclusive.as_mut() {
             exclusive.done = true;
         }
-        Ok(reply)
+        Ok(Ran::acknowledged(answer, acknowledged))
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
-        // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
-        let sharded = if self.inner.sharded { "1" } else { "0" };
-        let args = vec![token.as_str().to_owned(), self.inner.hub.origin().to_owned(), sharded.to_owned()];
-        let reply = self
-            .eval(
-                self.inner.pool.next_connected(),
-                "release",
-                &SCRIPTS.release,
-                keys,
-                vec![keys.lock(), keys.channel()],
-                args,
-            )
-            .await?;
-        scripts::parse_release(integer("release", reply)?)
-    }
-
-    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
-        let args = vec![token.as_str().to_owned(), scripts::ttl_millis(ttl).to_string()];
-        let reply = self
-            .eval(self.inner.pool.next_connected(), "extend", &SCRIPTS.extend, keys, vec![keys.lock()], args)
-            .await?;
-        scripts::parse_extend(integer("extend", reply)?)
-    }
-
-    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
-        let args = vec![token.as_str().to_owned(), at_least.to_string()];
-        let reply = self
-            .eval(
-                self.inner.pool.next_connected(),
-                "raise-fence",
-                &SCRIPTS.raise_fence,
-                keys,
-                vec![keys.lock(), keys.fence()],
-                args,
-            )
-            .await?;
-        scripts::parse_raise_fence(integer("raise-fence", reply)?)
+    fn topology(&self) -> Topology {
+        if self.inner.sharded {
+            Topology::Cluster
+        } else {
+            Topology::Single
+        }
     }
 
     /// A pool of one client (the default) writes every command through that client's one ordered queue.

@@ -16,6 +16,7 @@ fn config(cluster: &RedisCluster) -> Config {
 }
 
 async fn store(cluster: &RedisCluster) -> FredStore {
+    trace();
     FredStoreBuilder::from_config(config(cluster))
         // A multi-key script on a slot that is being migrated gets TRYAGAIN until the move completes; on a loaded
         // 2-core machine that can outlast the 1 s default.
@@ -23,6 +24,16 @@ async fn store(cluster: &RedisCluster) -> FredStore {
         .connect()
         .await
         .unwrap_or_else(|err| panic!("connect: {err:?}"))
+}
+
+/// Logs to stderr when `RUST_LOG` is set (a failed case's output then says what the client saw).
+fn trace() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
 }
 
 async fn subject() -> Subject {

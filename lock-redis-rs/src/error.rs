@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use deadpool::managed::TimeoutType;
 use lock_core::scripts::is_wrongtype;
-use lock_core::{LockError, LockKeys};
+use lock_core::{Call, LockError};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::pool::PoolError;
@@ -28,24 +28,21 @@ impl Deadlines {
     }
 }
 
-/// Maps a redis error from `operation`; `keys` names the lock whose keys a `WRONGTYPE` refers to, and `after` is
+/// Maps a redis error from `operation`; `call` has the keys a `WRONGTYPE` may refer to, and `after` is
 /// the deadline a timeout of this step missed.
 pub(crate) fn from_redis(
     err: RedisError,
     operation: &'static str,
-    keys: Option<&LockKeys>,
+    call: Option<&Call<'_>>,
     after: Duration,
 ) -> LockError {
-    if let (Some(keys), true) = (keys, err.code().is_some_and(is_wrongtype)) {
-        // Our scripts name the offending key in the message; a plain command error does not, and then it was the
-        // lock key (the only key every script reads).
-        let text = err.to_string();
-        let key = if text.contains(keys.fence()) { keys.fence() } else { keys.lock() };
+    if let (Some(call), true) = (call, err.code().is_some_and(is_wrongtype)) {
+        let key = call.key_named_in(&err.to_string());
         return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
     }
     let text = err.to_string();
     if lock_core::scripts::is_acl_refusal(&text) {
-        return LockError::Auth { source: Box::new(lock_core::scripts::acl_refusal(&text, crate::store::script_body)) };
+        return LockError::Auth { source: Box::new(lock_core::scripts::acl_refusal(&text)) };
     }
     if is_auth(&err) {
         return LockError::Auth { source: Box::new(err) };

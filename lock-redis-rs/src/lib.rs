@@ -1,7 +1,8 @@
 //! A distributed lock on Redis for the [`redis`] crate, with pooled connections and fencing tokens.
 //!
-//! [`RedisStore`] implements lock-core's [`LockStore`](lock_core::LockStore); wrap it in a
-//! [`Lock`](lock_core::Lock) to acquire, extend and release:
+//! [`RedisStore`] implements lock-core's [`ScriptStore`](lock_core::ScriptStore), the transport every primitive of
+//! lock-core runs on (and so its [`LockStore`](lock_core::LockStore)); wrap it in a [`Lock`](lock_core::Lock) to
+//! acquire, extend and release:
 //!
 //! ```no_run
 //! use lock_redis_rs::lock_core::{Lock, LockOptions};

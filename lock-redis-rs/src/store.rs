@@ -1,20 +1,19 @@
-//! [`RedisStore`]: the [`LockStore`] operations as Lua scripts sent by `EVALSHA`, one round trip each.
+//! [`RedisStore`]: lock-core's calls (its Lua scripts by `EVALSHA`, or one plain command) over redis-rs, one round
+//! trip each.
 
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::scripts;
-use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, LockError, LockKeys, LockStore, ReleaseHub, ReleaseOutcome, ReplicaAck,
-    Result, Token,
-};
+use lock_core::transport::Command;
+use lock_core::{Call, LockError, Ran, ReleaseHub, ReplicaAck, Reply, Result, ScriptStore, Topology};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo,
-    RedisError, RedisResult, Script, ServerErrorKind, TlsMode,
+    RedisError, RedisResult, ServerErrorKind, TlsMode,
 };
 
 use crate::error::{self, Deadlines};
@@ -36,23 +35,6 @@ const CLUSTER_RETRY_WAIT_MIN_MS: u64 = 5;
 /// Longest such wait (ms).
 const CLUSTER_RETRY_WAIT_MAX_MS: u64 = 100;
 
-/// The lock scripts of lock-core, with their SHA1 digests computed once.
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    extend: Script,
-    raise_fence: Script,
-    holder: Script,
-}
-
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: Script::new(scripts::ACQUIRE),
-    release: Script::new(scripts::RELEASE),
-    extend: Script::new(scripts::EXTEND),
-    raise_fence: Script::new(scripts::RAISE_FENCE),
-    holder: Script::new(scripts::HOLDER),
-});
-
 /// How many connections a store holds and how many are in use ([`RedisStore::pool_status`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -65,19 +47,6 @@ pub struct PoolStatus {
     pub available: usize,
     /// Commands waiting for a connection.
     pub waiting: usize,
-}
-
-/// The body of the lock script whose SHA-1 is `sha` (to name the command an ACL refused inside it).
-pub(crate) fn script_body(sha: &str) -> Option<&'static str> {
-    [
-        (&SCRIPTS.acquire, scripts::ACQUIRE),
-        (&SCRIPTS.release, scripts::RELEASE),
-        (&SCRIPTS.extend, scripts::EXTEND),
-        (&SCRIPTS.raise_fence, scripts::RAISE_FENCE),
-        (&SCRIPTS.holder, scripts::HOLDER),
-    ]
-    .into_iter()
-    .find_map(|(script, body)| (script.get_hash() == sha).then_some(body))
 }
 
 /// Settings for a [`RedisStore`]: where the server is, how many pooled connections, and the timeouts.
@@ -470,7 +439,7 @@ impl RedisStoreBuilder {
     }
 }
 
-/// A [`LockStore`] on one Redis server (or one primary, found through Sentinel with
+/// A [`ScriptStore`] (and so a [`LockStore`](lock_core::LockStore)) on one Redis server (or one primary, found through Sentinel with
 /// [`RedisStoreBuilder::sentinel`]) over redis-rs with pooled connections, or on a Redis Cluster over a redis-rs
 /// cluster connection ([`RedisStoreBuilder::cluster`]).
 ///
@@ -559,49 +528,27 @@ impl RedisStore {
 }
 
 impl Inner {
-    /// Runs one of lock-core's scripts on one pooled connection: one `EVALSHA` round trip. After a `NOSCRIPT`
-    /// (restart, failover, `SCRIPT FLUSH`) it sends the body once with `EVAL`, which also caches it again: two round
-    /// trips then, and never a `NOSCRIPT` for the caller, even when another flush lands between two of our calls
-    /// (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
-    ///
-    /// Bounded as a whole by connect + command timeout, so waiting for a free connection or opening one cannot
-    /// hang a call. Cancel-safe (see the `pool` module).
-    async fn eval<T: FromRedisValue>(
-        &self,
-        operation: &'static str,
-        keys: &LockKeys,
-        script: &Script,
-        body: &str,
-        script_keys: &[&str],
-        args: &[&str],
-    ) -> Result<T> {
-        self.on_connection(operation, keys, async |conn: &mut Pooled| {
-            run_script(conn, script, body, script_keys, args).await
-        })
-        .await
-    }
-
     /// Runs `work` on one connection: bounded (by connect + command timeout), errors typed, a connection whose
     /// transport failed dropped.
     async fn on_connection<T>(
         &self,
-        operation: &'static str,
-        keys: &LockKeys,
+        call: &Call<'_>,
         work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let d = self.deadlines;
-        let call = async {
+        let operation = call.operation;
+        let run = async {
             let conn = self.pool.get().await.map_err(|err| error::from_pool(err, operation, d))?;
-            run_on(conn, operation, keys, d, work).await
+            run_on(conn, call, d, work).await
         };
         match self.pool {
             // Already bounded: opening a connection by the connection timeout, each command by the response
             // timeout (redis-rs's own); a second timer per call would only cost.
-            Pool::Own(_) => call.await,
+            Pool::Own(_) => run.await,
             // Waiting for a caller's pool, or cluster retries, are not: bound the call as a whole.
             #[cfg(feature = "deadpool-redis")]
-            Pool::Shared(_) => rt::timeout(operation, d.call(), call).await?,
-            Pool::Cluster(_) => rt::timeout(operation, d.call(), call).await?,
+            Pool::Shared(_) => rt::timeout(operation, d.call(), run).await?,
+            Pool::Cluster(_) => rt::timeout(operation, d.call(), run).await?,
         }
     }
 }
@@ -612,16 +559,16 @@ impl Inner {
     /// shorter than one).
     async fn on_exclusive<T>(
         &self,
-        operation: &'static str,
-        keys: &LockKeys,
+        call: &Call<'_>,
         work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let d = self.deadlines;
-        let call = async {
+        let operation = call.operation;
+        let run = async {
             let conn = self.pool.get_exclusive().await.map_err(|err| error::from_pool(err, operation, d))?;
-            run_on(conn, operation, keys, d, work).await
+            run_on(conn, call, d, work).await
         };
-        rt::timeout(operation, d.call().saturating_add(d.command), call).await?
+        rt::timeout(operation, d.call().saturating_add(d.command), run).await?
     }
 }
 
@@ -629,8 +576,7 @@ impl Inner {
 /// goes back to its pool only after a reply (see [`Pooled::done`]).
 async fn run_on<T>(
     mut conn: Pooled,
-    operation: &'static str,
-    keys: &LockKeys,
+    call: &Call<'_>,
     d: Deadlines,
     work: impl AsyncFnOnce(&mut Pooled) -> redis::RedisResult<T>,
 ) -> Result<T> {
@@ -647,29 +593,53 @@ async fn run_on<T>(
             } else {
                 conn.done();
             }
-            Err(error::from_redis(err, operation, Some(keys), d.command))
+            Err(error::from_redis(err, call.operation, Some(call), d.command))
         }
     }
 }
 
-/// `EVALSHA`, and `EVAL` of the body after a `NOSCRIPT` (see [`Inner::eval`]).
-async fn run_script<T: FromRedisValue>(
-    conn: &mut Pooled,
-    script: &Script,
-    body: &str,
-    script_keys: &[&str],
-    args: &[&str],
-) -> redis::RedisResult<T> {
-    let command = |verb: &str, script: &str| {
+/// Sends `call`: a plain command, or `EVALSHA` and, after a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`), the
+/// body once with `EVAL`, which also caches it again: two round trips then, and never a `NOSCRIPT` for the caller.
+async fn send(conn: &mut Pooled, call: &Call<'_>) -> redis::RedisResult<redis::Value> {
+    let script = |verb: &str, script: &str| {
         let mut cmd = redis::cmd(verb);
-        cmd.arg(script).arg(script_keys.len()).arg(script_keys).arg(args);
+        cmd.arg(script).arg(call.keys.len()).arg(call.keys).arg(call.args);
         cmd
     };
-    let reply = conn.query(&command("EVALSHA", script.get_hash())).await;
-    if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-        return conn.query(&command("EVAL", body)).await;
+    match call.command {
+        Command::Plain(name) => {
+            let mut cmd = redis::cmd(name);
+            cmd.arg(call.keys).arg(call.args);
+            conn.query(&cmd).await
+        }
+        Command::Script(body) => {
+            let reply = conn.query(&script("EVALSHA", body.sha1())).await;
+            if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+                return conn.query(&script("EVAL", body.body())).await;
+            }
+            reply
+        }
+        // A command lock-core added after this backend was written.
+        _ => Err(RedisError::from((ErrorKind::Client, "lock-core asked for a command this backend cannot send"))),
     }
-    reply
+}
+
+/// A redis-rs reply in lock-core's type.
+fn reply(value: redis::Value) -> redis::RedisResult<Reply> {
+    use redis::Value as V;
+    Ok(match value {
+        V::Nil => Reply::Nil,
+        V::Int(n) => Reply::Int(n),
+        V::BulkString(bytes) => Reply::Bulk(bytes),
+        V::SimpleString(text) => Reply::Status(text),
+        V::Okay => Reply::Status("OK".to_owned()),
+        V::Array(items) | V::Set(items) => Reply::Array(items.into_iter().map(reply).collect::<Result<_, _>>()?),
+        V::Boolean(b) => Reply::Int(i64::from(b)),
+        V::ServerError(err) => return Err(err.into()),
+        other => {
+            return Err(RedisError::from((ErrorKind::Client, "unexpected reply type", format!("{other:?}"))));
+        }
+    })
 }
 
 /// `WAIT replicas timeout` on the connection that made the grant (WAIT covers that connection's writes only).
@@ -693,80 +663,35 @@ async fn wait_replicas(conn: &mut Pooled, ack: &ReplicaAck, lock_key: &str) -> r
 }
 
 #[async_trait]
-impl LockStore for RedisStore {
-    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
-        let keys = request.keys;
-        if request.replicas.is_some_and(|ack| ack.timeout() >= self.inner.deadlines.command) {
+impl ScriptStore for RedisStore {
+    async fn run(&self, call: Call<'_>) -> Result<Ran> {
+        if call.replicas.is_some_and(|ack| ack.timeout() >= self.inner.deadlines.command) {
             // WAIT must answer within the connection's response timeout, or the grant's outcome is lost.
             return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
         }
-        let ttl = scripts::ttl_millis(request.ttl).to_string();
-        let fence_keys = [keys.lock(), keys.fence()];
-        let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-        let fence_args = [request.token.as_str(), &ttl, "1", &floor];
-        let mut set = redis::cmd("SET");
-        set.arg(keys.lock()).arg(request.token.as_str()).arg("NX").arg("PX").arg(&ttl);
-        // One connection for the grant and, when asked, the WAIT that must follow it on the same connection (one
-        // of its own then: the WAIT blocks its connection on the server).
         let work = async |conn: &mut Pooled| {
-            let reply = if request.fencing {
-                let reply: Vec<i64> =
-                    run_script(conn, &SCRIPTS.acquire, scripts::ACQUIRE, &fence_keys, &fence_args).await?;
-                scripts::parse_acquire(&reply, true)
-            } else {
-                // Without fencing, the plain command; the holder's TTL (and a foreign key type) only when taken.
-                match conn.query::<Option<String>>(&set).await? {
-                    Some(_) => Ok(AcquireReply::Acquired { fence: None }),
-                    None => Ok(scripts::parse_holder(
-                        run_script(conn, &SCRIPTS.holder, scripts::HOLDER, &[keys.lock()], &[]).await?,
-                    )),
-                }
-            };
-            let acknowledged = match (&reply, &request.replicas) {
-                (Ok(AcquireReply::Acquired { .. }), Some(ack)) => Some(wait_replicas(conn, ack, keys.lock()).await?),
+            let answer = reply(send(conn, &call).await?)?;
+            let acknowledged = match (call.wait_after(&answer), call.route_key()) {
+                (Some(ack), Some(key)) => Some(wait_replicas(conn, &ack, key).await?),
                 _ => None,
             };
-            Ok((reply, acknowledged))
+            Ok(Ran::acknowledged(answer, acknowledged))
         };
-        let (reply, acknowledged) = if request.replicas.is_some() {
-            self.inner.on_exclusive("acquire", keys, work).await?
+        // A call that may WAIT gets a connection of its own: the WAIT blocks its connection on the server, and
+        // counts that connection's writes only.
+        if call.replicas.is_some() {
+            self.inner.on_exclusive(&call, work).await
         } else {
-            self.inner.on_connection("acquire", keys, work).await?
-        };
-        if let (Some(ack), Some(count)) = (request.replicas, acknowledged) {
-            ack.check(count)?;
+            self.inner.on_connection(&call, work).await
         }
-        reply
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
-        // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally.
-        // A cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
-        let sharded = if matches!(self.inner.pool, Pool::Cluster(_)) { "1" } else { "0" };
-        let args = [token.as_str(), self.inner.hub.origin(), sharded];
-        let script_keys = [keys.lock(), keys.channel()];
-        scripts::parse_release(
-            self.inner.eval("release", keys, &SCRIPTS.release, scripts::RELEASE, &script_keys, &args).await?,
-        )
-    }
-
-    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
-        let ttl = scripts::ttl_millis(ttl).to_string();
-        let args = [token.as_str(), &ttl];
-        scripts::parse_extend(
-            self.inner.eval("extend", keys, &SCRIPTS.extend, scripts::EXTEND, &[keys.lock()], &args).await?,
-        )
-    }
-
-    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
-        let floor = at_least.to_string();
-        let args = [token.as_str(), &floor];
-        let script_keys = [keys.lock(), keys.fence()];
-        scripts::parse_raise_fence(
-            self.inner
-                .eval("raise-fence", keys, &SCRIPTS.raise_fence, scripts::RAISE_FENCE, &script_keys, &args)
-                .await?,
-        )
+    fn topology(&self) -> Topology {
+        if matches!(self.inner.pool, Pool::Cluster(_)) {
+            Topology::Cluster
+        } else {
+            Topology::Single
+        }
     }
 
     /// One shared multiplexed connection (the default pool size) sends every command through one ordered queue.

@@ -10,9 +10,9 @@ fn server() -> RedisServer {
     RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
 }
 
-fn eval(server: &RedisServer, script: &str, keys: &[&str], args: &[&str]) -> Reply {
+fn eval(server: &RedisServer, script: &scripts::Script, keys: &[&str], args: &[&str]) -> Reply {
     let numkeys = keys.len().to_string();
-    let mut command = vec!["EVAL", script, numkeys.as_str()];
+    let mut command = vec!["EVAL", script.body(), numkeys.as_str()];
     command.extend_from_slice(keys);
     command.extend_from_slice(args);
     server.command(&command).unwrap()
@@ -28,14 +28,14 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 #[test]
 fn holder_of_a_vanished_key_says_free() {
     let s = server();
-    let reply = eval(&s, scripts::HOLDER, &["lock:{gone}"], &[]);
+    let reply = eval(&s, &scripts::HOLDER, &["lock:{gone}"], &[]);
     assert_eq!(reply, Reply::Int(-2), "HOLDER on an absent key");
     assert_eq!(parse_holder(-2), AcquireReply::Held { ttl: Some(std::time::Duration::ZERO) });
     // A foreign type is still refused, and a live lock reports its TTL.
     s.command(&["HSET", "lock:{hash}", "f", "v"]).unwrap();
-    assert!(eval(&s, scripts::HOLDER, &["lock:{hash}"], &[]).is_error());
+    assert!(eval(&s, &scripts::HOLDER, &["lock:{hash}"], &[]).is_error());
     s.command(&["SET", "lock:{held}", "t", "PX", "5000"]).unwrap();
-    let pttl = eval(&s, scripts::HOLDER, &["lock:{held}"], &[]).as_int().unwrap();
+    let pttl = eval(&s, &scripts::HOLDER, &["lock:{held}"], &[]).as_int().unwrap();
     assert!((1..=5000).contains(&pttl), "{pttl}");
 }
 
@@ -49,12 +49,12 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         let lock = format!("lock:{{bad{i}}}");
         let fence = format!("lock:{{bad{i}}}:fence");
         s.command(&["SET", &fence, bad]).unwrap();
-        let reply = eval(&s, scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1"]);
+        let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1"]);
         let text = reply.as_text().unwrap_or_default();
         assert!(reply.is_error() && text.contains("WRONGTYPE"), "fence {bad:?}: {reply:?}");
         assert!(!exists(&s, &lock), "fence {bad:?}: the lock key was written before the check");
         s.command(&["SET", &lock, "token", "PX", "30000"]).unwrap();
-        let raised = eval(&s, scripts::RAISE_FENCE, &[&lock, &fence], &["token", "100"]);
+        let raised = eval(&s, &scripts::RAISE_FENCE, &[&lock, &fence], &["token", "100"]);
         assert!(raised.is_error(), "raise-fence over {bad:?}: {raised:?}");
         assert_eq!(s.command(&["GET", &fence]).unwrap().as_text().as_deref(), Some(*bad));
     }
@@ -63,7 +63,7 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         let lock = format!("lock:{{good{i}}}");
         let fence = format!("lock:{{good{i}}}:fence");
         s.command(&["SET", &fence, good]).unwrap();
-        let reply = eval(&s, scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1", "5"]);
+        let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1", "5"]);
         assert!(matches!(reply, Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))), "{good:?}: {reply:?}");
     }
 }

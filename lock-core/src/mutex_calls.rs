@@ -1,0 +1,94 @@
+//! The mutex's operations as calls on a [`ScriptStore`]: every Redis backend's [`LockStore`], written once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{LockError, Result};
+use crate::notify::ReleaseHub;
+use crate::resource::LockKeys;
+use crate::scripts;
+use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+use crate::token::Token;
+use crate::transport::{Call, Reply, ScriptStore, Topology};
+
+fn unexpected(what: &str, reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to the {what} call: {reply:?}"))
+}
+
+fn int(what: &str, reply: &Reply) -> Result<i64> {
+    reply.as_int().ok_or_else(|| unexpected(what, reply))
+}
+
+#[async_trait]
+impl<S: ScriptStore + ?Sized> LockStore for S {
+    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
+        let keys = request.keys;
+        let ttl = scripts::ttl_millis(request.ttl).to_string();
+        let (reply, acknowledged) = if request.fencing {
+            let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+            let call_keys = [keys.lock(), keys.fence()];
+            let args = [request.token.as_str(), &ttl, "1", &floor];
+            let call = Call::script("acquire", &scripts::ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
+            let ran = self.run(call).await?;
+            let ints = ran.reply.as_ints().ok_or_else(|| unexpected("acquire", &ran.reply))?;
+            (scripts::parse_acquire(&ints, true)?, ran.replicas)
+        } else {
+            // Without fencing, the plain command a hand-written client would send (no Lua on the server); the
+            // holder's TTL, and a key of a foreign type, only when it is taken.
+            let call_keys = [keys.lock()];
+            let args = [request.token.as_str(), "NX", "PX", &ttl];
+            let call = Call::plain("acquire", "SET", &call_keys, &args).with_replicas(request.replicas);
+            let ran = self.run(call).await?;
+            match ran.reply {
+                Reply::Nil => {
+                    let holder = self.run(Call::script("acquire", &scripts::HOLDER, &call_keys, &[])).await?;
+                    (scripts::parse_holder(int("holder", &holder.reply)?), None)
+                }
+                ref granted if granted.is_grant() => (AcquireReply::Acquired { fence: None }, ran.replicas),
+                other => return Err(unexpected("acquire", &other)),
+            }
+        };
+        if let (Some(ack), AcquireReply::Acquired { .. }) = (request.replicas, reply) {
+            // A backend that ran no WAIT has no replicas to count.
+            ack.check(acknowledged.unwrap_or(0))?;
+        }
+        Ok(reply)
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
+        // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally. A
+        // cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
+        let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), keys.channel()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = self.run(Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
+        scripts::parse_release(int("release", &ran.reply)?)
+    }
+
+    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys = [keys.lock()];
+        let args = [token.as_str(), &ttl];
+        let ran = self.run(Call::script("extend", &scripts::EXTEND, &call_keys, &args)).await?;
+        scripts::parse_extend(int("extend", &ran.reply)?)
+    }
+
+    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
+        let floor = at_least.to_string();
+        let call_keys = [keys.lock(), keys.fence()];
+        let args = [token.as_str(), &floor];
+        let ran = self.run(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
+        scripts::parse_raise_fence(int("raise-fence", &ran.reply)?)
+    }
+
+    fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
+        ScriptStore::release_hub(self)
+    }
+
+    fn orders_commands(&self) -> bool {
+        ScriptStore::orders_commands(self)
+    }
+}
