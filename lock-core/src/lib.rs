@@ -83,6 +83,7 @@ mod inflight;
 pub mod lease;
 mod lock;
 mod lost;
+#[cfg(feature = "memory")]
 mod memory;
 mod mutex_calls;
 mod notify;
@@ -102,6 +103,7 @@ pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use error::{AclRefusal, BoxError, LockError, Result};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
+#[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{

@@ -1,27 +1,32 @@
-//! An in-process backend: the same semantics as the Redis backends, for single-process programs and for
-//! framework authors' unit tests.
+//! An in-process backend: the same scripts as the Redis backends, run in this process over an in-memory keyspace,
+//! for single-process programs and for framework authors' unit tests.
 
-use std::collections::HashMap;
+mod keyspace;
+mod lua;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::error::{LockError, Result};
 use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
-use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::Token;
+use crate::transport::{Call, Command, Ran, ScriptStore};
 
-/// How many operations between sweeps of expired entries (so abandoned keys do not accumulate).
-const SWEEP_EVERY: u64 = 1024;
+use lua::Engine;
 
-/// A [`LockStore`] in this process's memory.
+/// A [`ScriptStore`] (and so a [`LockStore`](crate::LockStore)) in this process's memory.
 ///
-/// Expiry uses the monotonic clock. Fencing counters start at 1 per store and live as long as it does: they are
-/// meaningful only inside this process, which is also the only place the lock is. Releases wake local waiters
-/// directly.
+/// It runs lock-core's Lua scripts, the very ones the Redis backends send, in an embedded Lua 5.1 (the version
+/// Redis embeds) over an in-memory keyspace that answers the commands they call as Redis does. Every primitive
+/// therefore behaves here as it does on a server, and a new one needs no in-memory twin.
+///
+/// Expiry uses the monotonic clock; `TIME` is the wall clock when the store was created plus monotonic time since,
+/// so it never steps back. Fencing counters live as long as the store: they are meaningful only inside this
+/// process, which is also the only place the lock is. Releases wake local waiters directly.
 ///
 /// ```
 /// use lock_core::{Lock, LockOptions, MemoryStore};
@@ -40,20 +45,8 @@ const SWEEP_EVERY: u64 = 1024;
 /// ```
 #[derive(Clone)]
 pub struct MemoryStore {
-    state: Arc<Mutex<State>>,
+    engine: Arc<Mutex<std::result::Result<Engine, String>>>,
     hub: Arc<ReleaseHub>,
-}
-
-#[derive(Default)]
-struct State {
-    locks: HashMap<String, Entry>,
-    fences: HashMap<String, u64>,
-    operations: u64,
-}
-
-struct Entry {
-    token: Token,
-    expires: Instant,
 }
 
 impl Default for MemoryStore {
@@ -62,117 +55,88 @@ impl Default for MemoryStore {
     }
 }
 
+/// A script's or command's error reply, kept as the source of the [`LockError`] it maps to.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct ServerError(String);
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
-        MemoryStore { state: Arc::new(Mutex::new(State::default())), hub: ReleaseHub::local() }
+        let engine = Engine::new().map_err(|err| format!("the in-memory store's Lua state failed to start: {err}"));
+        MemoryStore { engine: Arc::new(Mutex::new(engine)), hub: ReleaseHub::local() }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        // Every critical section leaves the maps consistent, so a poisoned lock is still usable.
-        let mut st = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        st.operations += 1;
-        if st.operations.is_multiple_of(SWEEP_EVERY) {
-            let now = Instant::now();
-            st.locks.retain(|_, e| e.expires > now);
-        }
-        st
+    fn engine(&self) -> MutexGuard<'_, std::result::Result<Engine, String>> {
+        // Every call leaves the keyspace consistent (a script error aborts before its next write), so a poisoned
+        // lock is still usable.
+        self.engine.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Number of unexpired locks (for tests: "no keys left behind").
-    pub fn held_count(&self) -> usize {
+    fn inspect<T>(&self, f: impl FnOnce(&mut keyspace::Keyspace, Instant) -> Option<T>) -> Option<T> {
         let now = Instant::now();
-        self.state().locks.values().filter(|e| e.expires > now).count()
+        self.engine().as_ref().ok()?.with_keyspace(|keyspace| f(keyspace, now)).flatten()
+    }
+
+    /// Number of live keys with a time-to-live: the locks held, and whatever else a primitive keeps with one
+    /// (for tests: "no keys left behind"). Fencing counters, which never expire, are not counted.
+    pub fn held_count(&self) -> usize {
+        self.inspect(|keyspace, now| Some(keyspace.expiring_keys(now).len())).unwrap_or(0)
     }
 
     /// The owner token the lock on `keys` holds, if held (for tests: whose key was left behind).
     pub fn holder(&self, keys: &LockKeys) -> Option<Token> {
-        let now = Instant::now();
-        self.state().locks.get(keys.lock()).filter(|e| e.expires > now).map(|e| e.token.clone())
+        self.inspect(|keyspace, now| {
+            let value = keyspace.exec(&[b"GET".to_vec(), keys.lock().as_bytes().to_vec()], now).ok()?;
+            Token::from_hex(value.as_text()?)
+        })
     }
 
     /// Remaining TTL of the lock on `keys`, if held (for tests).
     pub fn ttl_of(&self, keys: &LockKeys) -> Option<Duration> {
-        let now = Instant::now();
-        self.state().locks.get(keys.lock()).filter(|e| e.expires > now).map(|e| e.expires - now)
+        self.inspect(|keyspace, now| keyspace.ttl(keys.lock().as_bytes(), now))
     }
-}
-
-/// When a key set at `now` with `ttl` expires; a TTL too long to represent (a direct caller's `Duration::MAX`) is
-/// capped at the longest TTL a lock accepts rather than overflowing.
-fn expiry(now: Instant, ttl: Duration) -> Instant {
-    now.checked_add(ttl).or_else(|| now.checked_add(crate::MAX_TTL)).unwrap_or(now)
-}
-
-/// The live entry under `key`, dropping it if expired.
-fn live<'a>(st: &'a mut State, key: &str, now: Instant) -> Option<&'a mut Entry> {
-    if st.locks.get(key).is_some_and(|e| e.expires <= now) {
-        st.locks.remove(key);
-    }
-    st.locks.get_mut(key)
 }
 
 #[async_trait]
-impl LockStore for MemoryStore {
-    async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
+impl ScriptStore for MemoryStore {
+    async fn run(&self, call: Call<'_>) -> Result<Ran> {
         let now = Instant::now();
-        let mut st = self.state();
-        if let Some(entry) = live(&mut st, request.keys.lock(), now) {
-            return Ok(AcquireReply::Held { ttl: Some(entry.expires - now) });
-        }
-        st.locks.insert(
-            request.keys.lock().to_owned(),
-            Entry { token: request.token.clone(), expires: expiry(now, request.ttl) },
-        );
-        let fence = request.fencing.then(|| {
-            let counter = st.fences.entry(request.keys.fence().to_owned()).or_insert(0);
-            *counter = (*counter + 1).max(request.fence_floor.unwrap_or(0));
-            *counter
-        });
-        drop(st);
-        if let Some(ack) = request.replicas {
-            // An in-process store has no replicas.
-            ack.check(0)?;
-        }
-        Ok(AcquireReply::Acquired { fence })
-    }
-
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
-        let now = Instant::now();
-        let mut st = self.state();
-        let outcome = match live(&mut st, keys.lock(), now) {
-            None => ReleaseOutcome::AlreadyExpired,
-            Some(entry) if entry.token != *token => ReleaseOutcome::OwnedByOther,
-            Some(_) => {
-                st.locks.remove(keys.lock());
-                ReleaseOutcome::Released
-            }
+        let (reply, published) = {
+            let mut engine = self.engine();
+            let engine = engine.as_mut().map_err(|err| LockError::backend(ServerError(err.clone())))?;
+            let reply = match call.command {
+                Command::Script(script) => engine.eval(script, call.keys, call.args, now),
+                Command::Plain(name) => {
+                    let args = std::iter::once(name)
+                        .chain(call.keys.iter().copied())
+                        .chain(call.args.iter().copied())
+                        .map(|a| a.as_bytes().to_vec())
+                        .collect::<Vec<_>>();
+                    engine
+                        .with_keyspace(|keyspace| keyspace.exec(&args, now))
+                        .unwrap_or_else(|| Err("ERR the in-memory keyspace is missing".to_owned()))
+                }
+            };
+            let published = engine.with_keyspace(keyspace::Keyspace::take_published).unwrap_or_default();
+            (reply, published)
         };
-        Ok(outcome)
-    }
-
-    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {
-        let now = Instant::now();
-        let mut st = self.state();
-        Ok(match live(&mut st, keys.lock(), now) {
-            None => ExtendReply::Absent,
-            Some(entry) if entry.token != *token => ExtendReply::OwnedByOther,
-            Some(entry) => {
-                entry.expires = expiry(now, ttl);
-                ExtendReply::Extended
-            }
-        })
-    }
-
-    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
-        let now = Instant::now();
-        let mut st = self.state();
-        let ours = live(&mut st, keys.lock(), now).is_some_and(|e| e.token == *token);
-        if ours {
-            let counter = st.fences.entry(keys.fence().to_owned()).or_insert(0);
-            *counter = (*counter).max(at_least);
+        // Outside the engine's lock: a woken waiter may call straight back in.
+        for (channel, payload) in published {
+            self.hub.deliver(&channel, &payload);
         }
-        Ok(ours)
+        match reply {
+            // An in-process store has no replicas: a grant that asked for some counts none.
+            Ok(reply) => {
+                let replicas = call.wait_after(&reply).map(|_| 0);
+                Ok(Ran::acknowledged(reply, replicas))
+            }
+            Err(message) if message.contains("WRONGTYPE") => {
+                let key = call.key_named_in(&message).to_owned();
+                Err(LockError::WrongType { key, source: Box::new(ServerError(message)) })
+            }
+            Err(message) => Err(LockError::backend(ServerError(message))),
+        }
     }
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

@@ -45,7 +45,7 @@ pub trait DistributedLockExt: DistributedLock {
     ///         ctx.fencing_token.map_or(0, |f| f.get())
     ///     })
     ///     .await?;
-    /// assert_eq!(total, 1);
+    /// assert!(total > 0);
     /// # Ok(())
     /// # }
     /// ```

@@ -163,9 +163,11 @@ pub fn by_sha1(sha1: &str) -> Option<&'static Script> {
     ALL.iter().copied().find(|script| script.sha1() == sha1)
 }
 
-/// The TTL argument of [`ACQUIRE`] and [`EXTEND`]: whole milliseconds, at least 1.
+/// The TTL argument of [`ACQUIRE`] and [`EXTEND`]: whole milliseconds, at least 1 and at most
+/// [`MAX_TTL`](crate::MAX_TTL) (a direct caller's `Duration::MAX` would overflow the server's 64-bit expiry).
 pub fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
+    let max = u64::try_from(crate::MAX_TTL.as_millis()).unwrap_or(u64::MAX);
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).clamp(1, max)
 }
 
 fn unexpected(what: &str, reply: &[i64]) -> LockError {

@@ -37,6 +37,13 @@ impl Token {
         Token(out)
     }
 
+    /// The token a server holds as `text`, if it is one (32 lowercase hex digits).
+    #[cfg_attr(not(feature = "memory"), allow(dead_code))]
+    pub(crate) fn from_hex(text: &str) -> Option<Self> {
+        let bytes: [u8; 32] = text.as_bytes().try_into().ok()?;
+        bytes.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)).then_some(Token(bytes))
+    }
+
     /// The token as sent to the server.
     pub fn as_str(&self) -> &str {
         // Only ASCII hex digits are ever stored.
