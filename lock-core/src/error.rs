@@ -130,6 +130,17 @@ pub enum LockError {
         required: u32,
     },
 
+    /// A multi-resource acquire on Redis Cluster named resources in several hash slots, which one atomic step cannot
+    /// take, and [`CrossSlot::Reject`](crate::CrossSlot::Reject) (the default) was asked for. Raised before any
+    /// I/O. Take them with [`CrossSlot::Ordered`](crate::CrossSlot::Ordered), or name resources that share a slot.
+    #[error("resources {resources:?} span {slots} cluster slots; one atomic step cannot take them (see CrossSlot)")]
+    CrossSlot {
+        /// The resources, deduplicated, in slot order.
+        resources: Vec<String>,
+        /// How many slots they span.
+        slots: usize,
+    },
+
     /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
     /// running on this thread.
     #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
@@ -201,6 +212,12 @@ impl LockError {
     /// nothing behind: a server error can follow a write in the same script (an `INCRBY` after the `SET`), a `WAIT`
     /// refused by the ACL follows the grant, and a timeout or a broken connection hides whether it was applied.
     pub(crate) fn may_follow_a_write(&self) -> bool {
-        !matches!(self, LockError::InvalidArgument(_) | LockError::NoRuntime(_) | LockError::Unsupported(_))
+        !matches!(
+            self,
+            LockError::InvalidArgument(_)
+                | LockError::NoRuntime(_)
+                | LockError::Unsupported(_)
+                | LockError::CrossSlot { .. }
+        )
     }
 }

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::lock::Instances;
-use crate::resource::LockKeys;
 use crate::store::LockStore;
+use crate::target::Target;
 use crate::token::Token;
 
 /// An acquire in flight on one or more stores. Releases on drop unless [`disarm`](Self::disarm)ed.
 pub(crate) struct InFlight {
     instances: Arc<Instances>,
-    keys: Arc<LockKeys>,
+    target: Arc<Target>,
     token: Token,
     timeout: Duration,
     armed: bool,
@@ -24,8 +24,8 @@ pub(crate) struct InFlight {
 }
 
 impl InFlight {
-    pub(crate) fn new(instances: Arc<Instances>, keys: Arc<LockKeys>, token: Token, timeout: Duration) -> Self {
-        InFlight { instances, keys, token, timeout, armed: true, runtime: crate::rt::current() }
+    pub(crate) fn new(instances: Arc<Instances>, target: Arc<Target>, token: Token, timeout: Duration) -> Self {
+        InFlight { instances, target, token, timeout, armed: true, runtime: crate::rt::current() }
     }
 
     pub(crate) fn token(&self) -> &Token {
@@ -44,7 +44,7 @@ impl InFlight {
     /// the release may never have been sent (a client drops a request whose caller is gone), so `Drop` sends
     /// it again in the background.
     pub(crate) async fn release_now(mut self) {
-        release_all(&self.instances.stores, &self.keys, &self.token, self.timeout).await;
+        release_all(&self.instances.stores, &self.target, &self.token, self.timeout).await;
         self.armed = false;
     }
 }
@@ -55,10 +55,10 @@ impl Drop for InFlight {
             return;
         }
         let instances = self.instances.clone();
-        let keys = self.keys.clone();
+        let target = self.target.clone();
         let token = self.token.clone();
         let timeout = self.timeout;
-        let release = async move { release_all(&instances.stores, &keys, &token, timeout).await };
+        let release = async move { release_all(&instances.stores, &target, &token, timeout).await };
         let spawned = match &self.runtime {
             Some(runtime) => Some(crate::rt::spawn_on(runtime, release)),
             None => crate::rt::spawn_background(release),
@@ -66,7 +66,7 @@ impl Drop for InFlight {
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(
-                resource = self.keys.resource(),
+                resource = self.target.label(),
                 "acquire cancelled without a runtime to release on; the lock expires at its TTL"
             ),
         }
@@ -79,19 +79,20 @@ impl Drop for InFlight {
 /// is woken. Over Redlock it is at most a minority grant, which held nobody back (the lock as a whole was never
 /// ours), and waking would only send a waiter (often the caller itself, listening while it tries) into a try that
 /// the real holder still blocks.
-pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], keys: &LockKeys, token: &Token, timeout: Duration) {
+pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], target: &Target, token: &Token, timeout: Duration) {
     let single = stores.len() == 1;
     let releases = stores.iter().map(|store| async move {
-        match crate::rt::timeout("release", timeout, store.release(keys, token)).await {
-            Ok(Ok(outcome)) => {
-                if single && outcome == crate::ReleaseOutcome::Released {
-                    if let Some(hub) = store.release_hub() {
+        match crate::rt::timeout("release", timeout, target.release(store.as_ref(), token)).await {
+            Ok(Ok(outcomes)) => {
+                let hub = store.release_hub().filter(|_| single);
+                for (keys, outcome) in target.resources().iter().zip(outcomes) {
+                    if let (Some(hub), crate::ReleaseOutcome::Released) = (hub, outcome) {
                         hub.wake_one(keys.channel());
                     }
                 }
             }
             Ok(Err(err)) | Err(err) => {
-                tracing::debug!(resource = keys.resource(), error = %err, "best-effort release failed; TTL applies")
+                tracing::debug!(resource = target.label(), error = %err, "best-effort release failed; TTL applies")
             }
         }
     });

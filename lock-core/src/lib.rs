@@ -85,6 +85,7 @@ mod lock;
 mod lost;
 #[cfg(feature = "memory")]
 mod memory;
+pub mod multi;
 mod mutex_calls;
 mod notify;
 mod options;
@@ -94,6 +95,7 @@ pub mod rt;
 mod scoped;
 pub mod scripts;
 mod store;
+mod target;
 mod token;
 pub mod transport;
 mod wait;
@@ -105,15 +107,19 @@ pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
+pub use multi::{MultiContext, MultiGuard, MultiRelease};
 pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
-    validate_ttl, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
+    validate_ttl, CrossSlot, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
 };
 pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use scoped::{DistributedLockExt, LockContext};
-pub use store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+pub use store::{
+    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
+};
+pub use target::MAX_RESOURCES;
 pub use token::{FencingToken, Token};
 pub use transport::{Call, Ran, Reply, ScriptStore, Topology};
 

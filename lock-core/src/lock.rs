@@ -22,8 +22,10 @@ use crate::lost::{LostReason, LostSignal};
 use crate::options::{validate_ttl, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
-use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::target::{Ask, Grant, Target};
 use crate::token::{FencingToken, Token};
+use crate::transport::Topology;
 use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
 use crate::{lease, redlock, rt};
@@ -151,17 +153,29 @@ impl Lock {
         self.operation_timeout
     }
 
-    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<LockKeys>> {
+    fn check(&self, options: &LockOptions) -> Result<()> {
         options.validate()?;
         validate_prefix(&self.prefix)?;
         if self.operation_timeout.is_zero() {
             return Err(LockError::invalid("operation timeout must be positive"));
         }
-        let keys = LockKeys::new(&self.prefix, resource)?;
         if options.auto_renew().is_some() && rt::current().is_none() {
             return Err(LockError::NoRuntime("auto-renewal"));
         }
-        Ok(Arc::new(keys))
+        Ok(())
+    }
+
+    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<Target>> {
+        self.check(options)?;
+        Ok(Arc::new(Target::one(LockKeys::new(&self.prefix, resource)?)))
+    }
+
+    pub(crate) fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<Target>> {
+        self.check(options)?;
+        let keys = resources.iter().map(|r| LockKeys::new(&self.prefix, r)).collect::<Result<Vec<_>>>()?;
+        let clustered = self.instances.stores.iter().any(|s| s.topology() == Topology::Cluster);
+        let topology = if clustered { Topology::Cluster } else { Topology::Single };
+        Ok(Arc::new(Target::all(keys, topology, options.cross_slot())?))
     }
 
     /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
@@ -172,9 +186,9 @@ impl Lock {
     /// # Cancel safety
     /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
     pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
-        let keys = self.prepare(resource, options)?;
+        let target = self.prepare(resource, options)?;
         let span = tracing::debug_span!("lock.try_acquire", resource, ttl = ?options.ttl());
-        match self.attempt(&keys, options).instrument(span).await? {
+        match self.attempt(&target, options).instrument(span).await? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held { .. } => Ok(None),
         }
@@ -189,13 +203,19 @@ impl Lock {
     /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
     /// a release notification it had consumed is passed to the next waiter.
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
-        let keys = self.prepare(resource, options)?;
+        let target = self.prepare(resource, options)?;
         let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait());
-        // A release notification from any instance is a hint to try again; each try polls all of them.
+        self.wait_for(&target, options).instrument(span).await
+    }
+
+    /// Tries `target` until acquired or out of budget (see [`acquire`](Self::acquire)).
+    pub(crate) async fn wait_for(&self, target: &Arc<Target>, options: &LockOptions) -> Result<Guard> {
+        // A release notification from any instance, of any of the resources, is a hint to try again; each try polls
+        // all of them.
         let stores = &self.instances.stores;
-        let (guard, watch) = until_acquired(resource, options, stores, keys.channel(), || self.attempt(&keys, options))
-            .instrument(span)
-            .await?;
+        let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
+        let (guard, watch) =
+            until_acquired(target.label(), options, stores, &channels, || self.attempt(target, options)).await?;
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
         // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
         // coming straight back, say) queues behind instead of trying a lock that is held.
@@ -205,16 +225,15 @@ impl Lock {
 
     /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing, when the quorum's counters
     /// disagree) one fence write-back.
-    async fn attempt(&self, keys: &Arc<LockKeys>, options: &LockOptions) -> Result<Attempt<Guard>> {
+    pub(crate) async fn attempt(&self, target: &Arc<Target>, options: &LockOptions) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
         let inst = &self.instances;
         let n = inst.n();
         let call_timeout = inst.call_timeout(ttl, self.operation_timeout);
-        let inflight = InFlight::new(inst.clone(), keys.clone(), Token::generate(), call_timeout);
+        let inflight = InFlight::new(inst.clone(), target.clone(), Token::generate(), call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
-        let request = AcquireRequest {
-            keys,
+        let ask = Ask {
             token: inflight.token(),
             ttl,
             fencing: options.fencing(),
@@ -224,7 +243,7 @@ impl Lock {
             replicas: options.replica_ack(),
         };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
-            (i, rt::timeout("acquire", call_timeout, store.acquire(request)).await.and_then(|r| r))
+            (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))
         }));
         let mut tally = Tally::default();
         while let Some((i, reply)) = replies.next().await {
@@ -248,29 +267,34 @@ impl Lock {
             } else {
                 inflight.disarm();
             }
-            return tally.failure(keys.resource(), inst.quorum, n, answered);
+            return tally.failure(target.label(), inst.quorum, n, answered);
         }
 
         let valid_until = lease::valid_until(started, ttl);
         let exhausted = |inflight: InFlight| async move {
             let elapsed = started.elapsed();
             inflight.release_now().await;
-            tracing::debug!(resource = keys.resource(), ?elapsed, "grant arrived after its validity; given back");
-            Err(LockError::ValidityExhausted { resource: keys.resource().to_owned(), elapsed })
+            tracing::debug!(resource = target.label(), ?elapsed, "grant arrived after its validity; given back");
+            Err(LockError::ValidityExhausted { resource: target.label().to_owned(), elapsed })
         };
         if Instant::now() >= valid_until {
             return exhausted(inflight).await;
         }
-        let fence = tally.granted.iter().filter_map(|(_, f)| *f).max();
-        if n > 1 {
-            if let Some(t) = fence {
-                // See the Redlock docs: t = max over the quorum, written back before use to the granting instances
-                // whose counter is below it (none, when the quorum's counters were in step).
-                let (at_t, behind): (Vec<_>, Vec<_>) = tally.granted.iter().partition(|(_, f)| *f == Some(t));
+        // Per resource: the largest counter any granting instance returned.
+        let resources = target.resources().len();
+        let fences: Vec<Option<u64>> = (0..resources)
+            .map(|r| tally.granted.iter().filter_map(|(_, f)| f.get(r).copied().flatten()).max())
+            .collect();
+        if n > 1 && fences.iter().any(Option::is_some) {
+            {
+                // See the Redlock docs: t = max over the quorum (per resource), written back before use to the
+                // granting instances whose counter is below it (none, when the quorum's counters were in step).
+                let (at_t, behind): (Vec<_>, Vec<_>) =
+                    tally.granted.iter().partition(|(_, f)| f.len() == resources && *f == fences);
                 let raised = if behind.is_empty() {
                     0
                 } else {
-                    raise_fences(inst, keys, inflight.token(), t, call_timeout, &behind).await
+                    raise_fences(inst, target, inflight.token(), &fences, call_timeout, &behind).await
                 };
                 if at_t.len() + raised < inst.quorum {
                     if Instant::now() >= valid_until {
@@ -287,13 +311,13 @@ impl Lock {
         }
         let token = inflight.disarm();
         let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
-        tracing::debug!(resource = keys.resource(), fence, instances = ?held_on, "lock acquired");
+        tracing::debug!(resource = target.label(), ?fences, instances = ?held_on, "lock acquired");
         let state = Arc::new(GuardState {
             instances: inst.clone(),
             call_timeout,
-            keys: keys.clone(),
+            target: target.clone(),
             token,
-            fence: fence.map(FencingToken::new),
+            fences: fences.into_iter().map(|f| f.map(FencingToken::new)).collect(),
             lost: LostSignal::new(valid_until),
             held_on: Mutex::new(held_on),
             extending: futures_util::lock::Mutex::new(()),
@@ -350,17 +374,20 @@ impl<F: std::future::Future> FanOut<F> {
 /// Replies of one acquire fan-out.
 #[derive(Default)]
 struct Tally {
-    granted: Vec<(usize, Option<u64>)>,
+    /// Instances that granted, with the fencing counter of each resource.
+    granted: Vec<(usize, Vec<Option<u64>>)>,
     held: usize,
     holder_ttl: Option<Duration>,
     errors: Vec<LockError>,
 }
 
 impl Tally {
-    fn add(&mut self, instance: usize, reply: Result<AcquireReply>) {
+    fn add(&mut self, instance: usize, reply: Result<Grant>) {
         match reply {
-            Ok(AcquireReply::Acquired { fence }) => self.granted.push((instance, fence)),
-            Ok(AcquireReply::Held { ttl }) => {
+            Ok(Grant::Acquired { fences }) => self.granted.push((instance, fences)),
+            Ok(Grant::Held { index, ttl }) => {
+                // Which resource of a set blocked it (always 0 for a single lock).
+                tracing::trace!(instance, blocked_by = index, "held by another owner");
                 self.held += 1;
                 self.holder_ttl = match (self.holder_ttl, ttl) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -401,18 +428,30 @@ impl Tally {
     }
 }
 
-/// Writes the fencing floor `t` back to the instances that granted; returns how many accepted it.
+/// Writes each resource's fencing floor `t[r]` back to the instances that granted below it; returns how many
+/// instances accepted every raise they needed.
 async fn raise_fences(
     inst: &Instances,
-    keys: &LockKeys,
+    target: &Target,
     token: &Token,
-    t: u64,
+    t: &[Option<u64>],
     call_timeout: Duration,
-    granted: &[&(usize, Option<u64>)],
+    granted: &[&(usize, Vec<Option<u64>>)],
 ) -> usize {
-    let raises = granted.iter().filter_map(|(i, _)| inst.stores.get(*i)).map(|store| async move {
-        matches!(rt::timeout("raise-fence", call_timeout, store.raise_fence(keys, token, t)).await, Ok(Ok(true)))
-    });
+    let raises =
+        granted.iter().filter_map(|(i, got)| Some((inst.stores.get(*i)?, got))).map(|(store, got)| async move {
+            for (r, keys) in target.resources().iter().enumerate() {
+                let (Some(want), have) = (t.get(r).copied().flatten(), got.get(r).copied().flatten()) else { continue };
+                if have == Some(want) {
+                    continue;
+                }
+                let raised = rt::timeout("raise-fence", call_timeout, store.raise_fence(keys, token, want)).await;
+                if !matches!(raised, Ok(Ok(true))) {
+                    return false;
+                }
+            }
+            true
+        });
     futures_util::future::join_all(raises).await.into_iter().filter(|ok| *ok).count()
 }
 
@@ -480,9 +519,10 @@ impl ReleaseReport {
 struct GuardState {
     instances: Arc<Instances>,
     call_timeout: Duration,
-    keys: Arc<LockKeys>,
+    target: Arc<Target>,
     token: Token,
-    fence: Option<FencingToken>,
+    /// Each resource's fencing token, in the target's order.
+    fences: Vec<Option<FencingToken>>,
     lost: LostSignal,
     /// Instances where our key was last confirmed (granted, or extended).
     held_on: Mutex<Vec<usize>>,
@@ -501,7 +541,7 @@ struct GuardState {
 
 impl GuardState {
     fn lost_error(&self, reason: LostReason) -> LockError {
-        LockError::Lost { resource: self.keys.resource().to_owned(), reason }
+        LockError::Lost { resource: self.target.label().to_owned(), reason }
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Instant> {
@@ -521,14 +561,23 @@ impl GuardState {
         // current deadline and this extension's.
         self.lost.shorten(lease::valid_until(started, ttl));
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
-            let reply = rt::timeout("extend", self.call_timeout, store.extend(&self.keys, &self.token, ttl)).await;
-            (i, reply.and_then(|r| r))
+            let extend = self.target.extend(store.as_ref(), &self.token, ttl);
+            (i, rt::timeout("extend", self.call_timeout, extend).await.and_then(|r| r))
         }));
         let (mut extended, mut gone, mut errors) = (Vec::new(), 0, Vec::new());
+        // The resources some instance found gone or taken (a multi-resource lock extends all or nothing).
+        let mut missing: Vec<&str> = Vec::new();
         while let Some((i, reply)) = replies.next().await {
             match reply {
-                Ok(ExtendReply::Extended) => extended.push(i),
-                Ok(_) => gone += 1,
+                Ok(held) if held.iter().all(|r| *r == ExtendReply::Extended) => extended.push(i),
+                Ok(held) => {
+                    gone += 1;
+                    for (keys, reply) in self.target.resources().iter().zip(&held) {
+                        if *reply != ExtendReply::Extended && !missing.contains(&keys.resource()) {
+                            missing.push(keys.resource());
+                        }
+                    }
+                }
                 Err(err) => errors.push(err),
             }
             if extended.len() >= quorum || gone > n - quorum {
@@ -540,14 +589,16 @@ impl GuardState {
             let until = lease::valid_until(started, ttl);
             self.lost.prolong(until).map_err(|reason| self.lost_error(reason))?;
             *lock_mutex(&self.held_on) = extended;
-            tracing::trace!(resource = self.keys.resource(), ?ttl, "lock extended");
+            tracing::trace!(resource = self.target.label(), ?ttl, "lock extended");
             return Ok(until);
         }
         if gone > n - quorum {
             if self.lost.mark(LostReason::NotHeld) {
-                tracing::warn!(resource = self.keys.resource(), "lock lost: extension found it gone");
+                tracing::warn!(resource = self.target.label(), ?missing, "lock lost: extension found it gone");
             }
-            return Err(self.lost_error(LostReason::NotHeld));
+            // Name the resource that was lost (for a single lock, the resource itself).
+            let resource = missing.first().copied().unwrap_or(self.target.label());
+            return Err(LockError::Lost { resource: resource.to_owned(), reason: LostReason::NotHeld });
         }
         match errors.pop() {
             Some(err) if n == 1 => Err(err),
@@ -563,67 +614,82 @@ impl GuardState {
         drop(lock_mutex(&self.watch).take());
     }
 
-    /// Compare-and-delete on every instance, after any extension in flight has finished.
-    async fn release(&self) -> Result<ReleaseReport> {
+    /// Compare-and-delete on every instance, after any extension in flight has finished: one report per resource.
+    async fn release(&self) -> Result<Vec<ReleaseReport>> {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
-        // Local waiters listen on every instance's hub, so one wake-up per release reaches them: the first instance
-        // that reports the key deleted sends it (more would wake a waiter per instance for one release).
-        let woken = AtomicBool::new(false);
+        let resources = self.target.resources();
+        // Local waiters listen on every instance's hub, so one wake-up per released resource reaches them: the first
+        // instance that reports a key deleted sends it (more would wake a waiter per instance for one release).
+        let woken: Vec<AtomicBool> = resources.iter().map(|_| AtomicBool::new(false)).collect();
         let woken = &woken;
         let releases = self.instances.stores.iter().map(|store| async move {
-            let call = rt::timeout("release", self.call_timeout, store.release(&self.keys, &self.token));
+            let call = rt::timeout("release", self.call_timeout, self.target.release(store.as_ref(), &self.token));
             let Some(hub) = store.release_hub() else {
                 return call.await.and_then(|r| r);
             };
             let mut call = std::pin::pin!(call);
-            // One instance only: over Redlock the waiter's acquire also goes to instances whose release may not be
-            // queued yet, and would fail there.
-            let reply = if single && store.orders_commands() {
-                match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
-                    // The release command is queued once its call is pending: wake the next local waiter now, so
-                    // its acquire is executed right behind the release (see `LockStore::orders_commands`). Should
-                    // that acquire overtake the release after all (the command was not queued yet: a full channel,
-                    // a spent coop budget), `early` wakes a waiter again when the release has completed.
-                    Poll::Pending => {
-                        let early = hub.release_started(self.keys.channel());
-                        let reply = call.await.and_then(|r| r);
-                        if early.is_none() && matches!(reply, Ok(ReleaseOutcome::Released)) {
-                            // Nobody waited when the release left; whoever started waiting since gets this one.
-                            hub.wake_one(self.keys.channel());
+            // One instance and one resource only: over Redlock the waiter's acquire also goes to instances whose
+            // release may not be queued yet, and would fail there.
+            let reply = match resources {
+                [keys] if single && store.orders_commands() => {
+                    match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+                        // The release command is queued once its call is pending: wake the next local waiter now, so
+                        // its acquire is executed right behind the release (see `LockStore::orders_commands`).
+                        // Should that acquire overtake the release after all (the command was not queued yet: a
+                        // full channel, a spent coop budget), `early` wakes a waiter again when the release has
+                        // completed.
+                        Poll::Pending => {
+                            let early = hub.release_started(keys.channel());
+                            let reply = call.await.and_then(|r| r);
+                            let released = matches!(reply.as_deref(), Ok([ReleaseOutcome::Released]));
+                            if early.is_none() && released {
+                                // Nobody waited when the release left; whoever started waiting since gets this one.
+                                hub.wake_one(keys.channel());
+                            }
+                            drop(early);
+                            return reply;
                         }
-                        drop(early);
-                        return reply;
+                        Poll::Ready(reply) => reply,
                     }
-                    Poll::Ready(reply) => reply,
                 }
-            } else {
-                call.await
+                _ => call.await,
             }
             .and_then(|r| r);
-            if matches!(reply, Ok(ReleaseOutcome::Released)) && !woken.swap(true, Ordering::SeqCst) {
-                hub.wake_one(self.keys.channel());
+            if let Ok(outcomes) = &reply {
+                for ((keys, outcome), woke) in resources.iter().zip(outcomes).zip(woken) {
+                    if *outcome == ReleaseOutcome::Released && !woke.swap(true, Ordering::SeqCst) {
+                        hub.wake_one(keys.channel());
+                    }
+                }
             }
             reply
         });
-        let mut report = ReleaseReport::default();
-        let mut last_error = None;
+        let mut reports = vec![ReleaseReport::default(); resources.len()];
+        let (mut failed, mut last_error) = (0, None);
         let mut replies = FanOut::new(releases);
         while let Some(reply) = replies.next().await {
             match reply {
-                Ok(ReleaseOutcome::Released) => report.released += 1,
-                Ok(ReleaseOutcome::OwnedByOther) => report.owned_by_other += 1,
-                Ok(_) => report.expired += 1,
+                Ok(outcomes) => {
+                    for (report, outcome) in reports.iter_mut().zip(outcomes) {
+                        match outcome {
+                            ReleaseOutcome::Released => report.released += 1,
+                            ReleaseOutcome::OwnedByOther => report.owned_by_other += 1,
+                            _ => report.expired += 1,
+                        }
+                    }
+                }
                 Err(err) => {
-                    report.failed += 1;
+                    failed += 1;
+                    reports.iter_mut().for_each(|report| report.failed += 1);
                     last_error = Some(err);
                 }
             }
         }
-        tracing::debug!(resource = self.keys.resource(), ?report, "lock released");
+        tracing::debug!(resource = self.target.label(), ?reports, "lock released");
         match last_error {
-            Some(err) if report.failed == self.instances.n() => Err(err),
-            _ => Ok(report),
+            Some(err) if failed == self.instances.n() => Err(err),
+            _ => Ok(reports),
         }
     }
 }
@@ -637,7 +703,7 @@ impl Renewable for GuardState {
         &self.lost
     }
     fn resource(&self) -> &str {
-        self.keys.resource()
+        self.target.label()
     }
 }
 
@@ -655,12 +721,13 @@ pub struct Guard {
 impl Guard {
     /// The resource name.
     pub fn resource(&self) -> &str {
-        self.state.keys.resource()
+        self.state.target.label()
     }
 
     /// The keys this lock holds.
     pub fn keys(&self) -> &LockKeys {
-        &self.state.keys
+        // A `Guard` always holds one resource (a multi-resource lock hands out a `MultiGuard`).
+        &self.state.target.resources()[0]
     }
 
     /// The owner token.
@@ -670,7 +737,7 @@ impl Guard {
 
     /// The fencing token (`None` when fencing was off).
     pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.state.fence
+        self.state.fences.first().copied().flatten()
     }
 
     /// The local validity deadline.
@@ -725,12 +792,32 @@ impl Guard {
     ///
     /// # Cancel safety
     /// As [`release`](Self::release).
-    pub async fn release_report(mut self) -> Result<ReleaseReport> {
+    pub async fn release_report(self) -> Result<ReleaseReport> {
+        Ok(self.release_reports().await?.into_iter().next().unwrap_or_default())
+    }
+
+    /// How many instances must agree.
+    pub(crate) fn quorum(&self) -> usize {
+        self.state.instances.quorum
+    }
+
+    /// What this guard holds.
+    pub(crate) fn target(&self) -> &Target {
+        &self.state.target
+    }
+
+    /// Each resource's fencing token, in the target's order.
+    pub(crate) fn fences(&self) -> &[Option<FencingToken>] {
+        &self.state.fences
+    }
+
+    /// Stops renewal and releases: one report per resource.
+    pub(crate) async fn release_reports(mut self) -> Result<Vec<ReleaseReport>> {
         self.state.stop();
-        let report = self.state.release().await;
+        let reports = self.state.release().await;
         // Only now: if this future is dropped mid-release, `Drop` still sends a (best-effort) release.
         self.released = true;
-        report
+        reports
     }
 }
 
@@ -743,7 +830,7 @@ impl Drop for Guard {
         let state = self.state.clone();
         let release = async move {
             if let Err(err) = state.release().await {
-                tracing::debug!(resource = state.keys.resource(), error = %err, "release on drop failed; TTL applies");
+                tracing::debug!(resource = state.target.label(), error = %err, "release on drop failed; TTL applies");
             }
         };
         let spawned = match &self.state.runtime {
@@ -753,7 +840,7 @@ impl Drop for Guard {
         match spawned {
             Some(task) => task.detach(),
             None => tracing::warn!(
-                resource = self.state.keys.resource(),
+                resource = self.state.target.label(),
                 "guard dropped without a runtime to release on; the lock expires at its TTL"
             ),
         }
@@ -765,7 +852,7 @@ impl fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("resource", &self.resource())
             .field("token", &self.state.token)
-            .field("fence", &self.state.fence)
+            .field("fences", &self.state.fences)
             .field("held_on", &self.held_instances())
             .field("lost", &self.state.lost)
             .finish()

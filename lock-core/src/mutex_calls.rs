@@ -9,7 +9,9 @@ use crate::error::{LockError, Result};
 use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
 use crate::scripts;
-use crate::store::{AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome};
+use crate::store::{
+    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
+};
 use crate::token::Token;
 use crate::transport::{Call, Reply, ScriptStore, Topology};
 
@@ -82,6 +84,59 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let args = [token.as_str(), &floor];
         let ran = self.run(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
         scripts::parse_raise_fence(int("raise-fence", &ran.reply)?)
+    }
+
+    async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
+        let ttl = scripts::ttl_millis(request.ttl).to_string();
+        let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+        let call_keys: Vec<&str> = request.keys.iter().flat_map(|k| [k.lock(), k.fence()]).collect();
+        let fencing = if request.fencing { "1" } else { "0" };
+        let args = [request.token.as_str(), &ttl, fencing, &floor];
+        let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
+        let ran = self.run(call).await?;
+        let ints = ran.reply.as_ints().ok_or_else(|| unexpected("multi-acquire", &ran.reply))?;
+        let n = request.keys.len();
+        let reply = match ints.as_slice() {
+            [1, fences @ ..] if request.fencing && fences.len() == n => {
+                AcquireAllReply::Acquired { fences: fences.iter().map(|f| u64::try_from(*f).ok()).collect() }
+            }
+            [1] if !request.fencing => AcquireAllReply::Acquired { fences: vec![None; n] },
+            [0, index, pttl] => AcquireAllReply::Held {
+                index: usize::try_from(*index - 1)
+                    .ok()
+                    .filter(|i| *i < n)
+                    .ok_or_else(|| unexpected("multi-acquire", &ran.reply))?,
+                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            },
+            _ => return Err(unexpected("multi-acquire", &ran.reply)),
+        };
+        if let (Some(ack), AcquireAllReply::Acquired { .. }) = (request.replicas, &reply) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(reply)
+    }
+
+    async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
+        let args = [token.as_str(), origin, sharded];
+        let ran = self.run(Call::script("release", &scripts::MULTI_RELEASE, &call_keys, &args)).await?;
+        let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());
+        ints.ok_or_else(|| unexpected("multi-release", &ran.reply))?.into_iter().map(scripts::parse_release).collect()
+    }
+
+    async fn extend_all(&self, keys: &[LockKeys], token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys: Vec<&str> = keys.iter().map(LockKeys::lock).collect();
+        let args = [token.as_str(), &ttl];
+        let ran = self.run(Call::script("extend", &scripts::MULTI_EXTEND, &call_keys, &args)).await?;
+        let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());
+        ints.ok_or_else(|| unexpected("multi-extend", &ran.reply))?.into_iter().map(scripts::parse_extend).collect()
+    }
+
+    fn topology(&self) -> Topology {
+        ScriptStore::topology(self)
     }
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

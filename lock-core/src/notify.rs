@@ -237,6 +237,11 @@ impl ReleaseWatch {
         &self.hub
     }
 
+    /// The channel this registration listens on.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
     /// How many early-woken local releases have completed: read before a try, then pass to
     /// [`held_during`](Self::held_during) when the try found the lock held.
     pub(crate) fn progress(&self) -> u64 {

@@ -36,6 +36,23 @@ pub struct LockOptions {
     fencing: bool,
     renew: Option<RenewPolicy>,
     replicas: Option<ReplicaAck>,
+    cross_slot: CrossSlot,
+}
+
+/// What [`Lock::acquire_all`](crate::Lock::acquire_all) does on Redis Cluster with resources in different hash
+/// slots (one script may only touch keys of one slot).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CrossSlot {
+    /// Fail with [`LockError::CrossSlot`] before any I/O (the default): the caller learns at once that the
+    /// resources cannot be taken in one atomic step, instead of seeing what looks like contention.
+    #[default]
+    Reject,
+    /// Take the slot groups one after another, in a fixed order (by slot), each group all or nothing. A group found
+    /// held gives the earlier groups back before waiting, so no caller ever holds while it waits: two callers that
+    /// list the same resources in opposite orders never deadlock. Not one atomic step: another client may briefly
+    /// see some of the resources held by an acquire that then gives them back.
+    Ordered,
 }
 
 impl Default for LockOptions {
@@ -48,6 +65,7 @@ impl Default for LockOptions {
             fencing: true,
             renew: None,
             replicas: None,
+            cross_slot: CrossSlot::Reject,
         }
     }
 }
@@ -102,6 +120,18 @@ impl LockOptions {
     pub fn with_replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replicas = Some(ack);
         self
+    }
+
+    /// Sets what a multi-resource acquire does on Redis Cluster when the resources span several slots (default
+    /// [`CrossSlot::Reject`]). A single-resource lock ignores it.
+    pub fn with_cross_slot(mut self, mode: CrossSlot) -> Self {
+        self.cross_slot = mode;
+        self
+    }
+
+    /// What a multi-resource acquire does with resources in several Cluster slots.
+    pub fn cross_slot(&self) -> CrossSlot {
+        self.cross_slot
     }
 
     /// The replica acknowledgement asked for, if any.

@@ -155,8 +155,128 @@ return 1
 "#,
 );
 
+/// Multi-resource acquire: all of the locks or none, with a fencing token per resource (see
+/// [`Lock::acquire_all`](crate::Lock::acquire_all)).
+///
+/// `KEYS` = lock₁, fence₁, lock₂, fence₂, … (the single lock's keys of each resource, so a multi-lock and a single
+/// lock on one resource exclude each other; on Cluster all in one slot); `ARGV[1]` token, `ARGV[2]` TTL in ms,
+/// `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the counters' floor in place of the server's clock.
+/// Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based, is held
+/// by another token; its PTTL). Every key's type is checked before any write. Idempotent: a retry with the same
+/// token finds its own value, refreshes the TTL and replies the fences the first call set.
+pub static MULTI_ACQUIRE: Script = Script::new(
+    "multi-acquire",
+    r#"
+local n = #KEYS / 2
+local fencing = ARGV[3] == '1'
+for i = 1, n do
+  local lock = KEYS[2 * i - 1]
+  local kind = redis.call('TYPE', lock).ok
+  if kind ~= 'none' and kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE lock key ' .. lock .. ' holds a value that is not a lock')
+  end
+  if fencing then
+    local current = redis.pcall('GET', KEYS[2 * i])
+    if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+      return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2 * i] .. ' does not hold an integer')
+    end
+  end
+end
+local ours = {}
+for i = 1, n do
+  local value = redis.call('GET', KEYS[2 * i - 1])
+  if value == ARGV[1] then
+    ours[i] = true
+  elseif value then
+    return {0, i, redis.call('PTTL', KEYS[2 * i - 1])}
+  end
+end
+local floor = nil
+if fencing then
+  floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+end
+local reply = {1}
+for i = 1, n do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  if ours[i] then
+    redis.call('PEXPIRE', lock, ARGV[2])
+    if fencing then
+      reply[i + 1] = tonumber(redis.call('GET', fence) or '0')
+    end
+  else
+    redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
+    if fencing then
+      local step = floor - (tonumber(redis.call('GET', fence) or '0'))
+      if step < 1 then
+        step = 1
+      end
+      reply[i + 1] = redis.call('INCRBY', fence, string.format('%d', step))
+    end
+  end
+end
+return reply
+"#,
+);
+
+/// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
+///
+/// `KEYS` = lock₁, channel₁, lock₂, channel₂, …; `ARGV` as [`RELEASE`]'s. Reply: one code per resource, as
+/// [`RELEASE`]'s (`1` released, `0` absent, `-1` held by another token).
+pub static MULTI_RELEASE: Script = Script::new(
+    "multi-release",
+    r#"
+local reply = {}
+for i = 1, #KEYS / 2 do
+  local lock = KEYS[2 * i - 1]
+  local value = redis.call('GET', lock)
+  if value == ARGV[1] then
+    redis.call('DEL', lock)
+    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2 * i], ARGV[2])
+    reply[i] = 1
+  elseif value then
+    reply[i] = -1
+  else
+    reply[i] = 0
+  end
+end
+return reply
+"#,
+);
+
+/// Multi-resource extend, all or nothing: sets every lock key's TTL only if every one still holds our token.
+///
+/// `KEYS` = lock₁, lock₂, …; `ARGV` as [`EXTEND`]'s. Reply: one code per resource, as [`EXTEND`]'s (`1` ours, `0`
+/// absent, `-1` held by another token); the TTLs were set only when every code is `1`.
+pub static MULTI_EXTEND: Script = Script::new(
+    "multi-extend",
+    r#"
+local reply = {}
+local all = true
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  if value == ARGV[1] then
+    reply[i] = 1
+  else
+    reply[i] = value and -1 or 0
+    all = false
+  end
+end
+if all then
+  for i = 1, #KEYS do
+    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  end
+end
+return reply
+"#,
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
-pub static ALL: &[&Script] = &[&ACQUIRE, &HOLDER, &RELEASE, &EXTEND, &RAISE_FENCE];
+pub static ALL: &[&Script] =
+    &[&ACQUIRE, &HOLDER, &RELEASE, &EXTEND, &RAISE_FENCE, &MULTI_ACQUIRE, &MULTI_RELEASE, &MULTI_EXTEND];
 
 /// The script of lock-core whose SHA-1 is `sha1`.
 pub fn by_sha1(sha1: &str) -> Option<&'static Script> {

@@ -14,6 +14,7 @@ use crate::notify::ReleaseHub;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
 use crate::token::Token;
+use crate::transport::Topology;
 
 /// One acquire request: set the lock key to `token` with `ttl` only if it is absent.
 #[derive(Clone, Copy, Debug)]
@@ -48,6 +49,43 @@ pub enum AcquireReply {
     /// Someone else holds the key.
     Held {
         /// The holder's remaining time-to-live, when the server reports one.
+        ttl: Option<Duration>,
+    },
+}
+
+/// One all-or-nothing acquire over several resources: each lock key is set to `token` with `ttl` only if every one
+/// is free (or already ours), in one atomic step.
+#[derive(Clone, Copy, Debug)]
+pub struct AcquireAllRequest<'a> {
+    /// The resources' keys, deduplicated and sorted; on Redis Cluster all in one slot.
+    pub keys: &'a [LockKeys],
+    /// The owner token of this acquisition.
+    pub token: &'a Token,
+    /// Time-to-live of every lock key, applied with millisecond precision.
+    pub ttl: Duration,
+    /// Whether to advance each resource's fencing counter in the same step and return the new values.
+    pub fencing: bool,
+    /// As [`AcquireRequest::fence_floor`], for every counter.
+    pub fence_floor: Option<u64>,
+    /// As [`AcquireRequest::replicas`].
+    pub replicas: Option<ReplicaAck>,
+}
+
+/// What the server did with an [`AcquireAllRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AcquireAllReply {
+    /// Every key now holds our token; `fences` has each resource's new counter (in the request's order) when
+    /// fencing.
+    Acquired {
+        /// The new fencing counter of each resource, when fencing was requested.
+        fences: Vec<Option<u64>>,
+    },
+    /// The resource at `index` (into the request's keys) is held by someone else; nothing was written.
+    Held {
+        /// Which resource blocked the acquire.
+        index: usize,
+        /// Its holder's remaining TTL, when the server reports one.
         ttl: Option<Duration>,
     },
 }
@@ -130,6 +168,51 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     /// As [`acquire`](Self::acquire).
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool>;
 
+    /// Sets every lock key of `request` to its token, all or none, in one atomic step (see
+    /// [`Lock::acquire_all`](crate::Lock::acquire_all)).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); the default, for a store without multi-resource operations, is
+    /// [`Unsupported`](crate::LockError::Unsupported) (raised before any I/O).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
+        let _ = request;
+        Err(no_multi())
+    }
+
+    /// Compare-and-delete of each lock key in `keys`, publishing a release notification for each one deleted.
+    /// Returns one outcome per key, in order.
+    ///
+    /// # Errors
+    /// As [`release`](Self::release); the default is [`Unsupported`](crate::LockError::Unsupported).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let _ = (keys, token);
+        Err(no_multi())
+    }
+
+    /// Sets every lock key's TTL to `ttl` only if every one holds `token` (all or nothing). Returns what each key
+    /// held, in order; the TTLs were set only when every reply is [`ExtendReply::Extended`].
+    ///
+    /// # Errors
+    /// As [`extend`](Self::extend); the default is [`Unsupported`](crate::LockError::Unsupported).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    async fn extend_all(&self, keys: &[LockKeys], token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let _ = (keys, token, ttl);
+        Err(no_multi())
+    }
+
+    /// How the backend's keys are spread (on Redis Cluster, one call's keys must share a slot).
+    fn topology(&self) -> Topology {
+        Topology::Single
+    }
+
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
     /// Waiters without one poll with backoff (and at the holder's remaining TTL).
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
@@ -163,10 +246,26 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
         (**self).raise_fence(keys, token, at_least).await
     }
+    async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
+        (**self).acquire_all(request).await
+    }
+    async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        (**self).release_all(keys, token).await
+    }
+    async fn extend_all(&self, keys: &[LockKeys], token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        (**self).extend_all(keys, token, ttl).await
+    }
+    fn topology(&self) -> Topology {
+        (**self).topology()
+    }
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         (**self).release_hub()
     }
     fn orders_commands(&self) -> bool {
         (**self).orders_commands()
     }
+}
+
+fn no_multi() -> crate::LockError {
+    crate::LockError::Unsupported("this store has no multi-resource operations (acquire_all)".into())
 }

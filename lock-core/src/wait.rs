@@ -20,8 +20,9 @@ pub(crate) enum Attempt<G> {
     Held { holder_ttl: Option<Duration> },
 }
 
-/// One waiter's registrations on the release channel of a lock, one per instance that has notifications (a
-/// Redlock waiter hears a release on any of its instances).
+/// One waiter's registrations on the release channels of a lock, one per instance that has notifications and
+/// channel (a Redlock waiter hears a release on any of its instances; a multi-resource waiter, a release of any of
+/// its resources).
 pub(crate) struct Watches {
     watches: Vec<ReleaseWatch>,
     /// Each registration's [`ReleaseWatch::progress`] when the current try started.
@@ -29,9 +30,10 @@ pub(crate) struct Watches {
 }
 
 impl Watches {
-    /// Registers on `channel` with every hub of `stores`; `None` when no store has notifications.
-    async fn new(stores: &[Arc<dyn LockStore>], channel: &str) -> Option<Self> {
-        let watches = stores.iter().filter_map(|s| s.release_hub()).map(|hub| hub.watch(channel));
+    /// Registers on each of `channels` with every hub of `stores`; `None` when no store has notifications.
+    async fn new(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> Option<Self> {
+        let hubs = stores.iter().filter_map(|s| s.release_hub());
+        let watches = hubs.flat_map(|hub| channels.iter().map(move |channel| hub.watch(channel)));
         let watches = futures_util::future::join_all(watches).await;
         let marks = vec![0; watches.len()];
         (!watches.is_empty()).then_some(Watches { watches, marks })
@@ -46,14 +48,14 @@ impl Watches {
         Listeners(self.watches.iter().map(ReleaseWatch::listen).collect())
     }
 
-    /// See [`ReleaseWatch::held_during`]: the hub of a local release that completed during the try (so the "held"
-    /// may predate it), if any.
-    fn held_during(&self) -> Option<&Arc<ReleaseHub>> {
+    /// See [`ReleaseWatch::held_during`]: the registration of a local release that completed during the try (so
+    /// the "held" may predate it), if any.
+    fn held_during(&self) -> Option<&ReleaseWatch> {
         // Every registration is asked, so each early release on its way learns that a try raced it.
         let mut completed = None;
         for (w, mark) in self.watches.iter().zip(&self.marks) {
             if w.held_during(*mark) {
-                completed = Some(w.hub());
+                completed = Some(w);
             }
         }
         completed
@@ -64,8 +66,8 @@ impl Watches {
         self.watches.iter().fold(false, |taken, w| w.take_stored() | taken)
     }
 
-    fn hub(&self, i: usize) -> Option<&Arc<ReleaseHub>> {
-        self.watches.get(i).map(ReleaseWatch::hub)
+    fn watch(&self, i: usize) -> Option<&ReleaseWatch> {
+        self.watches.get(i)
     }
 }
 
@@ -100,31 +102,28 @@ impl Listeners {
 /// A wake-up this waiter consumed and has not yet turned into an answer (the lock acquired, or found held). If
 /// the waiter leaves before that (cancelled while its try is on the way, out of budget, a failed try), the
 /// wake-up goes to the next waiter on drop, so a release is never lost with a waiter that gave up.
-struct OwedWake<'a> {
-    hub: Option<Arc<ReleaseHub>>,
-    channel: &'a str,
+#[derive(Default)]
+struct OwedWake {
+    /// The hub and channel the wake-up came from.
+    owed: Option<(Arc<ReleaseHub>, String)>,
 }
 
-impl<'a> OwedWake<'a> {
-    fn none(channel: &'a str) -> Self {
-        OwedWake { hub: None, channel }
-    }
-
-    fn owe(&mut self, hub: &Arc<ReleaseHub>) {
-        self.hub = Some(hub.clone());
+impl OwedWake {
+    fn owe(&mut self, watch: &ReleaseWatch) {
+        self.owed = Some((watch.hub().clone(), watch.channel().to_owned()));
     }
 
     /// The try answered: nothing is owed.
     fn settle(&mut self) {
-        self.hub = None;
+        self.owed = None;
     }
 }
 
-impl Drop for OwedWake<'_> {
+impl Drop for OwedWake {
     fn drop(&mut self) {
-        if let Some(hub) = self.hub.take() {
-            tracing::trace!(channel = self.channel, "waiter left before its try answered; wake-up passed on");
-            hub.wake_one(self.channel);
+        if let Some((hub, channel)) = self.owed.take() {
+            tracing::trace!(channel, "waiter left before its try answered; wake-up passed on");
+            hub.wake_one(&channel);
         }
     }
 }
@@ -140,7 +139,7 @@ pub(crate) async fn until_acquired<G, F, Fut>(
     resource: &str,
     options: &LockOptions,
     stores: &[Arc<dyn LockStore>],
-    channel: &str,
+    channels: &[&str],
     mut attempt: F,
 ) -> Result<(G, Option<Watches>)>
 where
@@ -153,14 +152,17 @@ where
     // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
     let mut watch: Option<Watches> = None;
     // Declared after `watch`, so dropped before it: a wake-up passed on never reaches our own registration.
-    let mut owed = OwedWake::none(channel);
+    let mut owed = OwedWake::default();
     let mut delays = policy.delays();
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
     // wakes it, or after one backoff step at the latest.
-    let queued = stores.iter().filter_map(|s| s.release_hub()).any(|hub| hub.waiters(channel) > 0);
+    let queued = stores
+        .iter()
+        .filter_map(|s| s.release_hub())
+        .any(|hub| channels.iter().any(|channel| hub.waiters(channel) > 0));
     if !options.wait().is_zero() && queued {
-        if let Some(mut queue) = Watches::new(stores, channel).await {
+        if let Some(mut queue) = Watches::new(stores, channels).await {
             // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept for
             // a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
             if queue.take_stored() {
@@ -168,8 +170,8 @@ where
             } else {
                 let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
                 tracing::trace!(resource, ?pause, "queued behind local waiters");
-                if let Some(hub) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.hub(i)) {
-                    owed.owe(hub);
+                if let Some(woke) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
+                    owed.owe(woke);
                 }
             }
             watch = Some(queue);
@@ -192,8 +194,8 @@ where
                 // it): the "held" may predate the release, so the try did not answer; look again, or pass the
                 // wake-up on if we leave now. (While such a release is still on its way, this also asks its
                 // completion to wake a waiter.)
-                if let Some(hub) = watch.as_ref().and_then(Watches::held_during) {
-                    owed.owe(hub);
+                if let Some(completed) = watch.as_ref().and_then(Watches::held_during) {
+                    owed.owe(completed);
                     tracing::trace!(resource, "a local release completed during the try; trying again");
                     again = true;
                 }
@@ -215,7 +217,7 @@ where
             }));
         }
         if watch.is_none() && last_error.is_none() {
-            if let Some(registered) = Watches::new(stores, channel).await {
+            if let Some(registered) = Watches::new(stores, channels).await {
                 watch = Some(registered);
                 // A release may have landed before the subscription: look again before sleeping.
                 continue;
@@ -235,8 +237,8 @@ where
                 tracing::trace!(resource, ?pause, "waiting for a release");
                 let woken = listeners.or_sleep(pause).await?;
                 tracing::trace!(resource, woken = woken.is_some(), "waiter awake");
-                if let Some(hub) = woken.and_then(|i| watch.as_ref()?.hub(i)) {
-                    owed.owe(hub);
+                if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {
+                    owed.owe(woke);
                 }
             }
             None => crate::rt::sleep(pause).await?,

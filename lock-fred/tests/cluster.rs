@@ -41,6 +41,7 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
+lock_testkit::multi_resource_tests!(tokio, subject());
 // Every cluster case but `slot_migration_mid_run_is_invisible`: with fred 10.1 an acquire or release racing an ASK
 // redirect during a slot move intermittently gets "OK" (apparently the reply to fred's own `ASKING`) instead of
 // the script's reply (seen as `unexpected reply to the acquire script: String("OK")`), about once in ten runs.
@@ -51,4 +52,6 @@ lock_testkit::cluster_tests!(@cases store;
     script_flush_on_every_node_is_invisible,
     lock_keeps_working_after_primary_killed,
     releases_are_announced_on_their_shard_only,
+    multi_resource_cross_slot_is_rejected_before_io,
+    multi_resource_ordered_is_all_or_nothing_under_contention,
 );

@@ -12,3 +12,4 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
+lock_testkit::multi_resource_tests!(tokio, subject());

@@ -314,3 +314,118 @@ pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
     }
     drop(cluster);
 }
+
+/// The hash slot of `resource`'s lock key, as the cluster computes it.
+fn slot_of(cluster: &RedisCluster, resource: &str) -> i64 {
+    let keys = LockKeys::new(DEFAULT_PREFIX, resource).or_panic();
+    cluster.node(0).or_panic().command(&["CLUSTER", "KEYSLOT", keys.lock()]).or_panic().as_int().or_panic()
+}
+
+/// Whether any node holds a key for `resource` (its lock key).
+fn any_lock_key(cluster: &RedisCluster, resource: &str) -> bool {
+    let keys = LockKeys::new(DEFAULT_PREFIX, resource).or_panic();
+    let owner = cluster.primary_for_key(keys.lock()).or_panic();
+    cluster.node(owner).or_panic().command(&["EXISTS", keys.lock()]).or_panic() == Reply::Int(1)
+}
+
+/// Test 6 of the multi-resource study, default mode: resources in different slots are `CrossSlot` before any I/O
+/// (not a misleading "contended" after retries), no key is written, and the same call with resources that share a
+/// slot is one atomic step that works.
+pub async fn multi_resource_cross_slot_is_rejected_before_io(store: &StoreFactory) {
+    let cluster = shared();
+    let lock = Lock::from_arc(store(cluster).await);
+    let run = rand::random::<u32>();
+    let spread: Vec<String> = (0..3).map(|i| format!("xslot-{run}-{i}")).collect();
+    assert!(spread.iter().map(|r| slot_of(cluster, r)).collect::<BTreeSet<_>>().len() > 1);
+    let list: Vec<&str> = spread.iter().map(String::as_str).collect();
+    let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));
+    let t0 = Instant::now();
+    match lock.acquire_all(&list, &opts).await {
+        Err(LockError::CrossSlot { resources, slots }) => {
+            assert_eq!(resources.len(), 3);
+            assert!(slots > 1);
+        }
+        other => panic!("resources in several slots: {other:?}"),
+    }
+    assert!(t0.elapsed() < ms(500), "the refusal waited {:?}: it must come before any I/O", t0.elapsed());
+    assert!(!spread.iter().any(|r| any_lock_key(cluster, r)), "a refused multi-acquire wrote a key");
+    // Names whose slots agree (found by asking the cluster): one script takes them all.
+    let first = format!("same-{run}-0");
+    let target = slot_of(cluster, &first);
+    let same: Vec<String> = std::iter::once(first)
+        .chain((1..200_000).map(|i| format!("same-{run}-{i}")).filter(|r| slot_of(cluster, r) == target).take(2))
+        .collect();
+    assert_eq!(same.len(), 3, "no three names share a slot");
+    let list: Vec<&str> = same.iter().map(String::as_str).collect();
+    let guard = lock.try_acquire_all(&list, &opts).await.or_panic().or_panic();
+    assert!(same.iter().all(|r| any_lock_key(cluster, r)));
+    assert!(guard.release().await.or_panic().all_released());
+}
+
+/// Test 6, ordered mode: two workers take the same three resources (each in a different slot, on different
+/// primaries) in opposite orders, while single locks take the middle one: all finish, holds of each resource never
+/// overlap, and a set found partly held leaves nothing behind.
+pub async fn multi_resource_ordered_is_all_or_nothing_under_contention(store: &StoreFactory) {
+    const ROUNDS: usize = 40;
+    let cluster = shared();
+    let lock = Arc::new(Lock::from_arc(store(cluster).await));
+    let run = rand::random::<u32>();
+    let mut names: Vec<String> = Vec::new();
+    for i in 0.. {
+        let name = format!("ordered-{run}-{i}");
+        if names.iter().all(|n| owner(cluster, n) != owner(cluster, &name)) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let checkers: Arc<Vec<Checker>> = Arc::new(names.iter().map(|_| Checker::new()).collect());
+    let opts = LockOptions::new(ms(5_000)).with_wait(ms(20_000)).with_cross_slot(lock_core::CrossSlot::Ordered);
+    let multi = |reversed: bool| {
+        let (lock, checkers, names, opts) = (lock.clone(), checkers.clone(), names.clone(), opts.clone());
+        tokio::spawn(async move {
+            let mut list: Vec<&str> = names.iter().map(String::as_str).collect();
+            if reversed {
+                list.reverse();
+            }
+            for _ in 0..ROUNDS {
+                let guard = lock.acquire_all(&list, &opts).await.or_panic();
+                let start = Instant::now();
+                tokio::time::sleep(ms(1)).await;
+                for (i, name) in names.iter().enumerate() {
+                    let fence = guard.fencing_token(name).map(|f| f.get());
+                    let end = Instant::now().min(guard.valid_until());
+                    checkers[i].record(Hold { owner: guard.token().to_string(), fence, start, end });
+                }
+                assert!(guard.release().await.or_panic().all_released());
+            }
+        })
+    };
+    let single = {
+        let (lock, checkers, middle, opts) = (lock.clone(), checkers.clone(), names[1].clone(), opts.clone());
+        tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lock.acquire(&middle, &opts).await.or_panic();
+                let start = Instant::now();
+                tokio::time::sleep(ms(1)).await;
+                let fence = guard.fencing_token().map(|f| f.get());
+                checkers[1].record(Hold { owner: guard.token().to_string(), fence, start, end: Instant::now() });
+                guard.release().await.or_panic();
+            }
+        })
+    };
+    for task in [multi(false), multi(true), single] {
+        task.await.or_panic();
+    }
+    for (i, checker) in checkers.iter().enumerate() {
+        let report = checker.report();
+        assert!(report.holds > 0 && report.is_clean(), "resource {i}: {report:?}");
+    }
+    // The middle one held: an ordered set takes nothing, the earlier groups given back.
+    let middle = lock.try_acquire(&names[1], &opts).await.or_panic().or_panic();
+    let list: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert!(lock.try_acquire_all(&list, &opts).await.or_panic().is_none());
+    assert!(!any_lock_key(cluster, &names[0]) && !any_lock_key(cluster, &names[2]), "a partial set was left");
+    middle.release().await.or_panic();
+}

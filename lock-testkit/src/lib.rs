@@ -50,6 +50,7 @@ pub mod explorer;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
+pub mod multi_conformance;
 mod or_panic;
 mod oracle;
 pub mod proxy;
@@ -72,7 +73,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use lock_core::DistributedLock;
+use lock_core::{DistributedLock, Lock};
 
 pub use checker::{Checker, Hold, Report};
 
@@ -92,18 +93,21 @@ pub use tls::{ServerCertificate, TestCertificates};
 /// The lock under test, plus whatever must live as long as the test (servers, clients).
 pub struct Subject {
     lock: Arc<dyn DistributedLock>,
+    /// The same lock as lock-core's engine, when it is one: the primitives beyond the mutex are its methods.
+    engine: Option<Lock>,
     keep: Vec<Box<dyn Any + Send>>,
 }
 
 impl Subject {
     /// Wraps the lock under test.
     pub fn new(lock: impl DistributedLock + 'static) -> Self {
-        Self::from_arc(Arc::new(lock))
+        let engine = (&lock as &dyn Any).downcast_ref::<Lock>().cloned();
+        Subject { engine, ..Self::from_arc(Arc::new(lock)) }
     }
 
     /// Wraps a shared lock under test.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Subject { lock, keep: Vec::new() }
+        Subject { lock, engine: None, keep: Vec::new() }
     }
 
     /// Keeps `value` alive until the test ends (a [`RedisServer`], say).
@@ -120,6 +124,18 @@ impl Subject {
     /// The lock under test, shared.
     pub fn shared(&self) -> Arc<dyn DistributedLock> {
         self.lock.clone()
+    }
+
+    /// The lock under test as lock-core's [`Lock`], for the cases of the primitives beyond the mutex (a subject
+    /// built with [`Subject::new`] from a `Lock` has one).
+    ///
+    /// # Panics
+    /// When the subject is not a `Lock`.
+    pub fn engine(&self) -> &Lock {
+        match &self.engine {
+            Some(lock) => lock,
+            None => panic!("these cases need a lock_core::Lock: build the Subject with Subject::new(Lock::new(store))"),
+        }
     }
 }
 
@@ -178,6 +194,38 @@ macro_rules! conformance_tests {
     };
 }
 
+/// Writes one `#[test]` per multi-resource lock case of [`multi_conformance`].
+///
+/// `multi_resource_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a
+/// [`lock_core::Lock`] ([`Subject::engine`]).
+#[macro_export]
+macro_rules! multi_resource_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::multi_resource_tests!(@cases $runtime, $subject;
+            a_held_resource_blocks_the_set_and_nothing_is_taken,
+            opposite_orders_never_deadlock,
+            multi_and_single_locks_exclude_each_other,
+            extend_is_all_or_lost_and_names_the_lost_resource,
+            fences_agree_with_single_locks_per_resource,
+            duplicates_collapse_and_bad_lists_are_rejected,
+            release_wakes_waiters_of_every_resource,
+            scoped_work_over_several_resources,
+            cancelled_acquire_all_storm_leaves_nothing,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::multi_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
 /// Writes one `#[test]` per Redis Cluster case of [`cluster_cases`], for a backend.
 ///
 /// `cluster_tests!(connect)`: `connect` is an `async fn(&RedisCluster) -> S` where `S: LockStore`, connecting the
@@ -192,6 +240,8 @@ macro_rules! cluster_tests {
             script_flush_on_every_node_is_invisible,
             slot_migration_mid_run_is_invisible,
             lock_keeps_working_after_primary_killed,
+            multi_resource_cross_slot_is_rejected_before_io,
+            multi_resource_ordered_is_all_or_nothing_under_contention,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
@@ -235,6 +285,7 @@ macro_rules! server_tests {
             a_fence_counter_incrby_refuses_leaves_no_key,
             a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key,
             a_wrong_password_is_auth_within_the_connect_timeout,
+            multi_extend_names_the_stolen_resource,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

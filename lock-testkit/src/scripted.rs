@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use event_listener::Event;
 use lock_core::{
-    AcquireReply, AcquireRequest, Confirmation, ExtendReply, LockError, LockKeys, LockStore, MemoryStore, ReleaseHub,
-    ReleaseOutcome, Result, SubscriptionControl, Token,
+    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, Confirmation, ExtendReply, LockError, LockKeys,
+    LockStore, MemoryStore, ReleaseHub, ReleaseOutcome, Result, SubscriptionControl, Token,
 };
 
 use crate::runtime::sleep;
@@ -710,6 +710,38 @@ impl LockStore for ScriptedStore {
 
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
         self.run(Op::RaiseFence, keys, token, self.server.shared.data.raise_fence(keys, token, at_least)).await
+    }
+
+    // The multi-resource calls are scripted as the single calls of their first resource (an acquire of a set is
+    // an `Op::Acquire`, and so on), so every fault applies to them too.
+    async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
+        let first = request.keys.first().ok_or_else(|| LockError::invalid("acquire_all of no keys"))?;
+        self.run(Op::Acquire, first, request.token, self.server.shared.data.acquire_all(request)).await
+    }
+
+    async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let first = keys.first().ok_or_else(|| LockError::invalid("release_all of no keys"))?;
+        let apply = async {
+            let outcomes = self.server.shared.data.release_all(keys, token).await?;
+            if self.server.shared.memory.is_some() {
+                for (keys, outcome) in keys.iter().zip(&outcomes) {
+                    if *outcome == ReleaseOutcome::Released {
+                        self.server.publish(keys.channel(), self.id);
+                    }
+                }
+            }
+            Ok(outcomes)
+        };
+        self.run(Op::Release, first, token, apply).await
+    }
+
+    async fn extend_all(&self, keys: &[LockKeys], token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let first = keys.first().ok_or_else(|| LockError::invalid("extend_all of no keys"))?;
+        self.run(Op::Extend, first, token, self.server.shared.data.extend_all(keys, token, ttl)).await
+    }
+
+    fn topology(&self) -> lock_core::Topology {
+        self.server.shared.data.topology()
     }
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

@@ -186,3 +186,32 @@ pub fn error_text(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+/// Test 4 of the multi-resource study: while a multi-lock on {A, B} is still valid, B is stolen (deleted, then set
+/// by another client, as an operator or a failover might). `extend` fails with `Lost` naming B, the lost signal
+/// fires, A is not prolonged (its TTL keeps running down), and the release deletes A but leaves the thief's B.
+pub async fn multi_extend_names_the_stolen_resource(connect: &UrlFactory) {
+    let server = start();
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
+    let both = lock.try_acquire_all(&["steal-a", "steal-b"], &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
+    let (a, b) = (LockKeys::new("lock:", "steal-a").or_panic(), LockKeys::new("lock:", "steal-b").or_panic());
+    server.command(&["DEL", b.lock()]).or_panic();
+    server.command(&["SET", b.lock(), "thief", "PX", "30000"]).or_panic();
+    let before = server.command(&["PTTL", a.lock()]).or_panic().as_int().or_panic();
+    match both.extend(ms(60_000)).await {
+        Err(LockError::Lost { resource, .. }) => assert_eq!(resource, "steal-b", "the error names the stolen resource"),
+        other => panic!("extend after B was stolen: {other:?}"),
+    }
+    assert!(both.is_lost(), "the lost signal did not fire");
+    let after = server.command(&["PTTL", a.lock()]).or_panic().as_int().or_panic();
+    assert!(after <= before && after <= 30_000, "A was prolonged: PTTL {before} → {after}");
+    let released = both.release().await.or_panic();
+    assert_eq!(released.outcome("steal-a"), Some(ReleaseOutcome::Released));
+    assert_eq!(released.outcome("steal-b"), Some(ReleaseOutcome::OwnedByOther));
+    assert!(!exists(&server, a.lock()), "A left behind");
+    assert_eq!(
+        server.command(&["GET", b.lock()]).or_panic(),
+        Reply::Bulk(Some(b"thief".to_vec())),
+        "B's thief lost it"
+    );
+}

@@ -108,7 +108,23 @@ fn random_step(rng: &mut StdRng) -> Step {
         keys,
         args,
     };
-    match rng.random_range(0..100) {
+    // A multi-resource call over a random non-empty subset of the three resources.
+    let subset: Vec<usize> = (0..3).filter(|_| rng.random_bool(0.6)).collect();
+    let subset = if subset.is_empty() { vec![r] } else { subset };
+    let locks = |suffix: &str| -> Vec<String> {
+        subset.iter().flat_map(|i| [format!("lock:{{r{i}}}"), format!("lock:{{r{i}}}{suffix}")]).collect()
+    };
+    match rng.random_range(0..125) {
+        100..=109 => {
+            let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
+            let floor = if rng.random_bool(0.8) { floor } else { String::new() };
+            call(&scripts::MULTI_ACQUIRE, locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor])
+        }
+        110..=117 => call(&scripts::MULTI_RELEASE, locks(":released"), vec![token, s("origin"), s("0")]),
+        118..=124 => {
+            let keys = subset.iter().map(|i| format!("lock:{{r{i}}}")).collect();
+            call(&scripts::MULTI_EXTEND, keys, vec![token, s(TTL_MS)])
+        }
         0..=19 => {
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
             call(&scripts::ACQUIRE, vec![lock, fence], vec![token, s(TTL_MS), s("1"), floor])

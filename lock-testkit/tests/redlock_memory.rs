@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use lock_core::transport::Command;
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore,
-    ReleaseHub, ReleaseOutcome, Token,
+    scripts, AcquireReply, AcquireRequest, Call, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore, Ran,
+    ReleaseHub, ReleaseOutcome, ScriptStore, Token,
 };
 use lock_testkit::{conformance_tests, Checker, Hold, Subject};
 
@@ -36,27 +37,18 @@ impl Instance {
     }
 }
 
+/// A wrapper over the transport: every lock-core call, the multi-resource ones included, passes the gate.
 #[async_trait]
-impl LockStore for Instance {
-    async fn acquire(&self, request: AcquireRequest<'_>) -> lock_core::Result<AcquireReply> {
+impl ScriptStore for Instance {
+    async fn run(&self, call: Call<'_>) -> lock_core::Result<Ran> {
+        if matches!(call.command, Command::Script(script) if std::ptr::eq(script, &scripts::RAISE_FENCE)) {
+            self.raises.fetch_add(1, Ordering::SeqCst);
+        }
         self.gate().await?;
-        self.inner.acquire(request).await
-    }
-    async fn release(&self, keys: &LockKeys, token: &Token) -> lock_core::Result<ReleaseOutcome> {
-        self.gate().await?;
-        self.inner.release(keys, token).await
-    }
-    async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> lock_core::Result<ExtendReply> {
-        self.gate().await?;
-        self.inner.extend(keys, token, ttl).await
-    }
-    async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> lock_core::Result<bool> {
-        self.raises.fetch_add(1, Ordering::SeqCst);
-        self.gate().await?;
-        self.inner.raise_fence(keys, token, at_least).await
+        self.inner.run(call).await
     }
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
-        self.inner.release_hub()
+        ScriptStore::release_hub(&self.inner)
     }
 }
 
@@ -78,6 +70,7 @@ mod conformance_redlock3 {
         Subject::new(cluster(3).0)
     }
     conformance_tests!(tokio, subject());
+    lock_testkit::multi_resource_tests!(tokio, subject());
 }
 
 mod conformance_redlock5 {

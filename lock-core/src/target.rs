@@ -1,0 +1,274 @@
+//! What one guard holds: one resource, or several taken all or nothing; and the calls that take, extend and give
+//! them back on one store. The engine in [`lock`](crate::lock) is written once over this, so a multi-resource lock
+//! shares every line of waiting, validity, Redlock, renewal and cancel safety with the single lock.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+use crate::options::{CrossSlot, ReplicaAck};
+use crate::resource::LockKeys;
+use crate::store::{
+    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
+};
+use crate::token::Token;
+use crate::transport::Topology;
+
+/// The most resources one [`Lock::acquire_all`](crate::Lock::acquire_all) takes (one script's keys stay small,
+/// and a lock over more resources than this is better modelled as a coarser resource).
+pub const MAX_RESOURCES: usize = 256;
+
+/// Redis Cluster's slot count.
+const SLOTS: u16 = 16384;
+
+/// The keys one acquisition holds.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// Deduplicated and sorted by lock key; never empty.
+    resources: Vec<LockKeys>,
+    /// The groups acquired one after another (ranges of `resources`): one, unless resources in different Cluster
+    /// slots are taken in [`CrossSlot::Ordered`] mode, where each group is one slot, in slot order.
+    groups: Vec<Range<usize>>,
+    /// What errors and traces call this acquisition: the resource, or the resources joined by `", "`.
+    label: String,
+}
+
+/// One store's answer to an acquire of a [`Target`].
+#[derive(Debug)]
+pub(crate) enum Grant {
+    /// Every resource is ours; each one's fencing counter when fencing.
+    Acquired { fences: Vec<Option<u64>> },
+    /// Resource `index` is held by someone else (nothing of ours is left on this store).
+    Held { index: usize, ttl: Option<Duration> },
+}
+
+/// The fixed part of one acquire request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
+    pub(crate) fence_floor: Option<u64>,
+    pub(crate) replicas: Option<ReplicaAck>,
+}
+
+/// The Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key without one).
+pub(crate) fn slot(key: &str) -> u16 {
+    const CRC: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|b| *b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    CRC.checksum(tagged.unwrap_or(bytes)) % SLOTS
+}
+
+impl Target {
+    /// One resource.
+    pub(crate) fn one(keys: LockKeys) -> Self {
+        let label = keys.resource().to_owned();
+        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label }
+    }
+
+    /// Several resources, all or nothing: deduplicated and sorted, and on Redis Cluster grouped by slot.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for no resources or more than [`MAX_RESOURCES`];
+    /// [`LockError::CrossSlot`] when `topology` is a cluster, the resources span several slots, and `cross_slot`
+    /// is [`CrossSlot::Reject`].
+    pub(crate) fn all(mut resources: Vec<LockKeys>, topology: Topology, cross_slot: CrossSlot) -> Result<Self> {
+        resources.sort_by(|a, b| a.lock().cmp(b.lock()));
+        resources.dedup_by(|a, b| a.lock() == b.lock());
+        if resources.is_empty() {
+            return Err(LockError::invalid("acquire_all needs at least one resource"));
+        }
+        if resources.len() > MAX_RESOURCES {
+            return Err(LockError::invalid(format!("acquire_all takes at most {MAX_RESOURCES} resources")));
+        }
+        let mut groups: Vec<Range<usize>> = std::iter::once(0..resources.len()).collect();
+        if topology == Topology::Cluster {
+            // Fixed order: by slot, then by key (already sorted), so two callers always take groups in one order.
+            resources.sort_by_key(|k| slot(k.lock()));
+            groups.clear();
+            let mut start = 0;
+            for i in 1..=resources.len() {
+                if i == resources.len() || slot(resources[i].lock()) != slot(resources[start].lock()) {
+                    groups.push(start..i);
+                    start = i;
+                }
+            }
+            if groups.len() > 1 && cross_slot == CrossSlot::Reject {
+                return Err(LockError::CrossSlot {
+                    resources: resources.iter().map(|k| k.resource().to_owned()).collect(),
+                    slots: groups.len(),
+                });
+            }
+        }
+        let label = resources.iter().map(LockKeys::resource).collect::<Vec<_>>().join(", ");
+        Ok(Target { resources, groups, label })
+    }
+
+    /// The resources, in the order every reply and fence list follows.
+    pub(crate) fn resources(&self) -> &[LockKeys] {
+        &self.resources
+    }
+
+    /// The resource, or the resources joined by `", "`.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Whether this is the single lock (one resource): then the mutex's own calls are used.
+    fn is_one(&self) -> bool {
+        self.resources.len() == 1
+    }
+
+    /// Acquires every resource on `store`, all or nothing. In ordered mode the groups are taken one after another;
+    /// a group found held gives the earlier ones back before this returns, so nobody holds while waiting.
+    pub(crate) async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        if self.is_one() {
+            let request = AcquireRequest {
+                keys: &self.resources[0],
+                token: ask.token,
+                ttl: ask.ttl,
+                fencing: ask.fencing,
+                fence_floor: ask.fence_floor,
+                replicas: ask.replicas,
+            };
+            return Ok(match store.acquire(request).await? {
+                AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
+                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl },
+            });
+        }
+        let mut fences = Vec::with_capacity(self.resources.len());
+        for (g, group) in self.groups.iter().enumerate() {
+            let request = AcquireAllRequest {
+                keys: &self.resources[group.clone()],
+                token: ask.token,
+                ttl: ask.ttl,
+                fencing: ask.fencing,
+                fence_floor: ask.fence_floor,
+                replicas: ask.replicas,
+            };
+            let reply = match store.acquire_all(request).await {
+                Ok(reply) => reply,
+                Err(err) => {
+                    if g > 0 {
+                        // The engine releases everything by token when an error may follow a write; an error
+                        // raised before sending would not, and the earlier groups are ours.
+                        self.release_groups(store, ask.token, 0..g).await;
+                    }
+                    return Err(err);
+                }
+            };
+            match reply {
+                AcquireAllReply::Acquired { fences: group_fences } if group_fences.len() == group.len() => {
+                    fences.extend(group_fences);
+                }
+                AcquireAllReply::Held { index, ttl } => {
+                    self.release_groups(store, ask.token, 0..g).await;
+                    return Ok(Grant::Held { index: group.start + index, ttl });
+                }
+                other => {
+                    self.release_groups(store, ask.token, 0..g + 1).await;
+                    return Err(LockError::backend(format!("unexpected multi-acquire reply: {other:?}")));
+                }
+            }
+        }
+        Ok(Grant::Acquired { fences })
+    }
+
+    /// Gives back groups `range` (best effort: what fails expires at its TTL, and the engine's cancel safety
+    /// releases by token again).
+    async fn release_groups(&self, store: &dyn LockStore, token: &Token, range: Range<usize>) {
+        for group in &self.groups[range] {
+            if let Err(err) = store.release_all(&self.resources[group.clone()], token).await {
+                tracing::debug!(resources = self.label, error = %err, "giving back a slot group failed; TTL applies");
+            }
+        }
+    }
+
+    /// Compare-and-delete of every resource on `store`: one outcome per resource.
+    pub(crate) async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        if self.is_one() {
+            return Ok(vec![store.release(&self.resources[0], token).await?]);
+        }
+        let mut outcomes = Vec::with_capacity(self.resources.len());
+        let mut first_error = None;
+        for group in &self.groups {
+            match store.release_all(&self.resources[group.clone()], token).await {
+                Ok(group_outcomes) => outcomes.extend(group_outcomes),
+                // The other groups are still released; this one expires at its TTL.
+                Err(err) => drop(first_error.get_or_insert(err)),
+            }
+        }
+        match first_error {
+            Some(err) => Err(err),
+            None => Ok(outcomes),
+        }
+    }
+
+    /// Compare-and-extend of every resource on `store`, all or nothing per group: what each resource held.
+    pub(crate) async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        if self.is_one() {
+            return Ok(vec![store.extend(&self.resources[0], token, ttl).await?]);
+        }
+        let mut replies = Vec::with_capacity(self.resources.len());
+        for group in &self.groups {
+            replies.extend(store.extend_all(&self.resources[group.clone()], token, ttl).await?);
+        }
+        Ok(replies)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> Vec<LockKeys> {
+        names.iter().map(|n| LockKeys::new("lock:", n).unwrap_or_else(|e| panic!("{e}"))).collect()
+    }
+
+    #[test]
+    fn slots_follow_redis_cluster() {
+        // What `CLUSTER KEYSLOT` answers (the examples of its documentation); a key with an empty tag hashes whole.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("somekey"), 11058);
+        assert_eq!(slot("{user1000}.following"), 3443);
+        assert_eq!(slot("{user1000}.followers"), 3443);
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+    }
+
+    #[test]
+    fn resources_are_deduplicated_sorted_and_capped() {
+        let t = Target::all(keys(&["b", "a", "b", "c", "a"]), Topology::Single, CrossSlot::Reject).unwrap();
+        let names: Vec<_> = t.resources().iter().map(LockKeys::resource).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(t.label(), "a, b, c");
+        assert!(matches!(Target::all(vec![], Topology::Single, CrossSlot::Reject), Err(LockError::InvalidArgument(_))));
+        let many: Vec<String> = (0..=MAX_RESOURCES).map(|i| format!("r{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(matches!(
+            Target::all(keys(&many), Topology::Single, CrossSlot::Reject),
+            Err(LockError::InvalidArgument(_))
+        ));
+        assert!(Target::all(keys(&many[..MAX_RESOURCES]), Topology::Single, CrossSlot::Reject).is_ok());
+    }
+
+    #[test]
+    fn cluster_groups_by_slot_in_a_fixed_order() {
+        let names = ["a", "b", "c", "d", "e"];
+        assert!(matches!(
+            Target::all(keys(&names), Topology::Cluster, CrossSlot::Reject),
+            Err(LockError::CrossSlot { slots: 5, .. })
+        ));
+        let forward = Target::all(keys(&names), Topology::Cluster, CrossSlot::Ordered).unwrap();
+        let mut reversed = names;
+        reversed.reverse();
+        let backward = Target::all(keys(&reversed), Topology::Cluster, CrossSlot::Ordered).unwrap();
+        assert_eq!(forward.resources(), backward.resources());
+        assert_eq!(forward.groups.len(), 5);
+        let slots: Vec<u16> = forward.resources().iter().map(|k| slot(k.lock())).collect();
+        assert!(slots.windows(2).all(|w| w[0] < w[1]), "{slots:?}");
+    }
+}
