@@ -41,7 +41,6 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
-lock_testkit::multi_resource_tests!(tokio, subject());
 // Every cluster case but `slot_migration_mid_run_is_invisible`: with fred 10.1 an acquire or release racing an ASK
 // redirect during a slot move intermittently gets "OK" (apparently the reply to fred's own `ASKING`) instead of
 // the script's reply (seen as `unexpected reply to the acquire script: String("OK")`), about once in ten runs.

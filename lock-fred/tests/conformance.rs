@@ -12,4 +12,3 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
-lock_testkit::multi_resource_tests!(tokio, subject());

@@ -24,6 +24,5 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
-lock_testkit::multi_resource_tests!(tokio, subject());
 lock_testkit::cluster_tests!(store);
 lock_testkit::cluster_tests!(@cases store; releases_are_announced_on_their_shard_only);

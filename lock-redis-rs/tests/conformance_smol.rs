@@ -14,7 +14,6 @@ async fn subject() -> Subject {
 }
 
 lock_testkit::conformance_tests!(smol, subject());
-lock_testkit::multi_resource_tests!(smol, subject());
 
 /// Without this crate's `async-std` feature, lock-core spawns on smol's executor, not async-std's: the smol path is
 /// what the cases above exercised (`scripts/test.sh` runs them so; the workspace-wide run merges in async-std).

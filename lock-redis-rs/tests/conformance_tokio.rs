@@ -14,4 +14,3 @@ async fn subject() -> Subject {
 }
 
 lock_testkit::conformance_tests!(tokio, subject());
-lock_testkit::multi_resource_tests!(tokio, subject());

@@ -31,7 +31,6 @@ async fn subject(n: usize) -> Subject {
 
 mod conformance_redlock3 {
     lock_testkit::conformance_tests!(tokio, super::subject(3));
-    lock_testkit::multi_resource_tests!(tokio, super::subject(3));
 }
 
 mod conformance_redlock5 {

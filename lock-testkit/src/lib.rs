@@ -145,12 +145,14 @@ impl fmt::Debug for Subject {
     }
 }
 
-/// Writes one `#[test]` per conformance case.
+/// Writes one `#[test]` per conformance case: the mutex's ([`conformance`]) and every other primitive's
+/// ([`multi_resource_tests!`]), so a backend that runs this one macro is proven for each primitive lock-core adds.
 ///
 /// `conformance_tests!(RUNTIME, SUBJECT)`: `RUNTIME` is `tokio`, `async_std` or `smol` (see [`runtime`]);
-/// `SUBJECT` is an expression that evaluates, inside the runtime, to a future of [`Subject`]. It is evaluated
-/// once per case, so each case gets its own subject (for example its own server). Every case is bounded by
-/// [`runtime::CASE_TIMEOUT`].
+/// `SUBJECT` is an expression that evaluates, inside the runtime, to a future of [`Subject`] wrapping a
+/// [`lock_core::Lock`]. It is evaluated once per case, so each case gets its own subject (for example its own
+/// server). Every case is bounded by [`runtime::CASE_TIMEOUT`]. `conformance_tests!(@cases RUNTIME, SUBJECT; case,
+/// …)` writes only the named mutex cases.
 #[macro_export]
 macro_rules! conformance_tests {
     ($runtime:ident, $subject:expr) => {
@@ -180,6 +182,7 @@ macro_rules! conformance_tests {
             scoped_work_returns_output,
             scoped_work_cancelled_on_loss,
         );
+        $crate::multi_resource_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(

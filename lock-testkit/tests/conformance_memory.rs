@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
 
 use lock_core::{Lock, MemoryStore};
-use lock_testkit::{conformance_tests, multi_resource_tests, Subject};
+use lock_testkit::{conformance_tests, Subject};
 
 async fn subject() -> Subject {
     Subject::new(Lock::new(MemoryStore::new()))
@@ -11,10 +11,6 @@ async fn subject() -> Subject {
 mod tokio_runtime {
     use super::*;
     conformance_tests!(tokio, subject());
-    mod multi {
-        use super::*;
-        multi_resource_tests!(tokio, subject());
-    }
 }
 
 #[cfg(feature = "async-std")]
@@ -26,8 +22,4 @@ mod async_std_runtime {
 mod smol_runtime {
     use super::*;
     conformance_tests!(smol, subject());
-    mod multi {
-        use super::*;
-        multi_resource_tests!(smol, subject());
-    }
 }

@@ -70,7 +70,6 @@ mod conformance_redlock3 {
         Subject::new(cluster(3).0)
     }
     conformance_tests!(tokio, subject());
-    lock_testkit::multi_resource_tests!(tokio, subject());
 }
 
 mod conformance_redlock5 {
