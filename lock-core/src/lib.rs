@@ -4,8 +4,9 @@
 //!
 //! - the user-facing traits [`DistributedLock`] and [`LockGuard`] (object safe: hold an
 //!   `Arc<dyn DistributedLock>` and swap backends at runtime);
-//! - the backend interface [`LockStore`]: one atomic step per method, implemented by `lock-redis-rs`, `lock-fred`
-//!   and the in-memory [`MemoryStore`];
+//! - the backend seam [`ScriptStore`] (run one of lock-core's calls: a script by `EVALSHA`, or one plain command),
+//!   implemented by `lock-redis-rs`, `lock-fred` and the in-memory [`MemoryStore`] (which runs the same Lua
+//!   scripts in an embedded Lua); every `ScriptStore` is a [`LockStore`], the engine's view of a store;
 //! - the [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter), waiting with jittered backoff woken
 //!   by release notifications (one waiter per release, no barging past queued waiters), validity
 //!   `ttl − elapsed − drift` from a monotonic clock started before the request, compare-and-delete release and
@@ -14,6 +15,8 @@
 //! - renewal for long work ([`LockOptions::with_auto_renew`], [`RenewPolicy`]) and scoped locking
 //!   ([`DistributedLockExt::with_lock`]);
 //! - [`LostSignal`], which tells the holder (and its work) when the lock is gone;
+//! - the primitives built on the same engine: the [`multi`]-resource lock ([`Lock::acquire_all`], all or nothing)
+//!   and the run-at-most-once [`job`] lock ([`JobLock`]);
 //! - the Lua [`scripts`] every Redis backend sends, one copy for all clients.
 //!
 //! ```
@@ -42,8 +45,10 @@
 //! | to accept any lock in a library | `Arc<dyn` [`DistributedLock`]`>` (implemented by [`Lock`]); guards are `Box<dyn` [`LockGuard`]`>` |
 //! | the concrete guard with Redlock details | [`Guard`] (what [`Lock::acquire`] returns) |
 //! | work that runs only while the lock is held | [`DistributedLockExt::with_lock`] |
+//! | several resources at once, all or nothing | [`Lock::acquire_all`] → [`MultiGuard`], or [`Lock::with_all`] |
+//! | a scheduled job that one replica runs, the others skip | [`JobLock::run`] / [`JobLock::run_tick`] |
 //! | tests without Redis | [`MemoryStore`] |
-//! | to write a backend | implement [`LockStore`], prove it with `lock-testkit` |
+//! | to write a backend | implement [`ScriptStore`], prove it with `lock-testkit`'s `conformance_tests!` |
 //!
 //! # Runtimes
 //! Features pick the runtimes lock-core can sleep, time out and spawn on: `rt-tokio` (default), `rt-async-std`,
@@ -80,6 +85,7 @@
 mod distributed_lock;
 mod error;
 mod inflight;
+pub mod job;
 pub mod lease;
 mod lock;
 mod lost;
@@ -103,6 +109,7 @@ mod watchdog;
 
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use error::{AclRefusal, BoxError, LockError, Result};
+pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 #[cfg(feature = "memory")]

@@ -153,7 +153,7 @@ impl Lock {
         self.operation_timeout
     }
 
-    fn check(&self, options: &LockOptions) -> Result<()> {
+    pub(crate) fn check(&self, options: &LockOptions) -> Result<()> {
         options.validate()?;
         validate_prefix(&self.prefix)?;
         if self.operation_timeout.is_zero() {
@@ -378,6 +378,8 @@ struct Tally {
     granted: Vec<(usize, Vec<Option<u64>>)>,
     held: usize,
     holder_ttl: Option<Duration>,
+    /// The holder's label, when an instance reported one (a job's).
+    holder: Option<String>,
     errors: Vec<LockError>,
 }
 
@@ -385,7 +387,8 @@ impl Tally {
     fn add(&mut self, instance: usize, reply: Result<Grant>) {
         match reply {
             Ok(Grant::Acquired { fences }) => self.granted.push((instance, fences)),
-            Ok(Grant::Held { index, ttl }) => {
+            Ok(Grant::Held { index, ttl, holder }) => {
+                self.holder = self.holder.take().or(holder);
                 // Which resource of a set blocked it (always 0 for a single lock).
                 tracing::trace!(instance, blocked_by = index, "held by another owner");
                 self.held += 1;
@@ -405,7 +408,7 @@ impl Tally {
     fn failure<G>(mut self, resource: &str, quorum: usize, n: usize, answered: usize) -> Result<Attempt<G>> {
         if self.held > n - quorum {
             tracing::trace!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl });
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder });
         }
         if n == 1 {
             if let Some(err) = self.errors.pop() {
@@ -421,7 +424,7 @@ impl Tally {
             // contention, to wait out with notifications, not an outage. (The attempt stops as soon as the quorum
             // is out of reach, so the instances left unasked may well say "held" too.)
             tracing::trace!(resource, held = self.held, errors = self.errors.len(), "lock held; others unreachable");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl });
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder });
         }
         tracing::debug!(resource, granted = self.granted.len(), answered, quorum, "no quorum");
         Err(LockError::Quorum { granted: self.granted.len(), required: quorum, total: n })

@@ -135,6 +135,17 @@ impl LostSignal {
         }
     }
 
+    /// Runs `work` until it completes or the lock is lost, whichever comes first; a lost lock drops `work` at its
+    /// current await point.
+    pub(crate) async fn guard<F: std::future::Future>(&self, work: F) -> Result<F::Output, LostReason> {
+        let work = std::pin::pin!(work);
+        let lost = std::pin::pin!(self.lost());
+        match futures_util::future::select(work, lost).await {
+            futures_util::future::Either::Left((output, _)) => Ok(output),
+            futures_util::future::Either::Right((reason, _)) => Err(reason),
+        }
+    }
+
     /// Reports a passed deadline as a failed renewal (a watchdog is responsible for this lock).
     pub(crate) fn renewed_by_watchdog(&self) {
         self.state().on_deadline = LostReason::RenewalFailed;

@@ -24,7 +24,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use futures_util::future::{select, Either};
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
@@ -69,7 +68,7 @@ impl Lock {
     pub async fn try_acquire_all(&self, resources: &[&str], options: &LockOptions) -> Result<Option<MultiGuard>> {
         let target = self.prepare_all(resources, options)?;
         let span = tracing::debug_span!("lock.try_acquire_all", resources = target.label(), ttl = ?options.ttl());
-        match self.attempt(&target, options).instrument(span).await? {
+        match Box::pin(self.attempt(&target, options).instrument(span)).await? {
             Attempt::Acquired(guard) => Ok(Some(MultiGuard { guard })),
             Attempt::Held { .. } => Ok(None),
         }
@@ -113,7 +112,9 @@ impl Lock {
             ttl = ?options.ttl(),
             wait = ?options.wait()
         );
-        Ok(MultiGuard { guard: self.wait_for(&target, options).instrument(span).await? })
+        // Boxed: the waiting loop over a set is large in debug builds, and callers' futures are often polled whole on
+        // small thread stacks (`block_on` on a test thread).
+        Ok(MultiGuard { guard: Box::pin(self.wait_for(&target, options).instrument(span)).await? })
     }
 
     /// Takes every resource in `resources` (waiting up to the options' budget), runs `work` while renewing the
@@ -163,17 +164,10 @@ impl Lock {
             lost: lost.clone(),
         };
         let label = guard.guard.target().label().to_owned();
-        let output = {
-            let work = std::pin::pin!(work(ctx));
-            let lost_now = std::pin::pin!(lost.lost());
-            match select(work, lost_now).await {
-                Either::Left((output, _)) => Ok(output),
-                Either::Right((reason, _)) => {
-                    tracing::warn!(resources = label, %reason, "lock lost during scoped work; work cancelled");
-                    Err(LockError::Lost { resource: label.clone(), reason })
-                }
-            }
-        };
+        let output = lost.guard(work(ctx)).await.map_err(|reason| {
+            tracing::warn!(resources = label, %reason, "lock lost during scoped work; work cancelled");
+            LockError::Lost { resource: label.clone(), reason }
+        });
         if let Err(err) = guard.release().await {
             tracing::warn!(resources = label, error = %err, "release after scoped work failed; locks expire at TTL");
         }

@@ -13,7 +13,7 @@ use crate::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
 use crate::token::Token;
-use crate::transport::{Call, Reply, ScriptStore, Topology};
+use crate::transport::{Call, Ran, Reply, ScriptStore, Topology};
 
 fn unexpected(what: &str, reply: &Reply) -> LockError {
     LockError::backend(format!("unexpected reply to the {what} call: {reply:?}"))
@@ -133,6 +133,10 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let ran = self.run(Call::script("extend", &scripts::MULTI_EXTEND, &call_keys, &args)).await?;
         let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());
         ints.ok_or_else(|| unexpected("multi-extend", &ran.reply))?.into_iter().map(scripts::parse_extend).collect()
+    }
+
+    async fn call(&self, call: Call<'_>) -> Result<Ran> {
+        ScriptStore::run(self, call).await
     }
 
     fn topology(&self) -> Topology {

@@ -3,7 +3,6 @@
 use std::future::Future;
 
 use async_trait::async_trait;
-use futures_util::future::{select, Either};
 
 use crate::distributed_lock::DistributedLock;
 use crate::error::{LockError, Result};
@@ -72,18 +71,11 @@ pub trait DistributedLockExt: DistributedLock {
         let lost = guard.lost_signal();
         let ctx =
             LockContext { resource: resource.to_owned(), fencing_token: guard.fencing_token(), lost: lost.clone() };
-        // The work future is dropped at the end of this block, before the release is sent.
-        let output = {
-            let work = std::pin::pin!(work(ctx));
-            let lost_now = std::pin::pin!(lost.lost());
-            match select(work, lost_now).await {
-                Either::Left((output, _)) => Ok(output),
-                Either::Right((reason, _)) => {
-                    tracing::warn!(resource, %reason, "lock lost during scoped work; work cancelled");
-                    Err(LockError::Lost { resource: resource.to_owned(), reason })
-                }
-            }
-        };
+        // The work future is dropped (by `guard`) before the release is sent.
+        let output = lost.guard(work(ctx)).await.map_err(|reason| {
+            tracing::warn!(resource, %reason, "lock lost during scoped work; work cancelled");
+            LockError::Lost { resource: resource.to_owned(), reason }
+        });
         if let Err(err) = guard.release().await {
             tracing::warn!(resource, error = %err, "release after scoped work failed; the lock expires at its TTL");
         }

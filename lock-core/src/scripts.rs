@@ -162,32 +162,35 @@ return 1
 /// lock on one resource exclude each other; on Cluster all in one slot); `ARGV[1]` token, `ARGV[2]` TTL in ms,
 /// `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the counters' floor in place of the server's clock.
 /// Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based, is held
-/// by another token; its PTTL). Every key's type is checked before any write. Idempotent: a retry with the same
-/// token finds its own value, refreshes the TTL and replies the fences the first call set.
+/// by another token; its PTTL). Every key's type is checked before any write (one `GET` per key, which refuses
+/// other types). Idempotent: a retry with the same token finds its own value, refreshes the TTL and replies the
+/// fences the first call set. Server commands for a free set of n resources with fencing: 4n + 2 (`EVALSHA`,
+/// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
     r#"
 local n = #KEYS / 2
 local fencing = ARGV[3] == '1'
+-- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
+-- until every key passed.
+local values, counters = {}, {}
 for i = 1, n do
   local lock = KEYS[2 * i - 1]
-  local kind = redis.call('TYPE', lock).ok
-  if kind ~= 'none' and kind ~= 'string' then
+  local value = redis.pcall('GET', lock)
+  if type(value) == 'table' then
     return redis.error_reply('WRONGTYPE lock key ' .. lock .. ' holds a value that is not a lock')
   end
+  values[i] = value
   if fencing then
     local current = redis.pcall('GET', KEYS[2 * i])
     if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
       return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2 * i] .. ' does not hold an integer')
     end
+    counters[i] = current
   end
 end
-local ours = {}
 for i = 1, n do
-  local value = redis.call('GET', KEYS[2 * i - 1])
-  if value == ARGV[1] then
-    ours[i] = true
-  elseif value then
+  if values[i] and values[i] ~= ARGV[1] then
     return {0, i, redis.call('PTTL', KEYS[2 * i - 1])}
   end
 end
@@ -202,15 +205,15 @@ end
 local reply = {1}
 for i = 1, n do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
-  if ours[i] then
+  if values[i] == ARGV[1] then
     redis.call('PEXPIRE', lock, ARGV[2])
     if fencing then
-      reply[i + 1] = tonumber(redis.call('GET', fence) or '0')
+      reply[i + 1] = tonumber(counters[i] or '0')
     end
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
     if fencing then
-      local step = floor - (tonumber(redis.call('GET', fence) or '0'))
+      local step = floor - (tonumber(counters[i]) or 0)
       if step < 1 then
         step = 1
       end
@@ -274,9 +277,133 @@ return reply
 "#,
 );
 
+/// Job start (see [`JobLock`](crate::JobLock)): the mutex acquire of the job's lock key, plus the "last run"
+/// record, on the server's clock.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` info hash, `KEYS[4]` (tick mode) the tick key; `ARGV[1]`
+/// token, `ARGV[2]` `at_most_for` in ms (the lock's TTL), `ARGV[3]` `"1"` for fencing, `ARGV[4]` the holder label,
+/// `ARGV[5]` `at_least_for` in ms, `ARGV[6]` (tick mode) the tick key's TTL in ms.
+/// Reply: `{1, fence or -1, started_ms}` (started; `started_ms` is the server's clock), `{0, pttl, holder}` (another
+/// run holds the job; `holder` is its label, `false` when unknown), `{0, pttl, holder, 'tick'}` (this tick already
+/// ran or runs; `pttl` is the tick key's). Every key's type is checked before any write. Idempotent: a retry with
+/// the same token replies the first call's start.
+///
+/// The record is `{holder, token, started_ms, at_least_ms, finished_ms, outcome}`; it has no TTL (one small hash per
+/// job, like the fencing counter), so the last run stays readable.
+pub static JOB_START: Script = Script::new(
+    "job-start",
+    r#"
+local fencing = ARGV[3] == '1'
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+kind = redis.call('TYPE', KEYS[3]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE job record ' .. KEYS[3] .. ' is not a hash')
+end
+if KEYS[4] then
+  kind = redis.call('TYPE', KEYS[4]).ok
+  if kind ~= 'none' and kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE job tick ' .. KEYS[4] .. ' holds a value that is not a tick')
+  end
+end
+local current = false
+if fencing then
+  current = redis.pcall('GET', KEYS[2])
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+  end
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  local started = redis.call('HMGET', KEYS[3], 'started_ms')
+  return {1, fencing and tonumber(current or '-1') or -1, tonumber(started[1] or '0')}
+end
+local record = redis.call('HMGET', KEYS[3], 'holder', 'token')
+if KEYS[4] then
+  local ran = redis.call('GET', KEYS[4])
+  if ran and ran ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[4]), record[2] == ran and record[1], 'tick'}
+  end
+end
+if holder then
+  return {0, redis.call('PTTL', KEYS[1]), record[2] == holder and record[1]}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local now = redis.call('TIME')
+local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local started = math.floor(micros / 1000)
+local fence = -1
+if fencing then
+  local step = micros - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  fence = redis.call('INCRBY', KEYS[2], string.format('%d', step))
+end
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'token', ARGV[1], 'started_ms', string.format('%d', started),
+  'at_least_ms', ARGV[5], 'outcome', 'running')
+if KEYS[4] then
+  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[6])
+end
+return {1, fence, started}
+"#,
+);
+
+/// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
+/// releases it, and records the outcome.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` info hash, `KEYS[3]` release channel; `ARGV[1]` token, `ARGV[2]` outcome
+/// (`finished`, `cancelled`, `lost`), `ARGV[3]` the releasing store's origin, `ARGV[4]` `"1"` for `SPUBLISH`.
+/// Reply: `1` released, `2` kept until `at_least_for` has passed since the start, `0` absent, `-1` held by another
+/// token (a run that overran: the next run's lock is never touched). The record is updated only while it is this
+/// run's (same token), whatever the lock key holds.
+pub static JOB_FINISH: Script = Script::new(
+    "job-finish",
+    r#"
+local kind = redis.call('TYPE', KEYS[2]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE job record ' .. KEYS[2] .. ' is not a hash')
+end
+local record = redis.call('HMGET', KEYS[2], 'token', 'started_ms', 'at_least_ms')
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if record[1] == ARGV[1] then
+  redis.call('HSET', KEYS[2], 'finished_ms', string.format('%d', now_ms), 'outcome', ARGV[2])
+end
+local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] then
+  return value and -1 or 0
+end
+local keep = -1
+if record[1] == ARGV[1] then
+  keep = tonumber(record[2] or '0') + tonumber(record[3] or '0') - now_ms
+end
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', keep))
+  return 2
+end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[3], ARGV[3])
+return 1
+"#,
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
-pub static ALL: &[&Script] =
-    &[&ACQUIRE, &HOLDER, &RELEASE, &EXTEND, &RAISE_FENCE, &MULTI_ACQUIRE, &MULTI_RELEASE, &MULTI_EXTEND];
+pub static ALL: &[&Script] = &[
+    &ACQUIRE,
+    &HOLDER,
+    &RELEASE,
+    &EXTEND,
+    &RAISE_FENCE,
+    &MULTI_ACQUIRE,
+    &MULTI_RELEASE,
+    &MULTI_EXTEND,
+    &JOB_START,
+    &JOB_FINISH,
+];
 
 /// The script of lock-core whose SHA-1 is `sha1`.
 pub fn by_sha1(sha1: &str) -> Option<&'static Script> {

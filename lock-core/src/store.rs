@@ -14,7 +14,7 @@ use crate::notify::ReleaseHub;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
 use crate::token::Token;
-use crate::transport::Topology;
+use crate::transport::{Call, Ran, Topology};
 
 /// One acquire request: set the lock key to `token` with `ttl` only if it is absent.
 #[derive(Clone, Copy, Debug)]
@@ -208,6 +208,21 @@ pub trait LockStore: Send + Sync + Debug + 'static {
         Err(no_multi())
     }
 
+    /// Runs one of lock-core's calls: how the primitives beyond the mutex (the job lock, and those to come) reach
+    /// a store. Every [`ScriptStore`](crate::ScriptStore) has it.
+    ///
+    /// # Errors
+    /// As [`ScriptStore::run`](crate::ScriptStore::run); the default, for a store that is not a Redis client, is
+    /// [`Unsupported`](crate::LockError::Unsupported) (raised before any I/O).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    async fn call(&self, call: Call<'_>) -> Result<Ran> {
+        Err(crate::LockError::Unsupported(
+            format!("this store runs no lock-core scripts (asked for {})", call.operation).into(),
+        ))
+    }
+
     /// How the backend's keys are spread (on Redis Cluster, one call's keys must share a slot).
     fn topology(&self) -> Topology {
         Topology::Single
@@ -254,6 +269,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     async fn extend_all(&self, keys: &[LockKeys], token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         (**self).extend_all(keys, token, ttl).await
+    }
+    async fn call(&self, call: Call<'_>) -> Result<Ran> {
+        (**self).call(call).await
     }
     fn topology(&self) -> Topology {
         (**self).topology()

@@ -3,16 +3,19 @@
 //! shares every line of waiting, validity, Redlock, renewal and cancel safety with the single lock.
 
 use std::ops::Range;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::{LockError, Result};
+use crate::job::Ending;
 use crate::options::{CrossSlot, ReplicaAck};
 use crate::resource::LockKeys;
+use crate::scripts;
 use crate::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
 use crate::token::Token;
-use crate::transport::Topology;
+use crate::transport::{Call, Reply, Topology};
 
 /// The most resources one [`Lock::acquire_all`](crate::Lock::acquire_all) takes (one script's keys stay small,
 /// and a lock over more resources than this is better modelled as a coarser resource).
@@ -31,6 +34,23 @@ pub(crate) struct Target {
     groups: Vec<Range<usize>>,
     /// What errors and traces call this acquisition: the resource, or the resources joined by `", "`.
     label: String,
+    /// A job's run ([`JobLock`](crate::JobLock)): started and finished by the job scripts instead of the mutex's.
+    job: Option<JobSpec>,
+}
+
+/// What a job's start and finish need beyond the lock key.
+#[derive(Debug)]
+pub(crate) struct JobSpec {
+    /// The key of the job's record (`prefix{job}:info`).
+    pub(crate) info: String,
+    /// Tick mode: the tick's key and its TTL in ms.
+    pub(crate) tick: Option<(String, u64)>,
+    /// This run's holder label.
+    pub(crate) holder: String,
+    /// `at_least_for` in ms.
+    pub(crate) at_least_ms: u64,
+    /// How the run ends, as its record will say (a run dropped before it set this was cancelled).
+    pub(crate) ending: Mutex<Ending>,
 }
 
 /// One store's answer to an acquire of a [`Target`].
@@ -38,8 +58,9 @@ pub(crate) struct Target {
 pub(crate) enum Grant {
     /// Every resource is ours; each one's fencing counter when fencing.
     Acquired { fences: Vec<Option<u64>> },
-    /// Resource `index` is held by someone else (nothing of ours is left on this store).
-    Held { index: usize, ttl: Option<Duration> },
+    /// Resource `index` is held by someone else (nothing of ours is left on this store); `holder` is its label, when
+    /// the primitive records one.
+    Held { index: usize, ttl: Option<Duration>, holder: Option<String> },
 }
 
 /// The fixed part of one acquire request.
@@ -67,7 +88,19 @@ impl Target {
     /// One resource.
     pub(crate) fn one(keys: LockKeys) -> Self {
         let label = keys.resource().to_owned();
-        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label }
+        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label, job: None }
+    }
+
+    /// One run of a job.
+    pub(crate) fn job(keys: LockKeys, spec: JobSpec) -> Self {
+        Target { job: Some(spec), ..Self::one(keys) }
+    }
+
+    /// Sets how a job's run ends (what its finish records); no effect on a lock.
+    pub(crate) fn end_as(&self, ending: Ending) {
+        if let Some(job) = &self.job {
+            *job.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = ending;
+        }
     }
 
     /// Several resources, all or nothing: deduplicated and sorted, and on Redis Cluster grouped by slot.
@@ -105,7 +138,7 @@ impl Target {
             }
         }
         let label = resources.iter().map(LockKeys::resource).collect::<Vec<_>>().join(", ");
-        Ok(Target { resources, groups, label })
+        Ok(Target { resources, groups, label, job: None })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -126,6 +159,9 @@ impl Target {
     /// Acquires every resource on `store`, all or nothing. In ordered mode the groups are taken one after another;
     /// a group found held gives the earlier ones back before this returns, so nobody holds while waiting.
     pub(crate) async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        if let Some(job) = &self.job {
+            return self.start_job(job, store, ask).await;
+        }
         if self.is_one() {
             let request = AcquireRequest {
                 keys: &self.resources[0],
@@ -137,7 +173,7 @@ impl Target {
             };
             return Ok(match store.acquire(request).await? {
                 AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
-                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl },
+                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None },
             });
         }
         let mut fences = Vec::with_capacity(self.resources.len());
@@ -167,7 +203,7 @@ impl Target {
                 }
                 AcquireAllReply::Held { index, ttl } => {
                     self.release_groups(store, ask.token, 0..g).await;
-                    return Ok(Grant::Held { index: group.start + index, ttl });
+                    return Ok(Grant::Held { index: group.start + index, ttl, holder: None });
                 }
                 other => {
                     self.release_groups(store, ask.token, 0..g + 1).await;
@@ -190,6 +226,9 @@ impl Target {
 
     /// Compare-and-delete of every resource on `store`: one outcome per resource.
     pub(crate) async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        if let Some(job) = &self.job {
+            return Ok(vec![self.finish_job(job, store, token).await?]);
+        }
         if self.is_one() {
             return Ok(vec![store.release(&self.resources[0], token).await?]);
         }
@@ -218,6 +257,55 @@ impl Target {
             replies.extend(store.extend_all(&self.resources[group.clone()], token, ttl).await?);
         }
         Ok(replies)
+    }
+}
+
+impl Target {
+    /// [`JOB_START`](crate::scripts::JOB_START) on one store.
+    async fn start_job(&self, job: &JobSpec, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.resources[0];
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let at_least = job.at_least_ms.to_string();
+        let fencing = if ask.fencing { "1" } else { "0" };
+        let tick_ttl = job.tick.as_ref().map(|(_, ttl)| ttl.to_string()).unwrap_or_default();
+        let mut call_keys = vec![keys.lock(), keys.fence(), job.info.as_str()];
+        call_keys.extend(job.tick.as_ref().map(|(key, _)| key.as_str()));
+        let args = [ask.token.as_str(), &ttl, fencing, &job.holder, &at_least, &tick_ttl];
+        let call = Call::script("acquire", &scripts::JOB_START, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let unexpected = || LockError::backend(format!("unexpected reply to the job-start script: {:?}", ran.reply));
+        let Reply::Array(items) = &ran.reply else { return Err(unexpected()) };
+        let int = |i: usize| items.get(i).and_then(Reply::as_int);
+        let grant = match int(0) {
+            Some(1) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
+            Some(0) => Grant::Held {
+                index: 0,
+                ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+                holder: items.get(2).and_then(Reply::as_text).map(str::to_owned),
+            },
+            _ => return Err(unexpected()),
+        };
+        if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(grant)
+    }
+
+    /// [`JOB_FINISH`](crate::scripts::JOB_FINISH) on one store: owner-checked, keeping the lock for `at_least_for`.
+    async fn finish_job(&self, job: &JobSpec, store: &dyn LockStore, token: &Token) -> Result<ReleaseOutcome> {
+        let keys = &self.resources[0];
+        let ending = *job.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), job.info.as_str(), keys.channel()];
+        let args = [token.as_str(), ending.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::JOB_FINISH, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            // Kept until `at_least_for` has passed: released, as far as this run is concerned.
+            Some(2) => Ok(ReleaseOutcome::Released),
+            Some(code) => scripts::parse_release(code),
+            None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
+        }
     }
 }
 

@@ -16,8 +16,9 @@ use crate::store::LockStore;
 pub(crate) enum Attempt<G> {
     /// We hold the lock.
     Acquired(G),
-    /// Someone else does; their key expires in `holder_ttl` if the server said.
-    Held { holder_ttl: Option<Duration> },
+    /// Someone else does; their key expires in `holder_ttl` if the server said, and `holder` names them when the
+    /// primitive records a label (a job).
+    Held { holder_ttl: Option<Duration>, holder: Option<String> },
 }
 
 /// One waiter's registrations on the release channels of a lock, one per instance that has notifications and
@@ -188,7 +189,7 @@ where
                 owed.settle();
                 return Ok((guard, watch));
             }
-            Ok(Attempt::Held { holder_ttl }) => {
+            Ok(Attempt::Held { holder_ttl, .. }) => {
                 owed.settle();
                 // A release of ours completed while this try was on its way (it woke us early and the try overtook
                 // it): the "held" may predate the release, so the try did not answer; look again, or pass the

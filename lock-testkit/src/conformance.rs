@@ -33,16 +33,18 @@ fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
     LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms))
 }
 
+/// The value, or a panic naming `what` and the error (shared by every conformance module).
 #[track_caller]
-fn ok<T, E: Debug>(r: Result<T, E>, what: &str) -> T {
+pub(crate) fn ok<T, E: Debug>(r: Result<T, E>, what: &str) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("{what}: unexpected error {e:?}"),
     }
 }
 
+/// The guard, or a panic naming `what` (shared by every conformance module).
 #[track_caller]
-fn some<T>(o: Option<T>, what: &str) -> T {
+pub(crate) fn some<T>(o: Option<T>, what: &str) -> T {
     match o {
         Some(v) => v,
         None => panic!("{what}: expected the lock to be granted, it was held"),

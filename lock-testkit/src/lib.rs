@@ -50,6 +50,7 @@ pub mod explorer;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
+pub mod job_conformance;
 pub mod multi_conformance;
 mod or_panic;
 mod oracle;
@@ -146,7 +147,7 @@ impl fmt::Debug for Subject {
 }
 
 /// Writes one `#[test]` per conformance case: the mutex's ([`conformance`]) and every other primitive's
-/// ([`multi_resource_tests!`]), so a backend that runs this one macro is proven for each primitive lock-core adds.
+/// ([`multi_resource_tests!`], [`job_tests!`]), so a backend that runs this one macro is proven for each primitive lock-core adds.
 ///
 /// `conformance_tests!(RUNTIME, SUBJECT)`: `RUNTIME` is `tokio`, `async_std` or `smol` (see [`runtime`]);
 /// `SUBJECT` is an expression that evaluates, inside the runtime, to a future of [`Subject`] wrapping a
@@ -183,6 +184,7 @@ macro_rules! conformance_tests {
             scoped_work_cancelled_on_loss,
         );
         $crate::multi_resource_tests!($runtime, $subject);
+        $crate::job_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -223,6 +225,39 @@ macro_rules! multi_resource_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::multi_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per job-lock case of [`job_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `job_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! job_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::job_tests!(@cases $runtime, $subject;
+            job_runs_once_among_concurrent_replicas,
+            job_at_least_for_keeps_the_job_after_a_short_run,
+            job_whose_process_died_runs_again_after_at_most_for,
+            job_overrun_without_keep_alive_is_cancelled,
+            job_keep_alive_holds_a_long_run,
+            job_tick_runs_once_per_tick,
+            job_fencing_tokens_increase_and_agree_with_the_lock,
+            job_bad_options_are_rejected,
+            job_last_run_records_each_ending,
+            job_cancelled_run_storm_leaves_the_job_free,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::job_conformance::$case(&subject).await;
                 });
             }
         )*
@@ -289,6 +324,8 @@ macro_rules! server_tests {
             a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key,
             a_wrong_password_is_auth_within_the_connect_timeout,
             multi_extend_names_the_stolen_resource,
+            job_finish_never_touches_the_next_runs_lock,
+            job_at_least_for_is_kept_on_the_server_clock,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -5,7 +5,6 @@
 //! list of the multi-resource study (`shared/research/primitives.md`, section 3.5); the Cluster cases (different
 //! slots) are in [`cluster_cases`](crate::cluster_cases). Each case is a test: it panics, naming what broke.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,8 @@ use futures_util::future::{join, join_all, select, Either};
 use lock_core::{CrossSlot, Lock, LockError, LockOptions, MultiGuard, ReleaseOutcome, RetryPolicy, MAX_RESOURCES};
 
 use crate::checker::{Checker, Hold};
+use crate::conformance::{ok, some};
+use crate::or_panic::ms;
 use crate::runtime::sleep;
 use crate::Subject;
 
@@ -25,31 +26,11 @@ fn names(resources: &[String]) -> Vec<&str> {
     resources.iter().map(String::as_str).collect()
 }
 
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
 /// Options for every case: on Redis Cluster the resources of a case live in different slots, so the suite takes
 /// them in [`CrossSlot::Ordered`] mode there (a single server ignores the setting); the default mode's refusal is a
 /// cluster case of its own.
 fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
     LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms)).with_cross_slot(CrossSlot::Ordered)
-}
-
-#[track_caller]
-fn ok<T, E: Debug>(r: Result<T, E>, what: &str) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{what}: unexpected error {e:?}"),
-    }
-}
-
-#[track_caller]
-fn some<T>(o: Option<T>, what: &str) -> T {
-    match o {
-        Some(v) => v,
-        None => panic!("{what}: expected the locks to be granted, one was held"),
-    }
 }
 
 /// Whether `resource` is free now: a single try takes it (and gives it back).
@@ -127,7 +108,8 @@ pub async fn opposite_orders_never_deadlock(s: &Subject) {
             assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
         }
     };
-    join(join(multi([0, 1]), multi([1, 0])), single).await;
+    // Boxed: three acquire loops side by side are a large future for a runtime that polls it on the test thread.
+    join(join(Box::pin(multi([0, 1])), Box::pin(multi([1, 0]))), Box::pin(single)).await;
     for (i, checker) in checkers.iter().enumerate() {
         let report = checker.report();
         assert!(report.is_clean(), "resource {i}: {report:?}");

@@ -740,6 +740,11 @@ impl LockStore for ScriptedStore {
         self.run(Op::Extend, first, token, self.server.shared.data.extend_all(keys, token, ttl)).await
     }
 
+    /// The primitives beyond the mutex (a job's start and finish) reach the server unscripted.
+    async fn call(&self, call: lock_core::Call<'_>) -> Result<lock_core::Ran> {
+        self.server.shared.data.call(call).await
+    }
+
     fn topology(&self) -> lock_core::Topology {
         self.server.shared.data.topology()
     }

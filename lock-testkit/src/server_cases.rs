@@ -111,7 +111,7 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
 /// migration and `HELLO` for the subscriber's RESP3 connection; behind Sentinel, `ROLE` to confirm the primary.
 pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels &lock:* -@all \
     +ping +info +client|id +role +hello +evalsha +eval +get +set +del +pexpire +incrby +time +type +pttl \
-    +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
+    +hset +hmget +hgetall +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
 
 /// A server with the user `locker` (password `secret`) holding exactly [`MINIMAL_ACL_RULES`].
 ///
@@ -214,4 +214,51 @@ pub async fn multi_extend_names_the_stolen_resource(connect: &UrlFactory) {
         Reply::Bulk(Some(b"thief".to_vec())),
         "B's thief lost it"
     );
+}
+
+/// Test 4 of the job-lock study, the finish's owner check (ShedLock's Redis provider deletes the next run's lock by
+/// default): a run's lock is deleted and taken by the next run while the first still works (as after an overrun
+/// past `at_most_for`); the first run's finish leaves the next run's lock and record alone.
+pub async fn job_finish_never_touches_the_next_runs_lock(connect: &UrlFactory) {
+    let server = start();
+    let jobs = lock_core::JobLock::new(Lock::from_arc(connect(server.url()).await.or_panic()));
+    let keys = LockKeys::new("lock:", "overrun-job").or_panic();
+    let info = format!("{}:info", keys.lock());
+    let opts = lock_core::JobOptions::new(ms(30_000)).with_holder("first");
+    let outcome = jobs
+        .run("overrun-job", &opts, |_| async {
+            // The next run takes over (its record and lock), as if this one had overrun.
+            server.command(&["DEL", keys.lock()]).or_panic();
+            server.command(&["SET", keys.lock(), "next-run-token", "PX", "30000"]).or_panic();
+            server.command(&["HSET", &info, "token", "next-run-token", "holder", "second"]).or_panic();
+        })
+        .await
+        .or_panic();
+    assert!(matches!(outcome, lock_core::JobOutcome::Ran { .. }));
+    let value = server.command(&["GET", keys.lock()]).or_panic();
+    assert_eq!(value, Reply::Bulk(Some(b"next-run-token".to_vec())), "the finish touched the next run's lock");
+    let pttl = server.command(&["PTTL", keys.lock()]).or_panic().as_int().or_panic();
+    assert!(pttl > 25_000, "the finish changed the next run's TTL: {pttl} ms");
+    let holder = server.command(&["HGET", &info, "holder"]).or_panic();
+    assert_eq!(holder, Reply::Bulk(Some(b"second".to_vec())), "the finish rewrote the next run's record");
+}
+
+/// Test 2 of the job-lock study, on the server's clock: after a 10 ms run with `at_least_for` = 2 s the lock key's
+/// PTTL is `at_least_for` minus the run's duration as the server measured it (the client's clock never enters),
+/// and the record's start and finish agree with it.
+pub async fn job_at_least_for_is_kept_on_the_server_clock(connect: &UrlFactory) {
+    let server = start();
+    let jobs = lock_core::JobLock::new(Lock::from_arc(connect(server.url()).await.or_panic()));
+    let keys = LockKeys::new("lock:", "short-job").or_panic();
+    let opts = lock_core::JobOptions::new(ms(30_000)).with_at_least_for(ms(2_000));
+    jobs.run("short-job", &opts, |_| crate::runtime::sleep(ms(10))).await.or_panic();
+    let pttl = server.command(&["PTTL", keys.lock()]).or_panic().as_int().or_panic();
+    let info = format!("{}:info", keys.lock());
+    let field = |name: &str| -> i64 {
+        server.command(&["HGET", &info, name]).or_panic().as_text().and_then(|t| t.parse().ok()).or_panic()
+    };
+    let server_run = field("finished_ms") - field("started_ms");
+    assert!((10..1_000).contains(&server_run), "the server measured a run of {server_run} ms");
+    let expected = 2_000 - server_run;
+    assert!(pttl <= expected && pttl > expected - 200, "PTTL {pttl} ms, expected about {expected} ms");
 }

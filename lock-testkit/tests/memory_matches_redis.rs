@@ -114,7 +114,27 @@ fn random_step(rng: &mut StdRng) -> Step {
     let locks = |suffix: &str| -> Vec<String> {
         subset.iter().flat_map(|i| [format!("lock:{{r{i}}}"), format!("lock:{{r{i}}}{suffix}")]).collect()
     };
-    match rng.random_range(0..125) {
+    let info = format!("lock:{{r{r}}}:info");
+    let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
+    match rng.random_range(0..150) {
+        125..=134 => {
+            let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
+            let at_least = s(["0", TTL_MS][rng.random_range(0..2)]);
+            let mut keys = vec![lock, fence, info];
+            let mut args = vec![token, s(TTL_MS), s(fencing), s("holder-label"), at_least, s(TTL_MS)];
+            if rng.random_bool(0.4) {
+                keys.push(tick);
+            } else {
+                args.pop();
+            }
+            call(&scripts::JOB_START, keys, args)
+        }
+        135..=142 => {
+            let outcome = ["finished", "cancelled", "lost"][rng.random_range(0..3)];
+            call(&scripts::JOB_FINISH, vec![lock, info, channel], vec![token, s(outcome), s("origin"), s("0")])
+        }
+        143..=146 => Step::Foreign(vec![s("SET"), info, s("not a record")]),
+        147..=149 => Step::Foreign(vec![s("DEL"), info]),
         100..=109 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };

@@ -1,0 +1,449 @@
+//! The run-at-most-once job lock: of the replicas that fire the same scheduled job, one runs it and the others
+//! skip it (ShedLock's job, without its traps).
+//!
+//! - **`at_most_for`** is the lock's TTL: a run whose process dies frees the job after it. Without keep-alive a run
+//!   longer than that is *cancelled* when its lock is lost (its future is dropped at its next await point and
+//!   [`JobLock::run`] returns [`LockError::Lost`]), rather than left running beside the next run.
+//!   [`JobOptions::with_keep_alive`] renews the lock while the job runs (with a maximum hold).
+//! - **`at_least_for`** keeps the lock after a short run, so a replica whose timer fires a little late does not run
+//!   the same job again. It is measured **on the Redis server's clock from the start of the run**, so the
+//!   replicas' clocks never enter (ShedLock measures it on each node's clock).
+//! - **The finish is owner-checked** ([`JOB_FINISH`](crate::scripts::JOB_FINISH)): a run that overran never deletes
+//!   or prolongs the next run's lock (ShedLock's Redis provider does, by default).
+//! - **Per-tick mode** ([`JobLock::run_tick`]): the same scheduled tick (an id the caller derives from the
+//!   scheduled fire time, say `unix_secs / period`) never runs twice, whatever the durations.
+//! - **The last run** (holder, start and finish on the server clock, outcome) stays readable:
+//!   [`JobLock::last_run`].
+//! - A dropped `run` future finishes its run in the background, recorded as `cancelled`.
+//!
+//! The job's lock is a plain lock key (`prefix{job}`, its fencing counter and release channel): a single lock on
+//! the same name excludes the job and shares its fencing counter. The record lives in `prefix{job}:info` (no TTL:
+//! one small hash per job, like the fencing counter), a tick in `prefix{job}:tick:<tick>` (with a TTL).
+//!
+//! Over Redlock a start needs a majority, as a lock does, and `at_least_for` is kept by each instance's own clock.
+//! A run is one try: replicas that fire at the same instant can split the instances so that none has a majority,
+//! and then every replica skips that firing (never two run it). Use a single store (or Cluster, or Sentinel) for a
+//! job whose every firing must run.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tracing::Instrument;
+
+use crate::error::{LockError, Result};
+use crate::lock::Lock;
+use crate::lost::LostSignal;
+use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
+use crate::resource::LockKeys;
+use crate::target::{JobSpec, Target};
+use crate::token::FencingToken;
+use crate::transport::{Call, Reply};
+use crate::wait::Attempt;
+
+/// The longest holder label a job records (so a record stays small).
+pub const MAX_HOLDER_LABEL: usize = 256;
+
+/// How a job runs: how long its lock lives, how long it is kept after a short run, renewal, fencing, and the
+/// holder label the record shows.
+///
+/// ```
+/// use lock_core::JobOptions;
+/// use std::time::Duration;
+///
+/// // A job fired every 15 minutes that should never run twice in one period.
+/// let opts = JobOptions::new(Duration::from_secs(14 * 60)).with_at_least_for(Duration::from_secs(14 * 60));
+/// assert!(opts.validate().is_ok());
+/// assert!(JobOptions::new(Duration::from_secs(1)).with_at_least_for(Duration::from_secs(2)).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[must_use = "options do nothing until passed to a run"]
+pub struct JobOptions {
+    at_most_for: Duration,
+    at_least_for: Duration,
+    keep_alive: Option<RenewPolicy>,
+    fencing: bool,
+    holder: Option<String>,
+    tick_retention: Option<Duration>,
+}
+
+impl JobOptions {
+    /// Options with the given `at_most_for` (the lock's TTL), no `at_least_for`, no keep-alive, fencing on.
+    pub fn new(at_most_for: Duration) -> Self {
+        JobOptions {
+            at_most_for,
+            at_least_for: Duration::ZERO,
+            keep_alive: None,
+            fencing: true,
+            holder: None,
+            tick_retention: None,
+        }
+    }
+
+    /// Keeps the lock until this long after the run started (server clock), even when the run finished earlier.
+    /// At most `at_most_for`.
+    pub fn with_at_least_for(mut self, at_least_for: Duration) -> Self {
+        self.at_least_for = at_least_for;
+        self
+    }
+
+    /// Renews the lock while the job runs (`at_most_for` becomes the TTL of each renewal; the policy's maximum hold
+    /// caps the whole run).
+    pub fn with_keep_alive(mut self, policy: RenewPolicy) -> Self {
+        self.keep_alive = Some(policy);
+        self
+    }
+
+    /// Turns fencing tokens on (the default) or off.
+    pub fn with_fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Sets the label the job's record shows for this run (default: the host name, if the environment says it,
+    /// and the process id). At most [`MAX_HOLDER_LABEL`] bytes.
+    pub fn with_holder(mut self, label: impl Into<String>) -> Self {
+        self.holder = Some(label.into());
+        self
+    }
+
+    /// In [`JobLock::run_tick`], how long a tick is remembered (default: the larger of `at_most_for`,
+    /// `at_least_for` and one minute). It must outlast the spread of the replicas' fire times for one tick.
+    pub fn with_tick_retention(mut self, retention: Duration) -> Self {
+        self.tick_retention = Some(retention);
+        self
+    }
+
+    /// The lock's TTL.
+    pub fn at_most_for(&self) -> Duration {
+        self.at_most_for
+    }
+
+    /// How long after its start a run keeps the lock.
+    pub fn at_least_for(&self) -> Duration {
+        self.at_least_for
+    }
+
+    /// The holder label of this run.
+    pub fn holder(&self) -> String {
+        self.holder.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+            format!("{host} pid {}", std::process::id())
+        })
+    }
+
+    fn tick_retention(&self) -> Duration {
+        self.tick_retention.unwrap_or_else(|| self.at_most_for.max(self.at_least_for).max(Duration::from_secs(60)))
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an `at_most_for` outside the TTL range, an `at_least_for` longer than
+    /// `at_most_for`, an empty or too long holder label, a tick retention shorter than `at_most_for` or longer than
+    /// [`MAX_TTL`], or an invalid keep-alive policy.
+    pub fn validate(&self) -> Result<()> {
+        validate_ttl(self.at_most_for)?;
+        if self.at_least_for > self.at_most_for {
+            return Err(LockError::invalid("at_least_for must not exceed at_most_for"));
+        }
+        let holder = self.holder();
+        if holder.is_empty() || holder.len() > MAX_HOLDER_LABEL {
+            return Err(LockError::invalid(format!("the holder label must be 1 to {MAX_HOLDER_LABEL} bytes")));
+        }
+        let retention = self.tick_retention();
+        if retention < self.at_most_for || retention > MAX_TTL {
+            return Err(LockError::invalid("the tick retention must be in [at_most_for, MAX_TTL]"));
+        }
+        if let Some(policy) = &self.keep_alive {
+            policy.validate(self.at_most_for)?;
+        }
+        Ok(())
+    }
+}
+
+/// What [`JobLock::run`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobOutcome<T> {
+    /// This replica ran the job.
+    Ran {
+        /// What the job returned.
+        value: T,
+        /// The run's fencing token (`None` when fencing was off).
+        fencing_token: Option<FencingToken>,
+        /// How long the run held the lock, by this process's clock.
+        held: Duration,
+    },
+    /// Another run holds the job (or, in tick mode, this tick already ran): this replica did nothing.
+    Skipped {
+        /// The label of the run that holds the job, when the record names it.
+        holder: Option<String>,
+        /// How long the job stays locked (or the tick remembered), when the server said.
+        locked_for: Option<Duration>,
+    },
+}
+
+/// What a job's work gets to know about its run.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct JobContext {
+    /// The run's fencing token, to pass to what the job writes (`None` when fencing is off).
+    pub fencing_token: Option<FencingToken>,
+    /// Turns lost if the run loses its lock (the work is also cancelled then).
+    pub lost: LostSignal,
+}
+
+/// How a recorded run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// Still running (or its process died and never finished it; its lock then expired after `at_most_for`).
+    Running,
+    /// The work returned.
+    Finished,
+    /// The `run` future was dropped; the run was finished in the background.
+    Cancelled,
+    /// The run lost its lock while it ran (its work was cancelled).
+    Lost,
+    /// A value this version does not know.
+    Other(String),
+}
+
+/// The record of a job's last run ([`JobLock::last_run`]), with times on the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LastRun {
+    /// The run's holder label.
+    pub holder: String,
+    /// When it started.
+    pub started: SystemTime,
+    /// When it finished, if it did.
+    pub finished: Option<SystemTime>,
+    /// How it ended.
+    pub outcome: RunOutcome,
+}
+
+/// How a run ends, as its record says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Finished,
+    Cancelled,
+    Lost,
+}
+
+impl Ending {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Ending::Finished => "finished",
+            Ending::Cancelled => "cancelled",
+            Ending::Lost => "lost",
+        }
+    }
+}
+
+/// Runs scheduled jobs at most once across replicas ([module docs](crate::job)).
+///
+/// ```
+/// use lock_core::{JobLock, JobOptions, JobOutcome, Lock, MemoryStore};
+/// use std::time::Duration;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// let jobs = JobLock::new(Lock::new(MemoryStore::new()));
+/// let opts = JobOptions::new(Duration::from_secs(60)).with_at_least_for(Duration::from_secs(30));
+/// // Every replica calls this when its timer fires; one runs the job.
+/// match jobs.run("nightly-report", &opts, |ctx| async move { ctx.fencing_token.is_some() }).await? {
+///     JobOutcome::Ran { value, .. } => assert!(value),
+///     JobOutcome::Skipped { holder, .. } => println!("{holder:?} has it"),
+///     _ => {}
+/// }
+/// // A replica firing a moment later skips it: the run keeps the job for at least 30 s.
+/// let again = jobs.run("nightly-report", &opts, |_| async {}).await?;
+/// assert!(matches!(again, JobOutcome::Skipped { .. }));
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct JobLock {
+    lock: Lock,
+}
+
+impl JobLock {
+    /// Jobs on `lock`'s stores, under its key prefix and operation timeout.
+    pub fn new(lock: Lock) -> Self {
+        JobLock { lock }
+    }
+
+    /// The lock underneath.
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// Runs `work` if no other run holds `job`, else skips it: one try, no waiting.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] before any I/O for an empty name or bad options; [`LockError::Lost`] when the
+    /// run lost its lock while `work` ran (the work was dropped at its next await point); backend errors of the
+    /// start as [`Lock::try_acquire`]'s. A failed finish is logged, not returned (the lock expires at its TTL).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the work at its current await point and finishes the run in the background,
+    /// recorded as cancelled (the lock is kept until `at_least_for` after the start, or released); a start the
+    /// dropped future may have made is finished the same way.
+    pub async fn run<T, F, Fut>(&self, job: &str, options: &JobOptions, work: F) -> Result<JobOutcome<T>>
+    where
+        F: FnOnce(JobContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let span = tracing::debug_span!("job.run", job, at_most_for = ?options.at_most_for);
+        // Boxed: a run's state (the start's fan-out, the work, the finish) is large in debug builds, and callers'
+        // futures are often polled whole on small thread stacks (`block_on` on a test thread).
+        Box::pin(self.start_and_run(job, None, options, work).instrument(span)).await
+    }
+
+    /// Runs `work` for scheduled tick `tick` of `job`, unless that tick already ran (or runs) anywhere, or another
+    /// run holds the job. Replicas must agree on the tick id: derive it from the *scheduled* fire time (for
+    /// instance `unix_secs / period`), not from when the timer fired. A tick is remembered for the
+    /// [tick retention](JobOptions::with_tick_retention); clock skew larger than the distance to a tick boundary
+    /// can still make two replicas name different ticks.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    ///
+    /// # Cancel safety
+    /// As [`run`](Self::run); the tick stays remembered.
+    pub async fn run_tick<T, F, Fut>(
+        &self,
+        job: &str,
+        tick: u64,
+        options: &JobOptions,
+        work: F,
+    ) -> Result<JobOutcome<T>>
+    where
+        F: FnOnce(JobContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let span = tracing::debug_span!("job.run_tick", job, tick, at_most_for = ?options.at_most_for);
+        Box::pin(self.start_and_run(job, Some(tick), options, work).instrument(span)).await
+    }
+
+    async fn start_and_run<T, F, Fut>(
+        &self,
+        job: &str,
+        tick: Option<u64>,
+        options: &JobOptions,
+        work: F,
+    ) -> Result<JobOutcome<T>>
+    where
+        F: FnOnce(JobContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        options.validate()?;
+        let keys = LockKeys::new(self.lock.key_prefix(), job)?;
+        let retention = crate::scripts::ttl_millis(options.tick_retention());
+        let spec = JobSpec {
+            info: format!("{}:info", keys.lock()),
+            tick: tick.map(|t| (format!("{}:tick:{t}", keys.lock()), retention)),
+            holder: options.holder(),
+            at_least_ms: u64::try_from(options.at_least_for.as_millis()).unwrap_or(u64::MAX),
+            ending: Mutex::new(Ending::Cancelled),
+        };
+        let target = Arc::new(Target::job(keys, spec));
+        let mut lock_options =
+            LockOptions::new(options.at_most_for).with_wait(Duration::ZERO).with_fencing(options.fencing);
+        if let Some(policy) = &options.keep_alive {
+            lock_options = lock_options.with_auto_renew(policy.clone());
+        }
+        self.lock.check(&lock_options)?;
+        let guard = match self.lock.attempt(&target, &lock_options).await? {
+            Attempt::Held { holder_ttl, holder } => {
+                tracing::debug!(job, ?holder, "job held elsewhere; skipped");
+                return Ok(JobOutcome::Skipped { holder, locked_for: holder_ttl });
+            }
+            Attempt::Acquired(guard) => guard,
+        };
+        let started = Instant::now();
+        let lost = guard.lost_signal();
+        let fencing_token = guard.fencing_token();
+        let ctx = JobContext { fencing_token, lost: lost.clone() };
+        // The work is dropped (by `guard`) before the finish is sent.
+        let output = lost.guard(work(ctx)).await;
+        target.end_as(if output.is_ok() { Ending::Finished } else { Ending::Lost });
+        let held = started.elapsed();
+        if let Err(err) = guard.release_reports().await {
+            tracing::warn!(job, error = %err, "finishing the job failed; its lock expires at its TTL");
+        }
+        match output {
+            Ok(value) => Ok(JobOutcome::Ran { value, fencing_token, held }),
+            Err(reason) => {
+                tracing::warn!(job, %reason, "job lost its lock while running; work cancelled");
+                Err(LockError::Lost { resource: job.to_owned(), reason })
+            }
+        }
+    }
+
+    /// The record of `job`'s last run, `None` if it never ran. Over Redlock each instance keeps its own record; this
+    /// reads every instance that answers and returns the latest start (a start that reached only a minority of
+    /// the instances is recorded there as cancelled).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name; [`LockError::WrongType`] when the record's key holds
+    /// something else; the last backend error when no instance answered.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn last_run(&self, job: &str) -> Result<Option<LastRun>> {
+        let keys = LockKeys::new(self.lock.key_prefix(), job)?;
+        let info = format!("{}:info", keys.lock());
+        let (mut latest, mut answered, mut last_error) = (None::<LastRun>, false, None);
+        for store in self.lock.stores() {
+            let call_keys = [info.as_str()];
+            let call = Call::plain("last-run", "HGETALL", &call_keys, &[]);
+            match crate::rt::timeout("last-run", self.lock.operation_timeout(), store.call(call)).await {
+                Ok(Ok(ran)) => {
+                    answered = true;
+                    if let Some(record) = parse_record(&ran.reply)? {
+                        if latest.as_ref().is_none_or(|l| record.started > l.started) {
+                            latest = Some(record);
+                        }
+                    }
+                }
+                Ok(Err(err @ LockError::WrongType { .. })) => return Err(err),
+                Ok(Err(err)) | Err(err) => last_error = Some(err),
+            }
+        }
+        match (answered, last_error) {
+            (false, Some(err)) => Err(err),
+            _ => Ok(latest),
+        }
+    }
+}
+
+/// A record as `HGETALL` returns it; `None` for no record.
+fn parse_record(reply: &Reply) -> Result<Option<LastRun>> {
+    let Reply::Array(items) = reply else {
+        return Err(LockError::backend(format!("unexpected reply to HGETALL: {reply:?}")));
+    };
+    let field = |name: &str| {
+        items
+            .chunks(2)
+            .find(|pair| pair.first().and_then(Reply::as_text) == Some(name))
+            .and_then(|pair| pair.get(1).and_then(Reply::as_text).map(str::to_owned))
+    };
+    let Some(started_ms) = field("started_ms").and_then(|s| s.parse::<u64>().ok()) else { return Ok(None) };
+    let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+    let outcome = match field("outcome").as_deref() {
+        Some("running") | None => RunOutcome::Running,
+        Some("finished") => RunOutcome::Finished,
+        Some("cancelled") => RunOutcome::Cancelled,
+        Some("lost") => RunOutcome::Lost,
+        Some(other) => RunOutcome::Other(other.to_owned()),
+    };
+    Ok(Some(LastRun {
+        holder: field("holder").unwrap_or_default(),
+        started: at(started_ms),
+        finished: field("finished_ms").and_then(|s| s.parse::<u64>().ok()).map(at),
+        outcome,
+    }))
+}
