@@ -167,6 +167,24 @@ fn worker_entry() {
     let dir = PathBuf::from(env(DIR));
     let ttl = ms(env(TTL).parse().unwrap());
     let fencing = env(FENCING) == "1";
+    if env(ROLE) == "job" {
+        // A job run that the test kills mid-work (case 15).
+        runtime().block_on(async move {
+            let jobs = lock_core::JobLock::new(single(&env(URL)).await);
+            let opts = lock_core::JobOptions::new(ttl).with_holder("doomed worker");
+            let ready = dir.join(format!("ready-{id}"));
+            let outcome = jobs
+                .run("faults:job", &opts, |ctx| async move {
+                    let fence = ctx.fencing_token.map_or(0, |f| f.get());
+                    std::fs::write(dir.join("fence"), fence.to_string()).unwrap();
+                    std::fs::write(ready, b"").unwrap();
+                    tokio::time::sleep(ms(60_000)).await;
+                })
+                .await;
+            panic!("the job run ended instead of being killed: {outcome:?}");
+        });
+        return;
+    }
     runtime().block_on(async move {
         let lock = single(&env(URL)).await;
         let mut history = Recorder::open(&dir, id).unwrap();
@@ -867,4 +885,95 @@ fn case14_soak_random_faults_zero_fenced_safety_violations() {
         s.resume();
         assert_eq!(lock_keys(s).1, 0, "seed {seed}: a lock key without TTL");
     }
+}
+
+/// Case 15 — a job's process is SIGKILLed mid-run (job-lock study, test 3). Invariants: another replica skips the
+/// job (told the dead run's holder label) until `at_most_for` has passed since the dead run started, and runs it
+/// within the retry window after that; its fencing token is above the dead run's; the dead run's record still says
+/// it is running (nobody finished it) until the new run replaces it.
+#[test]
+fn case15_killed_job_runs_again_after_at_most_for_and_never_before() {
+    let server = RedisServer::start().unwrap();
+    let oracle = FencedCounter::start().unwrap();
+    let at_most = ms(1_000);
+    let t0 = Instant::now();
+    let mut spawned = spawn_worker("job", &server.url(), &oracle, at_most, true);
+    spawned.worker.kill();
+    let dead_fence: u64 = std::fs::read_to_string(spawned.dir.path().join("fence")).unwrap().parse().unwrap();
+    runtime().block_on(async {
+        let jobs = lock_core::JobLock::new(single(&server.url()).await);
+        let opts = lock_core::JobOptions::new(at_most).with_holder("survivor");
+        let record = jobs.last_run("faults:job").await.unwrap().expect("the dead run's record");
+        assert_eq!((record.holder.as_str(), record.outcome), ("doomed worker", lock_core::RunOutcome::Running));
+        let (ran_at, fence) = loop {
+            match jobs.run("faults:job", &opts, |ctx| async move { ctx.fencing_token }).await.unwrap() {
+                lock_core::JobOutcome::Ran { value, .. } => break (t0.elapsed(), value.map_or(0, |f| f.get())),
+                lock_core::JobOutcome::Skipped { holder, .. } => {
+                    assert_eq!(holder.as_deref(), Some("doomed worker"));
+                    assert!(t0.elapsed() < at_most + ms(3_000), "the dead run's job stayed locked");
+                    tokio::time::sleep(ms(20)).await;
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        println!("case15: the job ran again {ran_at:?} after the dead run's start (at_most_for 1 s)");
+        // The dead run started after t0; it held the job for at_most_for from its start.
+        assert!(ran_at >= at_most - ms(50), "the job ran again {ran_at:?} after a run that never finished");
+        assert!(fence > dead_fence, "fencing token {fence} after the dead run's {dead_fence}");
+        let record = jobs.last_run("faults:job").await.unwrap().expect("record");
+        assert_eq!((record.holder.as_str(), record.outcome), ("survivor", lock_core::RunOutcome::Finished));
+    });
+}
+
+/// Case 16 — the replies to a multi-resource acquire are dropped after the servers applied it (on a majority of a
+/// Redlock). Invariant: the failed acquire's release on every instance removes every key of the set long before
+/// its 10 s TTL.
+#[test]
+fn case16_dropped_multi_acquire_replies_leave_no_stray_keys() {
+    let (servers, proxies) = proxied(3);
+    runtime().block_on(async {
+        let lock = redlock_via(&proxies, ms(100)).await;
+        proxies[0].drop_replies(true);
+        proxies[1].drop_replies(true);
+        let set = ["case16-a", "case16-b", "case16-c"];
+        let err = lock.try_acquire_all(&set, &LockOptions::new(ms(10_000))).await.err();
+        assert!(matches!(err, Some(LockError::Quorum { granted: 0 | 1, required: 2, total: 3 })), "{err:?}");
+        let t0 = Instant::now();
+        while servers.iter().any(|s| lock_keys(s) != (0, 0)) {
+            assert!(t0.elapsed() < ms(1_000), "stray keys: {:?}", servers.iter().map(lock_keys).collect::<Vec<_>>());
+            tokio::time::sleep(ms(10)).await;
+        }
+        println!("case16: every applied multi-acquire released within {:?}", t0.elapsed());
+    });
+}
+
+/// Case 17 — a server restarts without persistence between runs (job-lock study, test 7; multi-resource test 5).
+/// Invariant: the job's and each multi-locked resource's fencing tokens still increase (the counters restart from
+/// the server's clock).
+#[test]
+fn case17_job_and_multi_fences_increase_across_a_restart_without_persistence() {
+    let mut server = RedisServer::builder().with_persistence(Persistence::None).start().unwrap();
+    let rt = runtime();
+    let run = |server: &RedisServer| {
+        rt.block_on(async {
+            let lock = single(&server.url()).await;
+            let jobs = lock_core::JobLock::new(lock.clone());
+            let opts = lock_core::JobOptions::new(ms(2_000));
+            let job = match jobs.run("case17-job", &opts, |ctx| async move { ctx.fencing_token }).await.unwrap() {
+                lock_core::JobOutcome::Ran { value, .. } => value.map(|f| f.get()).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            let set = lock.try_acquire_all(&["case17-a", "case17-b"], &LockOptions::new(ms(2_000))).await.unwrap();
+            let set = set.expect("free");
+            let fences: Vec<u64> = set.fencing_tokens().iter().map(|(_, f)| f.unwrap().get()).collect();
+            set.release().await.unwrap();
+            (job, fences)
+        })
+    };
+    let (job_before, multi_before) = run(&server);
+    server.restart().unwrap();
+    let (job_after, multi_after) = run(&server);
+    println!("case17: job {job_before} → {job_after}, multi {multi_before:?} → {multi_after:?}");
+    assert!(job_after > job_before, "the job's token went back across the restart");
+    assert!(multi_after.iter().zip(&multi_before).all(|(a, b)| a > b), "a resource's token went back");
 }
