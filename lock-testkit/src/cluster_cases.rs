@@ -304,9 +304,20 @@ pub async fn lock_keeps_working_after_primary_killed(store: &StoreFactory) {
         g.release().await.or_panic();
     }
     let _ = held.release().await;
-    // Release notifications reach the same store's subscriber again, from the promoted primary.
-    let delay = release_wake_delay(&lock, &waiter, &notified).await;
-    assert!(delay < NOTIFIED_WITHIN, "after the failover: waiter took {delay:?}; no notification");
+    // Release notifications reach the waiting store's subscriber again, from the promoted primary. That store's
+    // subscriber rediscovers the shard on its own schedule (lock-fred's took up to about a second after the other
+    // store's commands worked again: its `SSUBSCRIBE` waited for the new slot map, while the waiter polled), so the
+    // case asserts recovery within a bound (meanwhile waiters are served by their backoff, within their budget),
+    // not the first release after.
+    let recovered = Instant::now();
+    loop {
+        let delay = release_wake_delay(&lock, &waiter, &notified).await;
+        if delay < NOTIFIED_WITHIN {
+            tracing::info!("notifications back {:?} after the failover", recovered.elapsed());
+            break;
+        }
+        assert!(recovered.elapsed() < ms(10_000), "after the failover: no notification for 10 s ({delay:?})");
+    }
     // Every other primary's resources still work too.
     for i in 0..8 {
         let g = lock.acquire(&format!("after-{i}"), &LockOptions::new(ms(5_000)).with_wait(ms(5_000))).await.or_panic();
