@@ -977,3 +977,66 @@ fn case17_job_and_multi_fences_increase_across_a_restart_without_persistence() {
     assert!(job_after > job_before, "the job's token went back across the restart");
     assert!(multi_after.iter().zip(&multi_before).all(|(a, b)| a > b), "a resource's token went back");
 }
+
+/// Case 18 — a kept-alive job run is partitioned from its server mid-run (job-lock study, test 5). Invariants: the
+/// run's work is dropped (it stops acting) by the lock's validity deadline and `run` returns `Lost`; another
+/// replica runs the job only after the work was dropped, once the key expired on the server.
+#[test]
+fn case18_partitioned_kept_alive_job_stops_before_another_run_starts() {
+    let server = RedisServer::start().unwrap();
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    runtime().block_on(async {
+        let jobs = lock_core::JobLock::new(Lock::from_arc(store(&proxy.url()).await));
+        let other = lock_core::JobLock::new(single(&server.url()).await);
+        let opts = lock_core::JobOptions::new(ms(900)).with_keep_alive(RenewPolicy::default());
+        /// Notes when the work is dropped (cancelled): the moment it stops acting.
+        struct Stopped(Arc<std::sync::Mutex<Option<Instant>>>);
+        impl Drop for Stopped {
+            fn drop(&mut self) {
+                *self.0.lock().unwrap() = Some(Instant::now());
+            }
+        }
+        let worked = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::new(std::sync::Mutex::new(None));
+        let (done, stop) = (worked.clone(), stopped.clone());
+        let run = tokio::spawn(async move {
+            jobs.run("case18", &opts, |_| async move {
+                let _stopped = Stopped(stop);
+                tokio::time::sleep(ms(10_000)).await;
+                done.store(true, Ordering::SeqCst);
+            })
+            .await
+        });
+        tokio::time::sleep(ms(1_200)).await; // past at_most_for: only renewal kept it
+        assert!(
+            matches!(
+                other.run("case18", &lock_core::JobOptions::new(ms(900)), |_| async {}).await.unwrap(),
+                lock_core::JobOutcome::Skipped { .. }
+            ),
+            "the kept-alive job ran twice"
+        );
+        let cut_at = Instant::now();
+        proxy.cut();
+        let result = run.await.unwrap();
+        assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
+        let stopped_at = stopped.lock().unwrap().expect("the work was dropped");
+        assert!(!worked.load(Ordering::SeqCst), "the partitioned run's work completed");
+        let ran_at = loop {
+            match other.run("case18", &lock_core::JobOptions::new(ms(900)), |_| async {}).await.unwrap() {
+                lock_core::JobOutcome::Ran { .. } => break Instant::now(),
+                _ => {
+                    assert!(cut_at.elapsed() < ms(5_000), "the job stayed locked after the partition");
+                    tokio::time::sleep(ms(10)).await;
+                }
+            }
+        };
+        println!(
+            "case18: run stopped {:?} after the cut, the other replica ran {:?} after it",
+            stopped_at - cut_at,
+            ran_at - stopped_at
+        );
+        assert!(stopped_at <= ran_at, "another run started while the partitioned one still worked");
+        assert!(stopped_at - cut_at < ms(900), "the partitioned run stopped only after {:?}", stopped_at - cut_at);
+        proxy.heal();
+    });
+}
