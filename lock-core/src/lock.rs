@@ -286,24 +286,21 @@ impl Lock {
             .map(|r| tally.granted.iter().filter_map(|(_, f)| f.get(r).copied().flatten()).max())
             .collect();
         if n > 1 && fences.iter().any(Option::is_some) {
-            {
-                // See the Redlock docs: t = max over the quorum (per resource), written back before use to the
-                // granting instances whose counter is below it (none, when the quorum's counters were in step).
-                let (at_t, behind): (Vec<_>, Vec<_>) =
-                    tally.granted.iter().partition(|(_, f)| f.len() == resources && *f == fences);
-                let raised = if behind.is_empty() {
-                    0
-                } else {
-                    raise_fences(inst, target, inflight.token(), &fences, call_timeout, &behind).await
-                };
-                if at_t.len() + raised < inst.quorum {
-                    if Instant::now() >= valid_until {
-                        return exhausted(inflight).await;
-                    }
-                    inflight.release_now().await;
-                    let granted = at_t.len() + raised;
-                    return Err(LockError::Quorum { granted, required: inst.quorum, total: n });
+            // See the Redlock docs: t = max over the quorum (per resource), written back before use to the granting
+            // instances whose counter is below it (none, when the quorum's counters were in step).
+            let (at_t, behind): (Vec<_>, Vec<_>) = tally.granted.iter().partition(|(_, f)| *f == fences);
+            let raised = if behind.is_empty() {
+                0
+            } else {
+                raise_fences(inst, target, inflight.token(), &fences, call_timeout, &behind).await
+            };
+            if at_t.len() + raised < inst.quorum {
+                if Instant::now() >= valid_until {
+                    return exhausted(inflight).await;
                 }
+                inflight.release_now().await;
+                let granted = at_t.len() + raised;
+                return Err(LockError::Quorum { granted, required: inst.quorum, total: n });
             }
         }
         if Instant::now() >= valid_until {

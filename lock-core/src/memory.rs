@@ -81,7 +81,7 @@ impl MemoryStore {
     /// Number of live keys with a time-to-live: the locks held, and whatever else a primitive keeps with one
     /// (for tests: "no keys left behind"). Fencing counters, which never expire, are not counted.
     pub fn held_count(&self) -> usize {
-        self.inspect(|keyspace, now| Some(keyspace.expiring_keys(now).len())).unwrap_or(0)
+        self.inspect(|keyspace, now| Some(keyspace.expiring_count(now))).unwrap_or(0)
     }
 
     /// The owner token the lock on `keys` holds, if held (for tests: whose key was left behind).

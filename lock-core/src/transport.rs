@@ -116,10 +116,9 @@ impl<'a> Call<'a> {
 
     /// The key of this call that a `WRONGTYPE` message names (scripts name the key they refuse), else the first.
     pub fn key_named_in(&self, message: &str) -> &'a str {
-        // The longest match first: a fence key contains its lock's name.
-        let mut keys: Vec<&'a str> = self.keys.to_vec();
-        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
-        keys.into_iter().find(|k| message.contains(k)).or_else(|| self.route_key()).unwrap_or_default()
+        // The longest match: a fence key contains its lock key.
+        let named = self.keys.iter().copied().filter(|k| message.contains(k)).max_by_key(|k| k.len());
+        named.or_else(|| self.route_key()).unwrap_or_default()
     }
 }
 
