@@ -21,6 +21,30 @@ const CORE_NESTED: &[&str] = &["get", "set", "del", "publish", "pexpire", "time"
 /// The same without fencing, where acquire is a plain `SET NX PX` the client sends itself (counted as sent).
 const CORE_NESTED_NOFENCE: &[&str] = &["get", "del", "publish", "pexpire", "type", "pttl"];
 
+/// What a fair lock's scripts call besides [`CORE_NESTED`]'s commands (see `lock_core::scripts::FAIR_ACQUIRE`).
+const CORE_NESTED_FAIR: &[&str] = &[
+    "get",
+    "set",
+    "del",
+    "publish",
+    "pexpire",
+    "time",
+    "incrby",
+    "type",
+    "pttl",
+    "zadd",
+    "zrem",
+    "zrange",
+    "zrangebyscore",
+    "zremrangebyscore",
+    "zscore",
+    "zrank",
+    "pexpireat",
+];
+
+/// The waiter TTL of the fair contenders.
+pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
+
 /// Which of our backends, with its default settings or (diagnostic rows only) another pool size.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Backend {
@@ -91,6 +115,13 @@ impl Contender {
         let options = LockOptions::new(TTL).with_fencing(fencing);
         let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
         Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested })
+    }
+
+    /// Our backend on one server with a fair queue ([`LockOptions::with_fair_queue`], waiter TTL [`WAITER_TTL`]).
+    pub(crate) async fn core_fair(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
+        let lock = Lock::from_arc(backend.store(url).await?);
+        let options = LockOptions::new(TTL).with_fair_queue(WAITER_TTL);
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested: CORE_NESTED_FAIR })
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {

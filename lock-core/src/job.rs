@@ -357,7 +357,7 @@ impl JobLock {
         }
         self.lock.check(&lock_options)?;
         let guard = match self.lock.attempt(&target, &lock_options).await? {
-            Attempt::Held { holder_ttl, holder } => {
+            Attempt::Held { holder_ttl, holder, .. } => {
                 tracing::debug!(job, ?holder, "job held elsewhere; skipped");
                 return Ok(JobOutcome::Skipped { holder, locked_for: holder_ttl });
             }

@@ -84,6 +84,7 @@
 
 mod distributed_lock;
 mod error;
+mod fair;
 mod inflight;
 pub mod job;
 pub mod lease;
@@ -118,6 +119,7 @@ pub use multi::{MultiContext, MultiGuard, MultiRelease};
 pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
     validate_ttl, CrossSlot, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
+    MIN_WAITER_TTL,
 };
 pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};

@@ -167,11 +167,23 @@ impl Lock {
 
     fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<Target>> {
         self.check(options)?;
-        Ok(Arc::new(Target::one(LockKeys::new(&self.prefix, resource)?)))
+        let keys = LockKeys::new(&self.prefix, resource)?;
+        Ok(Arc::new(match options.fair_queue() {
+            None => Target::one(keys),
+            Some(_) if self.instances.n() > 1 => {
+                return Err(LockError::invalid(
+                    "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
+                ))
+            }
+            Some(waiter_ttl) => Target::fair(keys, waiter_ttl),
+        }))
     }
 
     pub(crate) fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<Target>> {
         self.check(options)?;
+        if options.fair_queue().is_some() {
+            return Err(LockError::invalid("a fair queue orders the waiters of one resource; acquire_all has none"));
+        }
         let keys = resources.iter().map(|r| LockKeys::new(&self.prefix, r)).collect::<Result<Vec<_>>>()?;
         let clustered = self.instances.stores.iter().any(|s| s.topology() == Topology::Cluster);
         let topology = if clustered { Topology::Cluster } else { Topology::Single };
@@ -213,9 +225,16 @@ impl Lock {
         // A release notification from any instance, of any of the resources, is a hint to try again; each try polls
         // all of them.
         let stores = &self.instances.stores;
-        let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
-        let (guard, watch) =
-            until_acquired(target.label(), options, stores, &channels, || self.attempt(target, options)).await?;
+        let (guard, watch) = match options.fair_queue() {
+            Some(waiter_ttl) if target.is_fair() && !options.wait().is_zero() => {
+                // Boxed: the fair wait must not grow every acquire's future (async-std runs tests on small stacks).
+                Box::pin(crate::fair::until_granted(self, target, options, waiter_ttl)).await?
+            }
+            _ => {
+                let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
+                until_acquired(target.label(), options, stores, &channels, || self.attempt(target, options)).await?
+            }
+        };
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
         // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
         // coming straight back, say) queues behind instead of trying a lock that is held.
@@ -223,14 +242,37 @@ impl Lock {
         Ok(guard)
     }
 
+    /// The bound on one call to one instance for a lock with `ttl`.
+    pub(crate) fn call_timeout(&self, ttl: Duration) -> Duration {
+        self.instances.call_timeout(ttl, self.operation_timeout)
+    }
+
+    /// The lock server(s).
+    pub(crate) fn instances(&self) -> &Arc<Instances> {
+        &self.instances
+    }
+
     /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing, when the quorum's counters
     /// disagree) one fence write-back.
     pub(crate) async fn attempt(&self, target: &Arc<Target>, options: &LockOptions) -> Result<Attempt<Guard>> {
+        self.attempt_as(target, options, None).await
+    }
+
+    /// One try; with `queued` (a fair lock's waiter), under that token, taking or keeping its place in the queue
+    /// when not granted. A queued try leaves nothing to give back when it fails after the request left: its caller
+    /// owns the token and gives it back when it stops waiting, and a retry with the token gets the same grant.
+    pub(crate) async fn attempt_as(
+        &self,
+        target: &Arc<Target>,
+        options: &LockOptions,
+        queued: Option<&Token>,
+    ) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
         let inst = &self.instances;
         let n = inst.n();
-        let call_timeout = inst.call_timeout(ttl, self.operation_timeout);
-        let inflight = InFlight::new(inst.clone(), target.clone(), Token::generate(), call_timeout);
+        let call_timeout = self.call_timeout(ttl);
+        let token = queued.cloned().unwrap_or_else(Token::generate);
+        let inflight = InFlight::new(inst.clone(), target.clone(), token, call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
         let ask = Ask {
@@ -241,6 +283,7 @@ impl Lock {
             // a quorum of equal values needs no write-back.
             fence_floor: (n > 1 && options.fencing()).then(redlock::fence_floor).flatten(),
             replicas: options.replica_ack(),
+            queue: queued.is_some(),
         };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))
@@ -262,7 +305,7 @@ impl Lock {
             // errors raised before sending mean nothing of ours exists.
             let maybe_ours =
                 !tally.granted.is_empty() || answered < n || tally.errors.iter().any(LockError::may_follow_a_write);
-            if maybe_ours {
+            if maybe_ours && queued.is_none() {
                 inflight.release_now().await;
             } else {
                 inflight.disarm();
@@ -377,6 +420,8 @@ struct Tally {
     holder_ttl: Option<Duration>,
     /// The holder's label, when an instance reported one (a job's).
     holder: Option<String>,
+    /// Our place in a fair lock's queue.
+    place: Option<u64>,
     errors: Vec<LockError>,
 }
 
@@ -384,8 +429,9 @@ impl Tally {
     fn add(&mut self, instance: usize, reply: Result<Grant>) {
         match reply {
             Ok(Grant::Acquired { fences }) => self.granted.push((instance, fences)),
-            Ok(Grant::Held { index, ttl, holder }) => {
+            Ok(Grant::Held { index, ttl, holder, place }) => {
                 self.holder = self.holder.take().or(holder);
+                self.place = self.place.or(place);
                 // Which resource of a set blocked it (always 0 for a single lock).
                 tracing::trace!(instance, blocked_by = index, "held by another owner");
                 self.held += 1;
@@ -405,7 +451,7 @@ impl Tally {
     fn failure<G>(mut self, resource: &str, quorum: usize, n: usize, answered: usize) -> Result<Attempt<G>> {
         if self.held > n - quorum {
             tracing::trace!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder });
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place });
         }
         if n == 1 {
             if let Some(err) = self.errors.pop() {
@@ -421,7 +467,7 @@ impl Tally {
             // contention, to wait out with notifications, not an outage. (The attempt stops as soon as the quorum
             // is out of reach, so the instances left unasked may well say "held" too.)
             tracing::trace!(resource, held = self.held, errors = self.errors.len(), "lock held; others unreachable");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder });
+            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place });
         }
         tracing::debug!(resource, granted = self.granted.len(), answered, quorum, "no quorum");
         Err(LockError::Quorum { granted: self.granted.len(), required: quorum, total: n })
@@ -632,7 +678,9 @@ impl GuardState {
             // One instance and one resource only: over Redlock the waiter's acquire also goes to instances whose
             // release may not be queued yet, and would fail there.
             let reply = match resources {
-                [keys] if single && store.orders_commands() => {
+                // A fair lock's release names the head of its queue, which the hub wakes wherever it waits; another
+                // local waiter woken here would only be refused.
+                [keys] if single && store.orders_commands() && !self.target.is_fair() => {
                     match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
                         // The release command is queued once its call is pending: wake the next local waiter now, so
                         // its acquire is executed right behind the release (see `LockStore::orders_commands`).
@@ -656,7 +704,7 @@ impl GuardState {
                 _ => call.await,
             }
             .and_then(|r| r);
-            if let Ok(outcomes) = &reply {
+            if let (Ok(outcomes), false) = (&reply, self.target.is_fair()) {
                 for ((keys, outcome), woke) in resources.iter().zip(outcomes).zip(woken) {
                     if *outcome == ReleaseOutcome::Released && !woke.swap(true, Ordering::SeqCst) {
                         hub.wake_one(keys.channel());

@@ -58,6 +58,8 @@ struct Channel {
     /// A wake-up found nobody listening (the waiters were between a try and their next wait, or the one woken
     /// left): the next newcomer that would queue behind the waiters tries at once instead.
     stored: bool,
+    /// Fair-lock waiters by token: a release names the head of the queue, and only that waiter is woken.
+    tokens: HashMap<String, Arc<Event>>,
 }
 
 impl Channel {
@@ -70,6 +72,7 @@ impl Channel {
             completed: 0,
             raced: false,
             stored: false,
+            tokens: HashMap::new(),
         }
     }
 
@@ -131,6 +134,12 @@ impl ReleaseHub {
     /// # Cancel safety
     /// Cancel-safe: the registration is made before the first await and undone when its watch is dropped.
     pub async fn watch(self: &Arc<Self>, channel: &str) -> ReleaseWatch {
+        self.watch_as(channel, None).await
+    }
+
+    /// [`watch`](Self::watch) for a fair-lock waiter holding `token`'s place in the queue: announcements that name
+    /// `token` as the head wake this waiter (see [`ReleaseWatch::listen_token`]).
+    pub(crate) async fn watch_as(self: &Arc<Self>, channel: &str, token: Option<&str>) -> ReleaseWatch {
         let (state, confirmation) = {
             let mut map = self.channels();
             let state =
@@ -138,6 +147,9 @@ impl ReleaseHub {
             let first = {
                 let mut ch = lock(&state);
                 ch.watchers += 1;
+                if let Some(token) = token {
+                    ch.tokens.insert(token.to_owned(), Arc::new(Event::new()));
+                }
                 ch.watchers == 1
             };
             // Requested under the map lock, like the unsubscribe of the last waiter leaving (see `Drop`), so the
@@ -145,7 +157,8 @@ impl ReleaseHub {
             (state, first.then(|| self.control.subscribe(channel)))
         };
         // Built before the await so that a cancelled subscribe still unregisters.
-        let watch = ReleaseWatch { hub: self.clone(), channel: channel.to_owned(), state };
+        let watch =
+            ReleaseWatch { hub: self.clone(), channel: channel.to_owned(), state, token: token.map(str::to_owned) };
         if let Some(confirmation) = confirmation {
             if let Err(err) = confirmation.await {
                 tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
@@ -155,11 +168,28 @@ impl ReleaseHub {
     }
 
     /// Handles one message from the backend's subscriber.
+    ///
+    /// A payload `<origin> <token>` (a fair lock's release) wakes only the waiter holding `token`, if it is ours,
+    /// whichever process released; a payload `<origin>` wakes the longest-waiting local waiter unless the release
+    /// was our own (already woken locally).
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
+        if let Some(space) = payload.iter().position(|b| *b == b' ') {
+            self.wake_token(channel, &payload[space + 1..]);
+            return;
+        }
         if payload == self.origin.as_bytes() {
             return;
         }
         self.wake_one(channel);
+    }
+
+    /// Wakes the fair-lock waiter holding `token` on `channel`, if it is one of ours.
+    fn wake_token(&self, channel: &str, token: &[u8]) {
+        let Some(state) = self.channels().get(channel).cloned() else { return };
+        let event = std::str::from_utf8(token).ok().and_then(|token| lock(&state).tokens.get(token).cloned());
+        if let Some(event) = event {
+            event.notify(1);
+        }
     }
 
     /// Wakes the longest-waiting local waiter on `channel`, if any.
@@ -217,6 +247,8 @@ pub struct ReleaseWatch {
     hub: Arc<ReleaseHub>,
     channel: String,
     state: Arc<Mutex<Channel>>,
+    /// A fair-lock waiter's token (see [`ReleaseHub::watch_as`]).
+    token: Option<String>,
 }
 
 impl ReleaseWatch {
@@ -225,6 +257,14 @@ impl ReleaseWatch {
     /// (its waiter left), it passes the wake-up on.
     pub(crate) fn listen(&self) -> Wake {
         Wake { listener: Some(lock(&self.state).event.listen()), state: self.state.clone() }
+    }
+
+    /// A listener for an announcement naming this waiter's token as the head of a fair lock's queue (pending
+    /// forever for a watch without a token). Create it before the try, like [`listen`](Self::listen).
+    pub(crate) fn listen_token(&self) -> Option<EventListener> {
+        let token = self.token.as_deref()?;
+        let event = lock(&self.state).tokens.get(token).cloned()?;
+        Some(event.listen())
     }
 
     /// Takes a wake-up that found nobody listening, if one is kept (see [`Channel`]'s `stored`).
@@ -270,6 +310,9 @@ impl Drop for ReleaseWatch {
         let (last, unused) = {
             let mut ch = lock(&self.state);
             ch.watchers -= 1;
+            if let Some(token) = &self.token {
+                ch.tokens.remove(token);
+            }
             (ch.watchers == 0, ch.unused())
         };
         if last {

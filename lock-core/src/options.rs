@@ -37,7 +37,12 @@ pub struct LockOptions {
     renew: Option<RenewPolicy>,
     replicas: Option<ReplicaAck>,
     cross_slot: CrossSlot,
+    fair: Option<Duration>,
 }
+
+/// The shortest waiter TTL a fair lock accepts (see [`LockOptions::with_fair_queue`]): a waiter renews its place
+/// every third of it, and a heartbeat must have time to arrive.
+pub const MIN_WAITER_TTL: Duration = Duration::from_millis(100);
 
 /// What [`Lock::acquire_all`](crate::Lock::acquire_all) does on Redis Cluster with resources in different hash
 /// slots (one script may only touch keys of one slot).
@@ -66,6 +71,7 @@ impl Default for LockOptions {
             renew: None,
             replicas: None,
             cross_slot: CrossSlot::Reject,
+            fair: None,
         }
     }
 }
@@ -129,6 +135,49 @@ impl LockOptions {
         self
     }
 
+    /// Serves waiters in arrival order across every process (a fair lock), each holding its place in a queue on the
+    /// server by a heartbeat every `waiter_ttl / 3`.
+    ///
+    /// Without it, each process wakes its own next waiter when the lock is released, and whoever's try reaches the
+    /// server first wins. With it, an acquire that finds the lock held takes a ticket in a queue kept next to the
+    /// lock (`prefix{resource}:queue`, and `:heartbeats`); a release hands the lock to the head of the queue by
+    /// waking only the process whose waiter that is (one message, no herd of tries), and a newcomer never takes a
+    /// free lock while someone is queued. A waiter that stops renewing its place (its process died) loses it after
+    /// `waiter_ttl`; a waiter that gives up or is cancelled leaves at once; a lost wake-up costs at most one
+    /// heartbeat, since the head's heartbeat is itself a try. Both queue keys expire with the last waiter's place.
+    ///
+    /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Acquirers on
+    /// the same resource without this option keep mutual exclusion with fair ones (the same lock key), but do not
+    /// queue: fairness holds among fair acquirers. One instance only (a single server, a Sentinel primary or a
+    /// Cluster): over Redlock each instance would keep its own queue, and instances that order two waiters
+    /// differently would let neither win a majority, so [`Lock::redlock`](crate::Lock::redlock) refuses it with
+    /// [`LockError::InvalidArgument`], as does [`Lock::acquire_all`](crate::Lock::acquire_all). `waiter_ttl` must
+    /// be at least [`MIN_WAITER_TTL`]; a few seconds suits most uses (it is how long a crashed waiter can hold up
+    /// the queue).
+    ///
+    /// ```
+    /// use lock_core::{Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let fair = LockOptions::new(Duration::from_secs(5)).with_fair_queue(Duration::from_secs(3));
+    /// let guard = lock.acquire("ledger", &fair).await?;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_fair_queue(mut self, waiter_ttl: Duration) -> Self {
+        self.fair = Some(waiter_ttl);
+        self
+    }
+
+    /// The waiter TTL of a fair lock (see [`with_fair_queue`](Self::with_fair_queue)); `None` for the default lock.
+    pub fn fair_queue(&self) -> Option<Duration> {
+        self.fair
+    }
+
     /// What a multi-resource acquire does with resources in several Cluster slots.
     pub fn cross_slot(&self) -> CrossSlot {
         self.cross_slot
@@ -175,6 +224,14 @@ impl LockOptions {
         }
         if let Some(renew) = &self.renew {
             renew.validate(self.ttl)?;
+        }
+        if let Some(waiter_ttl) = self.fair {
+            if waiter_ttl < MIN_WAITER_TTL {
+                return Err(LockError::invalid(format!(
+                    "fair-queue waiter TTL {waiter_ttl:?} is below the minimum {MIN_WAITER_TTL:?}"
+                )));
+            }
+            validate_ttl(waiter_ttl)?;
         }
         if let Some(ack) = &self.replicas {
             if ack.replicas == 0 || ack.timeout.is_zero() || ack.timeout >= self.ttl {

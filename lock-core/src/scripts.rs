@@ -391,6 +391,171 @@ return 1
 "#,
 );
 
+/// Fair acquire (see [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)): take the lock only
+/// when it is free and nobody is queued ahead; otherwise, when waiting, hold a place in the queue.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` queue (zset: token → ticket, never re-scored), `KEYS[4]`
+/// heartbeats (zset: token → expiry in server ms), `KEYS[5]` release channel; `ARGV[1]` token, `ARGV[2]` TTL in
+/// ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the fencing floor, `ARGV[5]` waiter TTL in ms, `ARGV[6]`
+/// `"1"` to take or keep a place (a waiting acquire; also its heartbeat), `"0"` for a try, `ARGV[7]` the caller's
+/// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`.
+///
+/// Reply: `{1, fence}` / `{1}` acquired (as [`ACQUIRE`]); `{0, pttl, place}` not acquired: the holder's PTTL (-2
+/// when the lock is free but someone is queued ahead) and our 0-based place in the queue (-1 for a try).
+///
+/// Steps, all on the server clock (`TIME`): (1) type checks, reads only; (2) waiters whose heartbeat expired are
+/// removed from both sets, so a dead waiter costs at most its waiter TTL; when that leaves a free lock with a new
+/// head, the head is told (`<origin> <token>` on the channel); (3) a retry of a grant whose reply was lost finds
+/// its own token and gets the same grant (the counter has not moved while we held); (4) a free lock goes to the
+/// head of the queue, or to anyone when the queue is empty; (5) a waiter that did not get it takes a ticket once
+/// (`max(now µs, last ticket + 1)`, so a clock step back never reorders the queue) and refreshes its heartbeat. Both
+/// sets expire with their last heartbeat, so nothing outlives the last waiter by more than its waiter TTL.
+pub static FAIR_ACQUIRE: Script = Script::new(
+    "fair-acquire",
+    r#"
+-- A refused read: a key of another type gets our message; anything else (an ACL refusal) goes back as it came.
+local function refused(reply, what, key)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
+  end
+  return reply
+end
+local token = ARGV[1]
+local fencing = ARGV[3] == '1'
+local current = false
+if fencing then
+  current = redis.pcall('GET', KEYS[2])
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+  end
+end
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+if dead.err then
+  return refused(dead, 'heartbeats', KEYS[4])
+end
+local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+if head.err then
+  return refused(head, 'queue', KEYS[3])
+end
+local before = head[1]
+if #dead > 0 then
+  for _, waiter in ipairs(dead) do
+    redis.call('ZREM', KEYS[3], waiter)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+  head = redis.call('ZRANGE', KEYS[3], 0, 0)
+end
+local first = head[1]
+if holder == token then
+  if fencing then
+    return {1, tonumber(current)}
+  end
+  return {1}
+end
+if not holder and (not first or first == token) then
+  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
+  if first then
+    redis.call('ZREM', KEYS[3], token)
+    redis.call('ZREM', KEYS[4], token)
+  end
+  if not fencing then
+    return {1}
+  end
+  local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return {1, redis.call('INCRBY', KEYS[2], string.format('%d', step))}
+end
+if not holder and first and first ~= before then
+  redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. first)
+end
+local pttl = -2
+if holder then
+  pttl = redis.call('PTTL', KEYS[1])
+end
+if ARGV[6] ~= '1' then
+  return {0, pttl, -1}
+end
+if not redis.call('ZSCORE', KEYS[3], token) then
+  local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) >= ticket then
+    ticket = tonumber(last[2]) + 1
+  end
+  redis.call('ZADD', KEYS[3], string.format('%d', ticket), token)
+end
+redis.call('ZADD', KEYS[4], string.format('%d', now + tonumber(ARGV[5])), token)
+local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[3], latest[2])
+redis.call('PEXPIREAT', KEYS[4], latest[2])
+return {0, pttl, redis.call('ZRANK', KEYS[3], token)}
+"#,
+);
+
+/// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token, take our token out
+/// of the queue, and tell the new head of the queue when the lock is free.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` heartbeats, `KEYS[4]` release channel; `ARGV[1]` token,
+/// `ARGV[2]` origin, `ARGV[3]` `"1"` to announce with `SPUBLISH`. Reply: as [`RELEASE`] (`1` released, `0`
+/// absent, `-1` held by another token).
+///
+/// The announcement is `<origin> <head token>`: only the process whose waiter holds that token wakes it (no herd
+/// across processes). With nobody queued it is `<origin>` alone, as [`RELEASE`]'s, which wakes one waiter per
+/// process (plain waiters on the same resource). A waiter that leaves (cancelled, out of budget) announces the new
+/// head when the lock is free, in case the head it replaced had been told and is now gone.
+pub static FAIR_RELEASE: Script = Script::new(
+    "fair-release",
+    r#"
+-- A refused read: a key of another type gets our message; anything else (an ACL refusal) goes back as it came.
+local function refused(reply, what, key)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
+  end
+  return reply
+end
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+local beat = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
+if type(beat) == 'table' then
+  return refused(beat, 'heartbeats', KEYS[3])
+end
+local left = redis.pcall('ZREM', KEYS[2], ARGV[1])
+if type(left) == 'table' then
+  return refused(left, 'queue', KEYS[2])
+end
+if beat then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+local outcome = 0
+if value == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  outcome = 1
+elseif value then
+  return -1
+end
+if outcome == 1 or left == 1 then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
+  if head[1] then
+    redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head[1])
+  elseif outcome == 1 then
+    redis.call(publish, KEYS[4], ARGV[2])
+  end
+end
+return outcome
+"#,
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -403,6 +568,8 @@ pub static ALL: &[&Script] = &[
     &MULTI_EXTEND,
     &JOB_START,
     &JOB_FINISH,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

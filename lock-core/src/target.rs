@@ -36,6 +36,19 @@ pub(crate) struct Target {
     label: String,
     /// A job's run ([`JobLock`](crate::JobLock)): started and finished by the job scripts instead of the mutex's.
     job: Option<JobSpec>,
+    /// A fair lock's queue: acquired and released by the fair scripts.
+    fair: Option<FairSpec>,
+}
+
+/// The queue of a fair lock (see [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)).
+#[derive(Debug)]
+pub(crate) struct FairSpec {
+    /// `prefix{resource}:queue`: token → ticket.
+    queue: String,
+    /// `prefix{resource}:heartbeats`: token → expiry of its place, server ms.
+    heartbeats: String,
+    /// The waiter TTL in ms.
+    waiter_ttl_ms: String,
 }
 
 /// What a job's start and finish need beyond the lock key.
@@ -58,9 +71,10 @@ pub(crate) struct JobSpec {
 pub(crate) enum Grant {
     /// Every resource is ours; each one's fencing counter when fencing.
     Acquired { fences: Vec<Option<u64>> },
-    /// Resource `index` is held by someone else (nothing of ours is left on this store); `holder` is its label, when
-    /// the primitive records one.
-    Held { index: usize, ttl: Option<Duration>, holder: Option<String> },
+    /// Resource `index` is held by someone else (nothing of ours is left on this store, but a place in a fair lock's
+    /// queue); `holder` is its label, when the primitive records one; `place` our 0-based place in a fair lock's
+    /// queue.
+    Held { index: usize, ttl: Option<Duration>, holder: Option<String>, place: Option<u64> },
 }
 
 /// The fixed part of one acquire request.
@@ -71,6 +85,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) fencing: bool,
     pub(crate) fence_floor: Option<u64>,
     pub(crate) replicas: Option<ReplicaAck>,
+    /// A fair lock's waiting acquire: take (or keep, as a heartbeat) a place in the queue when not granted.
+    pub(crate) queue: bool,
 }
 
 /// The Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key without one).
@@ -88,7 +104,23 @@ impl Target {
     /// One resource.
     pub(crate) fn one(keys: LockKeys) -> Self {
         let label = keys.resource().to_owned();
-        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label, job: None }
+        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label, job: None, fair: None }
+    }
+
+    /// One resource, acquired in the order of a queue of waiters that hold their place for `waiter_ttl` per
+    /// heartbeat.
+    pub(crate) fn fair(keys: LockKeys, waiter_ttl: Duration) -> Self {
+        let fair = FairSpec {
+            queue: crate::fair::queue_key(&keys),
+            heartbeats: crate::fair::heartbeats_key(&keys),
+            waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
+        };
+        Target { fair: Some(fair), ..Self::one(keys) }
+    }
+
+    /// Whether this is a fair lock's target.
+    pub(crate) fn is_fair(&self) -> bool {
+        self.fair.is_some()
     }
 
     /// One run of a job.
@@ -138,7 +170,7 @@ impl Target {
             }
         }
         let label = resources.iter().map(LockKeys::resource).collect::<Vec<_>>().join(", ");
-        Ok(Target { resources, groups, label, job: None })
+        Ok(Target { resources, groups, label, job: None, fair: None })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -162,6 +194,9 @@ impl Target {
         if let Some(job) = &self.job {
             return self.start_job(job, store, ask).await;
         }
+        if let Some(fair) = &self.fair {
+            return self.acquire_fair(fair, store, ask).await;
+        }
         if self.is_one() {
             let request = AcquireRequest {
                 keys: &self.resources[0],
@@ -173,7 +208,7 @@ impl Target {
             };
             return Ok(match store.acquire(request).await? {
                 AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
-                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None },
+                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None, place: None },
             });
         }
         let mut fences = Vec::with_capacity(self.resources.len());
@@ -203,7 +238,7 @@ impl Target {
                 }
                 AcquireAllReply::Held { index, ttl } => {
                     self.release_groups(store, ask.token, 0..g).await;
-                    return Ok(Grant::Held { index: group.start + index, ttl, holder: None });
+                    return Ok(Grant::Held { index: group.start + index, ttl, holder: None, place: None });
                 }
                 other => {
                     self.release_groups(store, ask.token, 0..g + 1).await;
@@ -228,6 +263,9 @@ impl Target {
     pub(crate) async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         if let Some(job) = &self.job {
             return Ok(vec![self.finish_job(job, store, token).await?]);
+        }
+        if let Some(fair) = &self.fair {
+            return Ok(vec![self.release_fair(fair, store, token).await?]);
         }
         if self.is_one() {
             return Ok(vec![store.release(&self.resources[0], token).await?]);
@@ -282,6 +320,7 @@ impl Target {
                 index: 0,
                 ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
                 holder: items.get(2).and_then(Reply::as_text).map(str::to_owned),
+                place: None,
             },
             _ => return Err(unexpected()),
         };
@@ -307,6 +346,59 @@ impl Target {
             None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
         }
     }
+}
+
+impl Target {
+    /// [`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE) on one store.
+    async fn acquire_fair(&self, fair: &FairSpec, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.resources[0];
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let fencing = if ask.fencing { "1" } else { "0" };
+        let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+        let queue = if ask.queue { "1" } else { "0" };
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel()];
+        let args = [ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
+        let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let ints = ran.reply.as_ints().ok_or_else(|| unexpected_fair(&ran.reply))?;
+        let grant = match (ints.as_slice(), ask.fencing) {
+            ([1, fence], true) => Grant::Acquired { fences: vec![u64::try_from(*fence).ok()] },
+            ([1], false) => Grant::Acquired { fences: vec![None] },
+            ([0, pttl, place], _) => Grant::Held {
+                index: 0,
+                // -2: free, but someone is queued ahead of us.
+                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: None,
+                place: u64::try_from(*place).ok(),
+            },
+            _ => return Err(unexpected_fair(&ran.reply)),
+        };
+        if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(grant)
+    }
+
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE) on one store: the release of a fair lock, and a waiter
+    /// leaving its queue.
+    async fn release_fair(&self, fair: &FairSpec, store: &dyn LockStore, token: &Token) -> Result<ReleaseOutcome> {
+        let keys = &self.resources[0];
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => scripts::parse_release(code),
+            None => Err(unexpected_fair(&ran.reply)),
+        }
+    }
+}
+
+fn unexpected_fair(reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to a fair-lock script: {reply:?}"))
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@ pub(crate) enum Attempt<G> {
     /// We hold the lock.
     Acquired(G),
     /// Someone else does; their key expires in `holder_ttl` if the server said, and `holder` names them when the
-    /// primitive records a label (a job).
-    Held { holder_ttl: Option<Duration>, holder: Option<String> },
+    /// primitive records a label (a job); `place` is our 0-based place in a fair lock's queue.
+    Held { holder_ttl: Option<Duration>, holder: Option<String>, place: Option<u64> },
 }
 
 /// One waiter's registrations on the release channels of a lock, one per instance that has notifications and
@@ -38,6 +38,11 @@ impl Watches {
         let watches = futures_util::future::join_all(watches).await;
         let marks = vec![0; watches.len()];
         (!watches.is_empty()).then_some(Watches { watches, marks })
+    }
+
+    /// One registration (a fair-lock waiter's), for the holder to keep like any waiter's.
+    pub(crate) fn from_one(watch: ReleaseWatch) -> Self {
+        Watches { watches: vec![watch], marks: vec![0] }
     }
 
     /// Listeners for the next wake-up on any instance (create them *before* a try, see [`ReleaseWatch::listen`]),

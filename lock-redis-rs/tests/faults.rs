@@ -167,6 +167,10 @@ fn worker_entry() {
     let dir = PathBuf::from(env(DIR));
     let ttl = ms(env(TTL).parse().unwrap());
     let fencing = env(FENCING) == "1";
+    if env(ROLE) == "fair" {
+        fair_worker(id, &dir);
+        return;
+    }
     if env(ROLE) == "job" {
         // A job run that the test kills mid-work (case 15).
         runtime().block_on(async move {
@@ -1039,4 +1043,197 @@ fn case18_partitioned_kept_alive_job_stops_before_another_run_starts() {
         assert!(stopped_at - cut_at < ms(900), "the partitioned run stopped only after {:?}", stopped_at - cut_at);
         proxy.heal();
     });
+}
+
+// Fair lock across processes (issue 19; the study's section 4.3 tests 1, 2 and 7)
+
+const FAIR_RESOURCE: &str = "faults:fair";
+const FAIR_WAITERS: &str = "FAULTS_FAIR_WAITERS";
+const FAIR_QUEUED: &str = "FAULTS_FAIR_QUEUED";
+const FAIR_WAITER_TTL: &str = "FAULTS_FAIR_WAITER_TTL_MS";
+
+fn fair_options(waiter_ttl: Duration) -> LockOptions {
+    LockOptions::new(ms(10_000)).with_wait(ms(20_000)).with_fair_queue(waiter_ttl)
+}
+
+/// Waits (bounded) until the fair queue holds `n` places.
+async fn until_queued(lock: &Lock, n: usize) {
+    let t0 = Instant::now();
+    loop {
+        let len = lock.fair_queue_len(FAIR_RESOURCE).await.unwrap();
+        if len == n {
+            return;
+        }
+        assert!(t0.elapsed() < ms(10_000), "the fair queue holds {len} places, expected {n}");
+        tokio::time::sleep(ms(2)).await;
+    }
+}
+
+/// A worker process with `FAULTS_FAIR_WAITERS` fair waiters, queued one after another behind the
+/// `FAULTS_FAIR_QUEUED` places taken before. Each waiter, once granted, takes the next number of a counter on the
+/// server (so the numbers are the grant order) and writes it to `grant-<worker>-<waiter>`.
+fn fair_worker(id: u32, dir: &std::path::Path) {
+    let waiters: usize = env(FAIR_WAITERS).parse().unwrap();
+    let queued: usize = env(FAIR_QUEUED).parse().unwrap();
+    let waiter_ttl = ms(env(FAIR_WAITER_TTL).parse().unwrap());
+    runtime().block_on(async move {
+        let lock = single(&env(URL)).await;
+        let mut tasks = Vec::new();
+        for j in 0..waiters {
+            let (waiter, dir) = (lock.clone(), dir.to_owned());
+            tasks.push(tokio::spawn(async move {
+                let g = waiter.acquire(FAIR_RESOURCE, &fair_options(waiter_ttl)).await.unwrap();
+                let keys = ["faults:fair:order"];
+                let call = lock_core::Call::plain("order", "INCR", &keys, &[]);
+                let n = waiter.stores()[0].call(call).await.unwrap().reply.as_int().unwrap();
+                std::fs::write(dir.join(format!("grant-{id}-{j}")), n.to_string()).unwrap();
+                tokio::time::sleep(ms(5)).await;
+                g.release().await.unwrap();
+            }));
+            until_queued(&lock, queued + j + 1).await;
+        }
+        std::fs::write(dir.join(format!("ready-{id}")), b"").unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
+    });
+}
+
+fn spawn_fair_worker(
+    id: u32,
+    url: &str,
+    dir: &std::path::Path,
+    waiters: usize,
+    queued: usize,
+    waiter_ttl: Duration,
+) -> WorkerProcess {
+    let vars = [
+        (ROLE, "fair".to_owned()),
+        (URL, url.to_owned()),
+        (ORACLE, String::new()),
+        (DIR, dir.display().to_string()),
+        (TTL, "10000".to_owned()),
+        (FENCING, "1".to_owned()),
+        (FAIR_WAITERS, waiters.to_string()),
+        (FAIR_QUEUED, queued.to_string()),
+        (FAIR_WAITER_TTL, waiter_ttl.as_millis().to_string()),
+    ];
+    let worker = WorkerProcess::spawn("worker_entry", id, &vars).unwrap();
+    let ready = dir.join(format!("ready-{id}"));
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(t0.elapsed() < ms(20_000), "fair worker {id} never queued its waiters");
+        std::thread::sleep(ms(2));
+    }
+    worker
+}
+
+/// The grant numbers the workers wrote: (worker, waiter) → number.
+fn grants(dir: &std::path::Path, workers: u32, waiters: usize) -> Vec<((u32, usize), i64)> {
+    let mut out = Vec::new();
+    for id in 1..=workers {
+        for j in 0..waiters {
+            if let Ok(text) = std::fs::read_to_string(dir.join(format!("grant-{id}-{j}"))) {
+                out.push(((id, j), text.trim().parse().unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Case 19 — 8 fair waiters in 4 processes, queued in a known order while this process holds the lock, are
+/// granted in exactly that order; afterwards no queue key is left.
+#[test]
+fn case19_fair_waiters_in_four_processes_are_granted_in_ticket_order() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let lock = rt.block_on(single(&server.url()));
+    let holder = rt.block_on(lock.try_acquire(FAIR_RESOURCE, &fair_options(ms(2_000)))).unwrap().unwrap();
+    let mut workers = Vec::new();
+    for id in 1..=4u32 {
+        let queued = (id as usize - 1) * 2;
+        workers.push(spawn_fair_worker(id, &server.url(), dir.path(), 2, queued, ms(2_000)));
+    }
+    rt.block_on(holder.release()).unwrap();
+    for worker in &mut workers {
+        assert!(worker.wait(ms(20_000)).unwrap().success(), "fair worker {} failed", worker.id());
+    }
+    let mut order = grants(dir.path(), 4, 2);
+    order.sort_by_key(|(_, n)| *n);
+    let who: Vec<(u32, usize)> = order.iter().map(|(w, _)| *w).collect();
+    let expected: Vec<(u32, usize)> = (1..=4u32).flat_map(|id| [(id, 0), (id, 1)]).collect();
+    assert_eq!(who, expected, "grants out of ticket order across processes");
+    let Ok(Reply::Array(keys)) = server.command(&["KEYS", "lock:{faults:fair}:*"]) else { panic!("KEYS") };
+    let left: Vec<_> = keys.iter().filter_map(Reply::as_text).filter(|k| !k.ends_with(":fence")).collect();
+    assert!(left.is_empty(), "keys left after the run: {left:?}");
+}
+
+/// Case 20 — the head waiter's process is SIGKILLed while it waits: the next waiter (another process) is granted
+/// within the dead head's waiter TTL plus one heartbeat of the release, never minutes (Redisson #3004, #6150).
+#[test]
+fn case20_killed_head_waiter_is_skipped_within_its_waiter_ttl() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let lock = rt.block_on(single(&server.url()));
+    let waiter_ttl = ms(600);
+    let holder = rt.block_on(lock.try_acquire(FAIR_RESOURCE, &fair_options(waiter_ttl))).unwrap().unwrap();
+    let mut head = spawn_fair_worker(1, &server.url(), dir.path(), 1, 0, waiter_ttl);
+    let mut next = spawn_fair_worker(2, &server.url(), dir.path(), 1, 1, waiter_ttl);
+    head.kill();
+    let released = Instant::now();
+    rt.block_on(holder.release()).unwrap();
+    assert!(next.wait(ms(20_000)).unwrap().success(), "the waiter behind the dead head failed");
+    let waited = released.elapsed();
+    // The dead head's place expires at most waiter_ttl after its last heartbeat; the next waiter's heartbeat
+    // (waiter_ttl / 3 later at most) removes it and takes the lock. Process exit and a margin on top.
+    assert!(waited < waiter_ttl + waiter_ttl / 3 + ms(1_500), "the dead head held the queue for {waited:?}");
+    assert_eq!(grants(dir.path(), 2, 1).len(), 1, "only the live waiter was granted");
+}
+
+/// Case 21 — the waiters' pub/sub connections are killed (`CLIENT KILL TYPE pubsub`) right before each release:
+/// every announcement may be lost, and the queue still moves, each grant within a heartbeat (no stall like
+/// Redisson #3730).
+#[test]
+fn case21_fair_queue_moves_when_the_subscriber_connection_drops() {
+    let server = RedisServer::start().unwrap();
+    let rt = runtime();
+    let waiter_ttl = ms(900);
+    rt.block_on(async {
+        let holder_lock = single(&server.url()).await;
+        let holder = holder_lock.try_acquire(FAIR_RESOURCE, &fair_options(waiter_ttl)).await.unwrap().unwrap();
+        let mut waiters = Vec::new();
+        for i in 0..3usize {
+            // Each waiter with its own store (its own subscriber connection), like a process of its own.
+            let lock = single(&server.url()).await;
+            waiters.push(tokio::spawn(async move {
+                let g = lock.acquire(FAIR_RESOURCE, &fair_options(waiter_ttl)).await.unwrap();
+                let at = Instant::now();
+                tokio::time::sleep(ms(50)).await;
+                server_kill_pubsub(&lock).await;
+                g.release().await.unwrap();
+                (i, at)
+            }));
+            until_queued(&holder_lock, i + 1).await;
+        }
+        server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let mut last = released;
+        for (i, task) in waiters.into_iter().enumerate() {
+            let (who, at) = task.await.unwrap();
+            assert_eq!(who, i, "granted out of order");
+            let gap = at.saturating_duration_since(last);
+            assert!(gap < waiter_ttl / 3 + ms(50 + 500), "waiter {i} waited {gap:?} after a lost announcement");
+            last = at;
+        }
+    });
+}
+
+/// Kills every pub/sub connection of the server `lock` talks to (from that lock's own command connection).
+async fn server_kill_pubsub(lock: &Lock) {
+    let args = ["KILL", "TYPE", "pubsub"];
+    let call = lock_core::Call::plain("kill", "CLIENT", &[], &args);
+    lock.stores()[0].call(call).await.unwrap();
 }

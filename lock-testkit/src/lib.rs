@@ -47,6 +47,7 @@ mod cluster;
 pub mod cluster_cases;
 pub mod conformance;
 pub mod explorer;
+pub mod fair_conformance;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
@@ -185,6 +186,7 @@ macro_rules! conformance_tests {
         );
         $crate::multi_resource_tests!($runtime, $subject);
         $crate::job_tests!($runtime, $subject);
+        $crate::fair_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -225,6 +227,39 @@ macro_rules! multi_resource_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::multi_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per fair-lock case of [`fair_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `fair_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! fair_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::fair_tests!(@cases $runtime, $subject;
+            fair_grants_in_arrival_order,
+            fair_newcomer_queues_behind_waiters,
+            fair_cancelled_waiter_leaves_at_once,
+            fair_spent_budget_leaves_the_queue,
+            fair_live_waiters_keep_their_place_through_a_long_hold,
+            fair_dead_waiter_is_skipped_within_its_waiter_ttl,
+            fair_head_gets_a_lock_whose_holder_died,
+            fair_and_plain_acquirers_exclude_each_other,
+            fair_cancellation_storm,
+            fair_is_refused_where_it_cannot_hold,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::fair_conformance::$case(&subject).await;
                 });
             }
         )*

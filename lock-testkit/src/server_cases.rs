@@ -106,12 +106,13 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
 /// The ACL rules of the smallest user a lock needs (the user and password are the tests'; the README gives the
 /// same line as an `ACL SETUSER` command). Keys and channels are those under the default prefix `lock:`; the
 /// commands are what the stores send (`PING`, `INFO` at connect; fred also asks `CLIENT ID`), what the scripts call
-/// (`GET`, `SET`, `DEL`, `PEXPIRE`, `INCRBY`, `TIME`, `TYPE`, `PTTL`, `PUBLISH`, `SPUBLISH`), pub/sub for waiters
+/// (`GET`, `SET`, `DEL`, `PEXPIRE`, `INCRBY`, `TIME`, `TYPE`, `PTTL`, `PUBLISH`, `SPUBLISH`; a job's hash commands; a
+/// fair lock's sorted-set commands and `PEXPIREAT`, and `ZCARD` for its queue length), pub/sub for waiters
 /// (classic and sharded), `WAIT` for replica acknowledgements, and on Cluster the slot map, `ASKING` during a slot
 /// migration and `HELLO` for the subscriber's RESP3 connection; behind Sentinel, `ROLE` to confirm the primary.
 pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels &lock:* -@all \
     +ping +info +client|id +role +hello +evalsha +eval +get +set +del +pexpire +incrby +time +type +pttl \
-    +hset +hmget +hgetall +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
+    +hset +hmget +hgetall +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zcard +pexpireat +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
 
 /// A server with the user `locker` (password `secret`) holding exactly [`MINIMAL_ACL_RULES`].
 ///

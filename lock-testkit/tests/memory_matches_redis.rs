@@ -116,7 +116,19 @@ fn random_step(rng: &mut StdRng) -> Step {
     };
     let info = format!("lock:{{r{r}}}:info");
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
-    match rng.random_range(0..150) {
+    let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
+    match rng.random_range(0..175) {
+        150..=161 => {
+            let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
+            let waits = if rng.random_bool(0.7) { "1" } else { "0" };
+            let keys = vec![lock, fence, queue, beats, channel];
+            let args = vec![token, s(TTL_MS), s(fencing), String::new(), s("60000"), s(waits), s("origin"), s("0")];
+            call(&scripts::FAIR_ACQUIRE, keys, args)
+        }
+        162..=168 => call(&scripts::FAIR_RELEASE, vec![lock, queue, beats, channel], vec![token, s("origin"), s("0")]),
+        169..=170 => Step::Expire(if rng.random_bool(0.5) { queue } else { beats }),
+        171..=172 => Step::Foreign(vec![s("SET"), if rng.random_bool(0.5) { queue } else { beats }, s("not a set")]),
+        173..=174 => Step::Foreign(vec![s("DEL"), queue, beats]),
         125..=134 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let at_least = s(["0", TTL_MS][rng.random_range(0..2)]);

@@ -31,6 +31,169 @@ async fn hold() -> anyhow::Result<()> {
 /// rslock with retries ~1 ms apart: its delay is uniform in [0, delay), so 2 ms gives 0 or 1 ms.
 const RSLOCK_FAST_RETRY: (u32, Duration) = (3, Duration::from_millis(2));
 
+/// Scenario 3b (issue 19): K competitors that are separate clients, as separate processes are: each on its own OS
+/// thread with its own single-threaded runtime and its own client (its own connections, pub/sub subscriber and
+/// release hub), so nothing is shared in-process and every hand-off crosses the server. The server cannot tell
+/// these from K processes; threads keep the benchmark one binary.
+pub(crate) async fn run_processes(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let scale = ctx.settings.scale;
+    for k in [2, 8, 32] {
+        processes(ctx, &format!("procs-{k}"), k, 3, Bound::new(1.5, 1_000_000, scale)).await?;
+    }
+    Ok(())
+}
+
+/// How each process-like competitor builds its own client.
+#[derive(Clone, Copy)]
+enum Kind {
+    Core(Backend),
+    Fair(Backend),
+    Rslock,
+}
+
+impl Kind {
+    async fn contender(self, name: &str, url: &str) -> anyhow::Result<Contender> {
+        let urls = [url.to_owned()];
+        match self {
+            Kind::Core(backend) => Contender::core(name, backend, &urls, true).await,
+            Kind::Fair(backend) => Contender::core_fair(name, backend, url).await,
+            Kind::Rslock => Contender::rslock(name, &urls, None),
+        }
+    }
+}
+
+async fn processes(ctx: &mut Ctx, name: &str, k: usize, rounds: usize, bound: Bound) -> anyhow::Result<()> {
+    let servers = ctx.servers(1)?;
+    let url = servers[0].url();
+    let mut kinds = vec![
+        ("redis-rs", Kind::Core(Backend::RedisRs)),
+        ("redis-rs-fair", Kind::Fair(Backend::RedisRs)),
+        ("fred-fair", Kind::Fair(Backend::Fred)),
+        ("rslock", Kind::Rslock),
+    ];
+    if let Some(names) = &ctx.settings.contenders {
+        kinds.retain(|(n, _)| names.iter().any(|c| c == n));
+    }
+    let mut totals: Vec<Option<Totals>> = kinds.iter().map(|_| None).collect();
+    for round in 0..rounds {
+        for i in order(round, kinds.len()) {
+            let (contender, kind) = kinds[i];
+            let key = format!("{name}:{i}:{round}");
+            let seg = process_segment(contender, kind, &url, &key, k, bound, &servers).await?;
+            match &mut totals[i] {
+                Some(total) => total.add(seg)?,
+                slot @ None => *slot = Some(Totals::from(seg)),
+            }
+        }
+    }
+    for ((contender, kind), total) in kinds.iter().zip(totals) {
+        let Some(t) = total else { continue };
+        let nested = kind.contender(contender, &url).await?.nested;
+        ctx.report.row(row(name, contender, nested, k, &t));
+    }
+    Ok(())
+}
+
+/// One segment of K process-like competitors: each connects and warms up on its own thread, the counters are
+/// reset once all are ready, and then all contend until the bound.
+async fn process_segment(
+    contender: &'static str,
+    kind: Kind,
+    url: &str,
+    key: &str,
+    k: usize,
+    bound: Bound,
+    servers: &[Server],
+) -> anyhow::Result<Segment> {
+    let ready = Arc::new(std::sync::Barrier::new(k + 1));
+    let go = Arc::new(std::sync::Barrier::new(k + 1));
+    let deadline_cell = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let shared = Arc::new(Shared {
+        base: Instant::now(),
+        holding: AtomicBool::new(false),
+        released_at: AtomicU64::new(0),
+        last_holder: AtomicUsize::new(usize::MAX),
+    });
+    let per_competitor_max = bound.count.div_ceil(k as u64);
+    let mut threads = Vec::new();
+    for me in 0..k {
+        let (ready, go, deadline_cell, shared) = (ready.clone(), go.clone(), deadline_cell.clone(), shared.clone());
+        let (url, key) = (url.to_owned(), key.to_owned());
+        threads.push(std::thread::spawn(move || -> anyhow::Result<Tally> {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async move {
+                let prepared = async {
+                    let contender = kind.contender(contender, &url).await?;
+                    let mut competitor = contender.competitor(&key, bound.time + Duration::from_secs(5)).await?;
+                    // Warm-up: connections, scripts and the subscriber exist before the counters are reset.
+                    let warm = format!("{key}:warm:{me}");
+                    let held = competitor.acquire(&warm).await?;
+                    competitor.release(held).await?;
+                    anyhow::Ok(competitor)
+                };
+                let prepared = prepared.await;
+                // Always meet the others at both barriers, so one failed competitor cannot hang the segment.
+                ready.wait();
+                go.wait();
+                let competitor = prepared?;
+                let deadline = *deadline_cell.get().context("the segment never started")?;
+                compete(competitor, me, shared, key, deadline, per_competitor_max).await
+            })
+        }));
+    }
+    let (ready_wait, go_wait) = (ready.clone(), go.clone());
+    tokio::task::spawn_blocking(move || ready_wait.wait()).await.context("ready barrier")?;
+    reset_stats(servers)?;
+    let started = Instant::now();
+    let _ = deadline_cell.set(started + bound.time);
+    tokio::task::spawn_blocking(move || go_wait.wait()).await.context("go barrier")?;
+    let mut seg = Segment {
+        per_competitor: Vec::new(),
+        elapsed: bound.time,
+        gaps: Latency::new()?,
+        waits: Latency::new()?,
+        retakes: 0,
+        overlaps: 0,
+        errors: 0,
+        commands: CommandStats::default(),
+    };
+    for thread in threads {
+        let tally = tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .context("joining a competitor")?
+            .map_err(|_| anyhow::anyhow!("a competitor thread panicked"))??;
+        seg.per_competitor.push(tally.acquisitions);
+        seg.gaps.merge(&tally.gaps)?;
+        seg.waits.merge(&tally.waits)?;
+        seg.retakes += tally.retakes;
+        seg.overlaps += tally.overlaps;
+        seg.errors += tally.errors;
+    }
+    seg.commands = command_stats(servers)?;
+    Ok(seg)
+}
+
+/// A report row of a contended scenario.
+fn row(name: &str, contender: &str, nested: &[&str], competitors: usize, t: &Totals) -> Row {
+    let acquisitions = t.acquisitions.max(1) as f64;
+    Row::new(name, contender)
+        .field("acq_per_s", t.acquisitions as f64 / t.elapsed.as_secs_f64())
+        .field("handoffs_per_s", t.acquisitions.saturating_sub(t.retakes) as f64 / t.elapsed.as_secs_f64())
+        .field("gap_p50_us", t.gaps.quantile_us(0.50))
+        .field("gap_p99_us", t.gaps.quantile_us(0.99))
+        .field("wait_p99_ms", t.waits.quantile_us(0.99) / 1_000.0)
+        .field("fairness", t.fairness)
+        .field("min_acq", t.fair_min as f64)
+        .field("max_acq", t.fair_max as f64)
+        .field("retake_pct", 100.0 * t.retakes as f64 / acquisitions)
+        .field("cmds_per_acq", t.commands.sent(nested) as f64 / acquisitions)
+        .field("server_cmds_per_acq", t.commands.executed() as f64 / acquisitions)
+        .field("acquisitions", t.acquisitions as f64)
+        .field("competitors", competitors as f64)
+        .field("overlaps", t.overlaps as f64)
+        .field("errors", t.errors as f64)
+}
+
 pub(crate) async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let scale = ctx.settings.scale;
     scenario(ctx, "handoff-8", 8, ROUNDS, Bound::new(0.9, 1_000_000, scale), true).await?;
@@ -76,24 +239,7 @@ async fn scenario(
     }
     for (contender, total) in contenders.iter().zip(totals) {
         let Some(t) = total else { continue };
-        let acquisitions = t.acquisitions.max(1) as f64;
-        let row = Row::new(name, &contender.name)
-            .field("acq_per_s", t.acquisitions as f64 / t.elapsed.as_secs_f64())
-            .field("handoffs_per_s", t.acquisitions.saturating_sub(t.retakes) as f64 / t.elapsed.as_secs_f64())
-            .field("gap_p50_us", t.gaps.quantile_us(0.50))
-            .field("gap_p99_us", t.gaps.quantile_us(0.99))
-            .field("wait_p99_ms", t.waits.quantile_us(0.99) / 1_000.0)
-            .field("fairness", t.fairness)
-            .field("min_acq", t.fair_min as f64)
-            .field("max_acq", t.fair_max as f64)
-            .field("retake_pct", 100.0 * t.retakes as f64 / acquisitions)
-            .field("cmds_per_acq", t.commands.sent(contender.nested) as f64 / acquisitions)
-            .field("server_cmds_per_acq", t.commands.executed() as f64 / acquisitions)
-            .field("acquisitions", t.acquisitions as f64)
-            .field("competitors", competitors as f64)
-            .field("overlaps", t.overlaps as f64)
-            .field("errors", t.errors as f64);
-        ctx.report.row(row);
+        ctx.report.row(row(name, &contender.name, contender.nested, competitors, &t));
     }
     Ok(())
 }

@@ -70,6 +70,9 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     if ctx.settings.wants("handoff") {
         handoff::run(&mut ctx).await.context("scenario contended-handoff")?;
     }
+    if ctx.settings.wants("procs") {
+        handoff::run_processes(&mut ctx).await.context("scenario procs")?;
+    }
     if ctx.settings.wants("redlock") {
         redlock::run(&mut ctx).await.context("scenario redlock")?;
     }
@@ -119,6 +122,14 @@ fn targets(report: &Report) {
         report.target("redlock-5", "cycles_per_s", &redlock, Some("floor-fanout"), Bar::AtLeast(0.95));
         report.target("redlock-5", "cycles_per_s", &redlock, Some("rslock"), Bar::Above(1.0));
     }
+    // Issue 19: waiters in separate processes.
+    for k in ["procs-2", "procs-8", "procs-32"] {
+        report.target(k, "fairness", "redis-rs-fair", None, Bar::AtLeast(0.8));
+        report.target(k, "cmds_per_acq", "redis-rs-fair", None, Bar::AtMost(4.0));
+    }
+    report.target("procs-8", "server_cmds_per_acq", "redis-rs", None, Bar::AtMost(12.0));
+    report.ratio("procs-8", "gap_p50_us", "redis-rs-fair", "redis-rs");
+    report.ratio("procs-32", "server_cmds_per_acq", "redis-rs-fair", "rslock");
     // For context (no bar): the peer against the floor, as issue 8 quotes it.
     report.ratio("uncontended", "cycles_per_s", "rslock", "floor");
     report.ratio("concurrent-distinct", "cycles_per_s", "rslock", "floor");

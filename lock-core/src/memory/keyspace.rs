@@ -18,11 +18,16 @@ pub(crate) type CommandResult = std::result::Result<Reply, String>;
 
 type Hash = BTreeMap<Vec<u8>, Vec<u8>>;
 
+/// A sorted set: member → score. Ranges sort by (score, member) on demand: the sets lock-core keeps (a fair
+/// lock's waiters) are small, and this keeps one copy of every member.
+type ZSet = BTreeMap<Vec<u8>, f64>;
+
 /// A value of one of the types lock-core's scripts use.
 #[derive(Clone, Debug)]
 enum Value {
     Str(Vec<u8>),
     Hash(Hash),
+    ZSet(ZSet),
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +107,22 @@ impl Keyspace {
         }
     }
 
+    fn zset(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut ZSet>, String> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry { value: Value::ZSet(z), .. }) => Ok(Some(z)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// The members of the sorted set under `key` in Redis's order: by score, then by member.
+    fn ranked(&mut self, key: &[u8], now: Instant) -> Result<Vec<(Vec<u8>, f64)>, String> {
+        let mut members: Vec<(Vec<u8>, f64)> =
+            self.zset(key, now)?.map(|z| z.iter().map(|(m, s)| (m.clone(), *s)).collect()).unwrap_or_default();
+        members.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        Ok(members)
+    }
+
     /// The messages `PUBLISH` and `SPUBLISH` sent since the last call, as (channel, payload).
     pub(crate) fn take_published(&mut self) -> Vec<(String, Vec<u8>)> {
         std::mem::take(&mut self.published)
@@ -145,6 +166,7 @@ impl Keyspace {
                     None => "none",
                     Some(Value::Str(_)) => "string",
                     Some(Value::Hash(_)) => "hash",
+                    Some(Value::ZSet(_)) => "zset",
                 }
                 .to_owned(),
             )),
@@ -235,10 +257,115 @@ impl Keyspace {
                 }
                 Ok(Reply::Int(i64::try_from(removed).unwrap_or(i64::MAX)))
             }
+            "ZADD" => self.zadd(rest, now),
+            "ZREM" => {
+                let key = arg(0)?;
+                let Some(z) = self.zset(key, now)? else { return Ok(Reply::Int(0)) };
+                let removed = rest[1..].iter().filter(|m| z.remove(*m).is_some()).count();
+                if z.is_empty() {
+                    self.entries.remove(key);
+                }
+                Ok(Reply::Int(i64::try_from(removed).unwrap_or(i64::MAX)))
+            }
+            "ZSCORE" => {
+                let member = arg(1)?;
+                let score = self.zset(arg(0)?, now)?.and_then(|z| z.get(member).copied());
+                Ok(score.map_or(Reply::Nil, |s| Reply::Bulk(score_text(s).into_bytes())))
+            }
+            "ZCARD" => {
+                Ok(Reply::Int(self.zset(arg(0)?, now)?.map_or(0, |z| i64::try_from(z.len()).unwrap_or(i64::MAX))))
+            }
+            "ZRANK" => {
+                let member = arg(1)?;
+                let ranked = self.ranked(arg(0)?, now)?;
+                let rank = ranked.iter().position(|(m, _)| m.as_slice() == member);
+                Ok(rank.map_or(Reply::Nil, |r| Reply::Int(i64::try_from(r).unwrap_or(i64::MAX))))
+            }
+            "ZRANGE" => {
+                let ranked = self.ranked(arg(0)?, now)?;
+                let (start, stop) = (int_arg(arg(1)?)?, int_arg(arg(2)?)?);
+                let scores = match rest.get(3) {
+                    None => false,
+                    Some(flag) if flag.eq_ignore_ascii_case(b"WITHSCORES") && rest.len() == 4 => true,
+                    Some(_) => return Err(SYNTAX.to_owned()),
+                };
+                let len = i64::try_from(ranked.len()).unwrap_or(i64::MAX);
+                let from = if start < 0 { (len + start).max(0) } else { start };
+                let to = if stop < 0 { len + stop } else { stop.min(len - 1) };
+                let picked = ranked.into_iter().enumerate().filter(|(i, _)| {
+                    let i = i64::try_from(*i).unwrap_or(i64::MAX);
+                    i >= from && i <= to
+                });
+                Ok(Reply::Array(picked.flat_map(|(_, m)| members_reply(m, scores)).collect()))
+            }
+            "ZRANGEBYSCORE" | "ZREMRANGEBYSCORE" => {
+                let key = arg(0)?;
+                let (min, max) = (score_bound(arg(1)?)?, score_bound(arg(2)?)?);
+                if rest.len() != 3 {
+                    return Err(SYNTAX.to_owned());
+                }
+                let inside = |s: f64| min.admits_above(s) && max.admits_below(s);
+                if name == "ZREMRANGEBYSCORE" {
+                    let Some(z) = self.zset(key, now)? else { return Ok(Reply::Int(0)) };
+                    let before = z.len();
+                    z.retain(|_, s| !inside(*s));
+                    let removed = before - z.len();
+                    if z.is_empty() {
+                        self.entries.remove(key);
+                    }
+                    return Ok(Reply::Int(i64::try_from(removed).unwrap_or(i64::MAX)));
+                }
+                let ranked = self.ranked(key, now)?;
+                Ok(Reply::Array(
+                    ranked.into_iter().filter(|(_, s)| inside(*s)).flat_map(|m| members_reply(m, false)).collect(),
+                ))
+            }
             _ => Err(format!(
                 "ERR unknown command '{name}' (the in-memory store implements what lock-core's scripts call)"
             )),
         }
+    }
+
+    /// `ZADD key [NX|XX] score member [score member …]`: the number of members added.
+    fn zadd(&mut self, rest: &[Vec<u8>], now: Instant) -> CommandResult {
+        let Some(key) = rest.first() else { return Err(arity("ZADD")) };
+        let (mut nx, mut xx, mut at) = (false, false, 1);
+        while let Some(flag) = rest.get(at) {
+            match String::from_utf8_lossy(flag).to_ascii_uppercase().as_str() {
+                "NX" => nx = true,
+                "XX" => xx = true,
+                _ => break,
+            }
+            at += 1;
+        }
+        let pairs = &rest[at..];
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+            return Err(SYNTAX.to_owned());
+        }
+        if nx && xx {
+            return Err("ERR XX and NX options at the same time are not compatible".to_owned());
+        }
+        let parsed = pairs
+            .chunks(2)
+            .map(|p| Ok((parse_score(&p[0]).ok_or("ERR value is not a valid float")?, p[1].clone())))
+            .collect::<Result<Vec<_>, String>>()?;
+        if self.zset(key, now)?.is_none() {
+            if xx {
+                return Ok(Reply::Int(0));
+            }
+            self.entries.insert(key.clone(), Entry { value: Value::ZSet(BTreeMap::new()), expires: None });
+        }
+        let z = self.zset(key, now)?.ok_or_else(|| arity("ZADD"))?;
+        let mut added = 0;
+        for (score, member) in parsed {
+            let exists = z.contains_key(&member);
+            if (nx && exists) || (xx && !exists) {
+                continue;
+            }
+            added += usize::from(!exists);
+            z.insert(member, score);
+        }
+        Ok(Reply::Int(i64::try_from(added).unwrap_or(i64::MAX)))
     }
 
     /// `SET key value [NX|XX] [PX ms|EX s]`.
@@ -271,6 +398,65 @@ impl Keyspace {
     }
 }
 
+/// A score as Redis prints it: integers without a fraction (the scores lock-core stores), others in full precision.
+fn score_text(score: f64) -> String {
+    if score.fract() == 0.0 && score.abs() < 1e17 {
+        format!("{score:.0}")
+    } else {
+        format!("{score}")
+    }
+}
+
+fn parse_score(text: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(text).ok()?;
+    match text.to_ascii_lowercase().as_str() {
+        "inf" | "+inf" => Some(f64::INFINITY),
+        "-inf" => Some(f64::NEG_INFINITY),
+        other => other.parse::<f64>().ok().filter(|s| !s.is_nan()),
+    }
+}
+
+/// One end of a `ZRANGEBYSCORE` interval: `(` makes it exclusive.
+#[derive(Clone, Copy)]
+struct Bound {
+    score: f64,
+    exclusive: bool,
+}
+
+impl Bound {
+    fn admits_above(self, s: f64) -> bool {
+        if self.exclusive {
+            s > self.score
+        } else {
+            s >= self.score
+        }
+    }
+    fn admits_below(self, s: f64) -> bool {
+        if self.exclusive {
+            s < self.score
+        } else {
+            s <= self.score
+        }
+    }
+}
+
+fn score_bound(text: &[u8]) -> Result<Bound, String> {
+    let (exclusive, number) = match text.split_first() {
+        Some((b'(', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let score = parse_score(number).ok_or("ERR min or max is not a float")?;
+    Ok(Bound { score, exclusive })
+}
+
+fn members_reply((member, score): (Vec<u8>, f64), scores: bool) -> Vec<Reply> {
+    let mut out = vec![Reply::Bulk(member)];
+    if scores {
+        out.push(Reply::Bulk(score_text(score).into_bytes()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,6 +482,34 @@ mod tests {
         assert_eq!(run(&mut ks, &["PTTL", "k"]), Ok(Reply::Int(-2)));
         assert!(run(&mut ks, &["SET", "k", "v", "PX", "0"]).is_err());
         assert!(run(&mut ks, &["EVAL"]).is_err());
+    }
+
+    #[test]
+    fn sorted_sets_answer_as_redis_does() {
+        let mut ks = Keyspace::default();
+        let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        assert_eq!(run(&mut ks, &["ZADD", "z", "2", "b", "1", "a", "2", "a2"]), Ok(Reply::Int(3)));
+        assert_eq!(run(&mut ks, &["ZADD", "z", "NX", "9", "a"]), Ok(Reply::Int(0)));
+        assert_eq!(run(&mut ks, &["ZADD", "z", "XX", "3", "nope"]), Ok(Reply::Int(0)));
+        assert_eq!(run(&mut ks, &["ZSCORE", "z", "a"]), Ok(bulk("1")));
+        assert_eq!(run(&mut ks, &["ZRANGE", "z", "0", "-1"]), Ok(Reply::Array(vec![bulk("a"), bulk("a2"), bulk("b")])));
+        assert_eq!(
+            run(&mut ks, &["ZRANGE", "z", "-1", "-1", "WITHSCORES"]),
+            Ok(Reply::Array(vec![bulk("b"), bulk("2")]))
+        );
+        assert_eq!(run(&mut ks, &["ZRANGE", "z", "5", "9"]), Ok(Reply::Array(vec![])));
+        assert_eq!(run(&mut ks, &["ZRANK", "z", "b"]), Ok(Reply::Int(2)));
+        assert_eq!(run(&mut ks, &["ZRANK", "z", "x"]), Ok(Reply::Nil));
+        assert_eq!(run(&mut ks, &["ZRANGEBYSCORE", "z", "-inf", "(2"]), Ok(Reply::Array(vec![bulk("a")])));
+        assert_eq!(run(&mut ks, &["ZREMRANGEBYSCORE", "z", "2", "+inf"]), Ok(Reply::Int(2)));
+        assert_eq!(run(&mut ks, &["ZCARD", "z"]), Ok(Reply::Int(1)));
+        assert_eq!(run(&mut ks, &["TYPE", "z"]), Ok(Reply::Status("zset".into())));
+        assert_eq!(run(&mut ks, &["GET", "z"]), Err(WRONGTYPE.to_owned()));
+        assert_eq!(run(&mut ks, &["ZREM", "z", "a"]), Ok(Reply::Int(1)));
+        assert_eq!(run(&mut ks, &["EXISTS", "z"]), Ok(Reply::Int(0)), "an emptied set is deleted");
+        run(&mut ks, &["SET", "s", "v"]).ok();
+        assert_eq!(run(&mut ks, &["ZADD", "s", "1", "a"]), Err(WRONGTYPE.to_owned()));
+        assert_eq!(run(&mut ks, &["ZRANGE", "s", "0", "0"]), Err(WRONGTYPE.to_owned()));
     }
 
     #[test]

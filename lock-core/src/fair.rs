@@ -1,0 +1,164 @@
+//! Waiting in a fair lock's queue (see [`LockOptions::with_fair_queue`]): one place per waiter on the server, kept
+//! by heartbeats, and a wake-up only for the waiter whose turn it is.
+//!
+//! The server decides the order ([`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE)); this loop only keeps the place
+//! and tries when told to. A waiter tries when
+//! - a release names its token as the new head (the hub wakes only that waiter, in whichever process it waits);
+//! - it is the head and the holder's TTL runs out (a holder that died announces nothing);
+//! - its heartbeat is due (every `waiter_ttl / 3`): the heartbeat *is* a try, so a lost announcement costs the head at
+//!   most one heartbeat, and a waiter that missed its turn by a pause of its own re-enters at the back.
+//!
+//! A waiter that stops (out of budget, a failure, its future dropped) gives its place back with the fair release,
+//! which also tells the next head when the lock is free.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::{select, Either};
+
+use crate::error::{LockError, Result};
+use crate::inflight::InFlight;
+use crate::lock::{Guard, Lock};
+use crate::notify::ReleaseWatch;
+use crate::options::LockOptions;
+use crate::resource::LockKeys;
+use crate::target::Target;
+use crate::token::Token;
+use crate::wait::{Attempt, Watches};
+
+/// The key of `keys`' fair queue: token → ticket.
+pub(crate) fn queue_key(keys: &LockKeys) -> String {
+    format!("{}:queue", keys.lock())
+}
+
+/// The key of `keys`' fair-queue heartbeats: token → expiry of its place, server ms.
+pub(crate) fn heartbeats_key(keys: &LockKeys) -> String {
+    format!("{}:heartbeats", keys.lock())
+}
+
+/// Waits in `target`'s queue until granted or out of budget (see [`Lock::acquire`]).
+pub(crate) async fn until_granted(
+    lock: &Lock,
+    target: &Arc<Target>,
+    options: &LockOptions,
+    waiter_ttl: Duration,
+) -> Result<(Guard, Option<Watches>)> {
+    let resource = target.label();
+    let started = Instant::now();
+    let deadline = started + options.wait();
+    let heartbeat = waiter_ttl / 3;
+    let policy = options.retry();
+    let mut delays = policy.delays();
+    let token = Token::generate();
+    // Our place in the queue, given back if we stop waiting without the lock (armed until granted; a drop gives
+    // it back in the background).
+    let place =
+        InFlight::new(lock.instances().clone(), target.clone(), token.clone(), lock.call_timeout(options.ttl()));
+    let hub = lock.stores().first().and_then(|store| store.release_hub()).cloned();
+    let channel = target.resources().first().map(|keys| keys.channel()).unwrap_or_default();
+    let mut watch: Option<ReleaseWatch> = None;
+    let mut attempts: u32 = 0;
+    loop {
+        attempts = attempts.saturating_add(1);
+        // Listen before trying: an announcement between the try and the sleep must still wake us.
+        let mut listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
+        let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(&token))).await {
+            Ok(Attempt::Acquired(guard)) => {
+                let _ = place.disarm();
+                return Ok((guard, watch.map(Watches::from_one)));
+            }
+            Ok(Attempt::Held { holder_ttl, place: rank, .. }) => (holder_ttl, rank, None),
+            Err(err) if err.is_retryable() => {
+                tracing::debug!(resource, error = %err, "transient error while queued for a fair lock");
+                (None, None, Some(err))
+            }
+            Err(err) => {
+                place.release_now().await;
+                return Err(err);
+            }
+        };
+        let now = Instant::now();
+        if now >= deadline || policy.max_attempts().is_some_and(|limit| attempts >= limit) {
+            tracing::debug!(resource, attempts, "fair lock wait budget spent; leaving the queue");
+            place.release_now().await;
+            return Err(last_error.unwrap_or_else(|| LockError::Contended {
+                resource: resource.to_owned(),
+                waited: now.saturating_duration_since(started),
+            }));
+        }
+        if watch.is_none() && last_error.is_none() {
+            if let Some(hub) = &hub {
+                let registered = hub.watch_as(channel, Some(token.as_str())).await;
+                if rank == Some(0) {
+                    // Next in line: the release that makes it our turn may have been announced before we listened.
+                    watch = Some(registered);
+                    continue;
+                }
+                // Further back, the turn comes after at least one more grant and release, announced to us from now
+                // on (a hand-off quicker than this registration is caught by the next heartbeat).
+                listeners = Some((registered.listen(), registered.listen_token()));
+                watch = Some(registered);
+            }
+        }
+        let mut pause = heartbeat;
+        if last_error.is_some() {
+            pause = pause.min(delays.next().unwrap_or(Duration::from_millis(100)));
+        }
+        if let (Some(0), Some(ttl)) = (rank, holder_ttl) {
+            // The head tries when the holder's key is gone at the latest (a holder that died announces nothing).
+            pause = pause.min(ttl + Duration::from_millis(1));
+        }
+        pause = pause.min(deadline.saturating_duration_since(now));
+        tracing::trace!(resource, ?rank, ?pause, "queued for a fair lock");
+        match listeners {
+            Some((channel_wake, token_wake)) => {
+                let sleep = std::pin::pin!(crate::rt::sleep(pause));
+                let token_wake = async move {
+                    match token_wake {
+                        Some(listener) => listener.await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let (channel_wake, token_wake) = (std::pin::pin!(channel_wake), std::pin::pin!(token_wake));
+                let woken = select(channel_wake, token_wake);
+                if let Either::Right((slept, _)) = select(woken, sleep).await {
+                    slept?;
+                }
+            }
+            None => crate::rt::sleep(pause).await?,
+        }
+    }
+}
+
+impl Lock {
+    /// How many waiters hold a place in `resource`'s fair queue (see [`LockOptions::with_fair_queue`]), as the
+    /// server sees it now. A place whose heartbeat expired counts until the next fair try on the resource removes
+    /// it.
+    ///
+    /// ```
+    /// use lock_core::{Lock, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// assert_eq!(lock.fair_queue_len("ledger").await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name or a bad prefix; the store's errors (a key of another type
+    /// under the queue's name is [`LockError::WrongType`]).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a read.
+    pub async fn fair_queue_len(&self, resource: &str) -> Result<usize> {
+        let queue = queue_key(&LockKeys::new(self.key_prefix(), resource)?);
+        let store = self.stores().first().ok_or_else(|| LockError::invalid("a lock without a store"))?;
+        let call_keys = [queue.as_str()];
+        let call = crate::transport::Call::plain("inspect", "ZCARD", &call_keys, &[]);
+        let ran = crate::rt::timeout("inspect", self.operation_timeout(), store.call(call)).await??;
+        let len = ran.reply.as_int().and_then(|n| usize::try_from(n).ok());
+        len.ok_or_else(|| LockError::backend(format!("unexpected reply to ZCARD: {:?}", ran.reply)))
+    }
+}
