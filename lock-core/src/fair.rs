@@ -19,12 +19,13 @@ use futures_util::future::{select, Either};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lock::{Guard, Lock};
-use crate::notify::ReleaseWatch;
+use crate::notify::{ReleaseWatch, Wake};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
 use crate::target::Target;
 use crate::token::Token;
 use crate::wait::{Attempt, Watches};
+use event_listener::EventListener;
 
 /// The key of `keys`' fair queue: token → ticket.
 pub(crate) fn queue_key(keys: &LockKeys) -> String {
@@ -62,12 +63,22 @@ pub(crate) async fn until_granted(
         attempts = attempts.saturating_add(1);
         // Listen before trying: an announcement between the try and the sleep must still wake us.
         let mut listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
-        let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(&token))).await {
+        // This try renews the places of our process's other waiters on this resource too (one heartbeat per process
+        // and resource, however many of its waiters queue).
+        let peers = watch.as_ref().map(|w| w.peers(MAX_PEERS)).unwrap_or_default();
+        let sent = Instant::now();
+        let queued = Queued { token: &token, peers: &peers };
+        let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(queued))).await {
             Ok(Attempt::Acquired(guard)) => {
                 let _ = place.disarm();
                 return Ok((guard, watch.map(Watches::from_one)));
             }
-            Ok(Attempt::Held { holder_ttl, place: rank, .. }) => (holder_ttl, rank, None),
+            Ok(Attempt::Held { holder_ttl, place: rank, .. }) => {
+                if let Some(w) = &watch {
+                    w.renewed(sent, &peers);
+                }
+                (holder_ttl, rank, None)
+            }
             Err(err) if err.is_retryable() => {
                 tracing::debug!(resource, error = %err, "transient error while queued for a fair lock");
                 (None, None, Some(err))
@@ -88,7 +99,8 @@ pub(crate) async fn until_granted(
         }
         if watch.is_none() && last_error.is_none() {
             if let Some(hub) = &hub {
-                let registered = hub.watch_as(channel, Some(token.as_str())).await;
+                let registered = hub.watch_as(channel, Some((token.as_str(), waiter_ttl))).await;
+                registered.renewed(sent, &[]);
                 if rank == Some(0) {
                     // Next in line: the release that makes it our turn may have been announced before we listened.
                     watch = Some(registered);
@@ -100,33 +112,75 @@ pub(crate) async fn until_granted(
                 watch = Some(registered);
             }
         }
+        // The head tries when the holder's key is gone at the latest (a holder that died announces nothing).
+        let head_due = match (rank, holder_ttl) {
+            (Some(0), Some(ttl)) => Some(now + ttl + Duration::from_millis(1)),
+            _ => None,
+        };
         let mut pause = heartbeat;
         if last_error.is_some() {
             pause = pause.min(delays.next().unwrap_or(Duration::from_millis(100)));
         }
-        if let (Some(0), Some(ttl)) = (rank, holder_ttl) {
-            // The head tries when the holder's key is gone at the latest (a holder that died announces nothing).
-            pause = pause.min(ttl + Duration::from_millis(1));
-        }
-        pause = pause.min(deadline.saturating_duration_since(now));
-        tracing::trace!(resource, ?rank, ?pause, "queued for a fair lock");
-        match listeners {
-            Some((channel_wake, token_wake)) => {
-                let sleep = std::pin::pin!(crate::rt::sleep(pause));
-                let token_wake = async move {
-                    match token_wake {
-                        Some(listener) => listener.await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let (channel_wake, token_wake) = (std::pin::pin!(channel_wake), std::pin::pin!(token_wake));
-                let woken = select(channel_wake, token_wake);
-                if let Either::Right((slept, _)) = select(woken, sleep).await {
-                    slept?;
-                }
+        loop {
+            let now = Instant::now();
+            let mut until = now + pause;
+            if let Some(due) = head_due {
+                until = until.min(due);
             }
-            None => crate::rt::sleep(pause).await?,
+            let pause_now = until.min(deadline).saturating_duration_since(now);
+            tracing::trace!(resource, ?rank, pause = ?pause_now, "queued for a fair lock");
+            let woken = sleep_or_wake(listeners.take(), pause_now).await?;
+            if let Some(w) = &watch {
+                w.alive();
+            }
+            if woken {
+                break;
+            }
+            // Slept the full pause. A peer's try may have renewed our place meanwhile: then no heartbeat of ours is
+            // due yet (unless the holder's TTL ran out for the head, or the budget did). Waiters renewed by a peer
+            // wait a quarter heartbeat longer than the peer will, so the peer keeps beating for all of them instead
+            // of every waiter's timer firing at one instant.
+            let now = Instant::now();
+            let renewed = watch.as_ref().and_then(ReleaseWatch::renewed_at).filter(|at| *at > sent);
+            let next = renewed.map(|at| at + heartbeat + heartbeat / 4);
+            match next {
+                Some(next) if next > now && head_due.is_none_or(|due| now < due) && now < deadline => {
+                    pause = next.saturating_duration_since(now);
+                    listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
+                }
+                _ => break,
+            }
         }
+    }
+}
+
+/// At most this many peers' places renewed by one try (the rest by later tries, least recently renewed first).
+const MAX_PEERS: usize = 256;
+
+/// A fair waiter's try: its token, and its peers (see [`ReleaseWatch::peers`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Queued<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) peers: &'a [String],
+}
+
+/// Sleeps for `pause` unless a wake-up comes first (`true`).
+async fn sleep_or_wake(listeners: Option<(Wake, Option<EventListener>)>, pause: Duration) -> Result<bool> {
+    let Some((channel_wake, token_wake)) = listeners else {
+        crate::rt::sleep(pause).await?;
+        return Ok(false);
+    };
+    let sleep = std::pin::pin!(crate::rt::sleep(pause));
+    let token_wake = async move {
+        match token_wake {
+            Some(listener) => listener.await,
+            None => std::future::pending().await,
+        }
+    };
+    let (channel_wake, token_wake) = (std::pin::pin!(channel_wake), std::pin::pin!(token_wake));
+    match select(select(channel_wake, token_wake), sleep).await {
+        Either::Left(_) => Ok(true),
+        Either::Right((slept, _)) => slept.map(|()| false),
     }
 }
 

@@ -258,20 +258,20 @@ impl Lock {
         self.attempt_as(target, options, None).await
     }
 
-    /// One try; with `queued` (a fair lock's waiter), under that token, taking or keeping its place in the queue
-    /// when not granted. A queued try leaves nothing to give back when it fails after the request left: its caller
+    /// One try; with `queued` (a fair lock's waiter), under its token, taking or keeping its place in the queue
+    /// (and renewing its peers') when not granted. A queued try leaves nothing to give back when it fails after the request left: its caller
     /// owns the token and gives it back when it stops waiting, and a retry with the token gets the same grant.
     pub(crate) async fn attempt_as(
         &self,
         target: &Arc<Target>,
         options: &LockOptions,
-        queued: Option<&Token>,
+        queued: Option<crate::fair::Queued<'_>>,
     ) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
         let inst = &self.instances;
         let n = inst.n();
         let call_timeout = self.call_timeout(ttl);
-        let token = queued.cloned().unwrap_or_else(Token::generate);
+        let token = queued.map_or_else(Token::generate, |q| q.token.clone());
         let inflight = InFlight::new(inst.clone(), target.clone(), token, call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
@@ -283,7 +283,7 @@ impl Lock {
             // a quorum of equal values needs no write-back.
             fence_floor: (n > 1 && options.fencing()).then(redlock::fence_floor).flatten(),
             replicas: options.replica_ack(),
-            queue: queued.is_some(),
+            queued: queued.map(|q| q.peers),
         };
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))

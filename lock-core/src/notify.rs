@@ -31,6 +31,16 @@ pub trait SubscriptionControl: Send + Sync + fmt::Debug + 'static {
     fn subscribe(&self, channel: &str) -> Confirmation;
     /// Queues a request to stop delivering the messages of `channel` (fire and forget).
     fn unsubscribe(&self, channel: &str);
+
+    /// Whether the hub asks again for a subscription it kept while its channel had no waiter, when a waiter
+    /// arrives. A hub stays subscribed to a few idle channels (so a process that waits for one lock again and again
+    /// sends no `UNSUBSCRIBE`/`SUBSCRIBE` each time); a backend that cannot tell when the server dropped such a
+    /// subscription (a cluster connection resubscribing on its own schedule after a failover) returns `true`, and
+    /// each new wait then renews it. Default: `false` (the backend resubscribes every channel the hub names after
+    /// a reconnect).
+    fn renew_on_reuse(&self) -> bool {
+        false
+    }
 }
 
 /// For stores without a server (the in-memory one): nothing to subscribe to.
@@ -59,7 +69,9 @@ struct Channel {
     /// left): the next newcomer that would queue behind the waiters tries at once instead.
     stored: bool,
     /// Fair-lock waiters by token: a release names the head of the queue, and only that waiter is woken.
-    tokens: HashMap<String, Arc<Event>>,
+    tokens: HashMap<String, Place>,
+    /// The backend was asked to subscribe (and not since to unsubscribe).
+    subscribed: bool,
 }
 
 impl Channel {
@@ -73,6 +85,7 @@ impl Channel {
             raced: false,
             stored: false,
             tokens: HashMap::new(),
+            subscribed: false,
         }
     }
 
@@ -82,11 +95,19 @@ impl Channel {
             self.stored = true;
         }
     }
+}
 
-    /// Nobody uses this state any more: no waiter, no early release on its way.
-    fn unused(&self) -> bool {
-        self.watchers == 0 && self.releasing == 0
-    }
+/// A fair-lock waiter of this process (see [`ReleaseHub::watch_as`]).
+struct Place {
+    /// Woken when an announcement names the waiter's token.
+    event: Arc<Event>,
+    /// Its waiter TTL: places with the same TTL are renewed together (see [`ReleaseWatch::peers`]).
+    waiter_ttl: std::time::Duration,
+    /// When the last try that renewed this place (its own or a peer's) was sent.
+    renewed: Option<std::time::Instant>,
+    /// When the waiter's own loop last ran: peers renew only places whose waiter shows it is still polled, so a
+    /// waiter stuck in a future nobody polls loses its place like one whose process died.
+    alive: std::time::Instant,
 }
 
 /// Per-store registry of waiters by release channel.
@@ -98,7 +119,27 @@ impl Channel {
 pub struct ReleaseHub {
     origin: String,
     control: Box<dyn SubscriptionControl>,
-    channels: Mutex<HashMap<String, Arc<Mutex<Channel>>>>,
+    channels: Mutex<Registry>,
+}
+
+/// How many channels without waiters a hub stays subscribed to (see [`Registry::idle`]).
+const LINGERING: usize = 32;
+
+/// The hub's channels, under one lock (so subscribe and unsubscribe requests reach the backend in decision order).
+#[derive(Default)]
+struct Registry {
+    channels: HashMap<String, Arc<Mutex<Channel>>>,
+    /// Channels whose last waiter left, oldest first, still subscribed: a process that releases a lock and waits
+    /// for it again straight away (every competitor of a contended lock) would otherwise send `UNSUBSCRIBE` and
+    /// `SUBSCRIBE` for every acquisition. At most [`LINGERING`]; the oldest is unsubscribed when more go idle.
+    idle: std::collections::VecDeque<String>,
+}
+
+impl std::ops::Deref for Registry {
+    type Target = HashMap<String, Arc<Mutex<Channel>>>;
+    fn deref(&self) -> &Self::Target {
+        &self.channels
+    }
 }
 
 impl ReleaseHub {
@@ -107,7 +148,7 @@ impl ReleaseHub {
         Arc::new(ReleaseHub {
             origin: format!("{:016x}", crate::token::random_u128() as u64),
             control: Box::new(control),
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(Registry::default()),
         })
     }
 
@@ -121,7 +162,7 @@ impl ReleaseHub {
         &self.origin
     }
 
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, Arc<Mutex<Channel>>>> {
+    fn channels(&self) -> MutexGuard<'_, Registry> {
         self.channels.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -139,26 +180,51 @@ impl ReleaseHub {
 
     /// [`watch`](Self::watch) for a fair-lock waiter holding `token`'s place in the queue: announcements that name
     /// `token` as the head wake this waiter (see [`ReleaseWatch::listen_token`]).
-    pub(crate) async fn watch_as(self: &Arc<Self>, channel: &str, token: Option<&str>) -> ReleaseWatch {
+    pub(crate) async fn watch_as(
+        self: &Arc<Self>,
+        channel: &str,
+        token: Option<(&str, std::time::Duration)>,
+    ) -> ReleaseWatch {
         let (state, confirmation) = {
-            let mut map = self.channels();
-            let state =
-                map.entry(channel.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Channel::new(channel)))).clone();
-            let first = {
+            let mut registry = self.channels();
+            let state = registry
+                .channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| Arc::new(Mutex::new(Channel::new(channel))))
+                .clone();
+            let subscribe = {
                 let mut ch = lock(&state);
                 ch.watchers += 1;
-                if let Some(token) = token {
-                    ch.tokens.insert(token.to_owned(), Arc::new(Event::new()));
+                if ch.watchers == 1 {
+                    // Back from idle: a wake-up kept while nobody listened is stale (the newcomer tries anyway).
+                    ch.stored = false;
                 }
-                ch.watchers == 1
+                if let Some((token, waiter_ttl)) = token {
+                    let place = Place {
+                        event: Arc::new(Event::new()),
+                        waiter_ttl,
+                        renewed: None,
+                        alive: std::time::Instant::now(),
+                    };
+                    ch.tokens.insert(token.to_owned(), place);
+                }
+                let kept = std::mem::replace(&mut ch.subscribed, true);
+                !kept || (ch.watchers == 1 && self.control.renew_on_reuse())
             };
-            // Requested under the map lock, like the unsubscribe of the last waiter leaving (see `Drop`), so the
-            // two reach the backend in the order they were decided.
-            (state, first.then(|| self.control.subscribe(channel)))
+            if let Some(at) = registry.idle.iter().position(|c| c == channel) {
+                registry.idle.remove(at);
+            }
+            // Requested under the registry lock, like an unsubscribe (see `Drop`), so the two reach the backend in
+            // the order they were decided.
+            (state, subscribe.then(|| self.control.subscribe(channel)))
         };
         // Built before the await so that a cancelled subscribe still unregisters.
-        let watch =
-            ReleaseWatch { hub: self.clone(), channel: channel.to_owned(), state, token: token.map(str::to_owned) };
+        let watch = ReleaseWatch {
+            hub: self.clone(),
+            channel: channel.to_owned(),
+            state,
+            token: token.map(|(t, _)| t.to_owned()),
+        };
         if let Some(confirmation) = confirmation {
             if let Err(err) = confirmation.await {
                 tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
@@ -183,10 +249,22 @@ impl ReleaseHub {
         self.wake_one(channel);
     }
 
+    /// A try found that the place of our fair-lock waiter `token` on `channel` was gone (it expired while the
+    /// waiter waited): the waiter is woken to take a new one with a try of its own.
+    pub(crate) fn place_lost(&self, channel: &str, token: &str) {
+        let Some(state) = self.channels().get(channel).cloned() else { return };
+        let mut ch = lock(&state);
+        if let Some(place) = ch.tokens.get_mut(token) {
+            place.renewed = None;
+            place.event.notify(1);
+        }
+    }
+
     /// Wakes the fair-lock waiter holding `token` on `channel`, if it is one of ours.
     fn wake_token(&self, channel: &str, token: &[u8]) {
         let Some(state) = self.channels().get(channel).cloned() else { return };
-        let event = std::str::from_utf8(token).ok().and_then(|token| lock(&state).tokens.get(token).cloned());
+        let event =
+            std::str::from_utf8(token).ok().and_then(|token| lock(&state).tokens.get(token).map(|p| p.event.clone()));
         if let Some(event) = event {
             event.notify(1);
         }
@@ -213,7 +291,7 @@ impl ReleaseHub {
             ch.releasing += 1;
             ch.wake_one();
         }
-        Some(EarlyRelease { hub: self.clone(), state })
+        Some(EarlyRelease { state })
     }
 
     /// How many local waiters watch `channel` (a holder that had to wait stays registered until it releases).
@@ -263,8 +341,54 @@ impl ReleaseWatch {
     /// forever for a watch without a token). Create it before the try, like [`listen`](Self::listen).
     pub(crate) fn listen_token(&self) -> Option<EventListener> {
         let token = self.token.as_deref()?;
-        let event = lock(&self.state).tokens.get(token).cloned()?;
+        let event = lock(&self.state).tokens.get(token).map(|p| p.event.clone())?;
         Some(event.listen())
+    }
+
+    /// Up to `max` other fair-lock waiters of this process on this channel with the same waiter TTL, least
+    /// recently renewed first: a try renews their places too, so one process sends about one heartbeat per
+    /// resource and interval, however many of its waiters queue.
+    pub(crate) fn peers(&self, max: usize) -> Vec<String> {
+        let Some(me) = self.token.as_deref() else { return Vec::new() };
+        let ch = lock(&self.state);
+        let Some(ttl) = ch.tokens.get(me).map(|p| p.waiter_ttl) else { return Vec::new() };
+        // A live waiter's loop runs at least once per heartbeat (a third of its waiter TTL).
+        let now = std::time::Instant::now();
+        let live = |p: &Place| now.saturating_duration_since(p.alive) < ttl * 2 / 3;
+        let mut peers: Vec<(&String, Option<std::time::Instant>)> = ch
+            .tokens
+            .iter()
+            .filter(|(t, p)| t.as_str() != me && p.waiter_ttl == ttl && live(p))
+            .map(|(t, p)| (t, p.renewed))
+            .collect();
+        peers.sort_by_key(|(_, renewed)| *renewed);
+        peers.into_iter().take(max).map(|(t, _)| t.clone()).collect()
+    }
+
+    /// Records that a try sent at `at` renewed the places of this waiter and of `peers` (a peer whose place was
+    /// gone is woken by the try's caller instead, see [`ReleaseHub::place_lost`]).
+    pub(crate) fn renewed(&self, at: std::time::Instant, peers: &[String]) {
+        let ch = &mut *lock(&self.state);
+        for token in self.token.iter().chain(peers) {
+            if let Some(place) = ch.tokens.get_mut(token) {
+                place.renewed = Some(place.renewed.map_or(at, |r| r.max(at)));
+            }
+        }
+    }
+
+    /// Notes that this waiter's loop runs (see [`Place`]'s `alive`).
+    pub(crate) fn alive(&self) {
+        if let Some(token) = self.token.as_deref() {
+            if let Some(place) = lock(&self.state).tokens.get_mut(token) {
+                place.alive = std::time::Instant::now();
+            }
+        }
+    }
+
+    /// When this waiter's place was last renewed (by its own try or a peer's).
+    pub(crate) fn renewed_at(&self) -> Option<std::time::Instant> {
+        let token = self.token.as_deref()?;
+        lock(&self.state).tokens.get(token).and_then(|p| p.renewed)
     }
 
     /// Takes a wake-up that found nobody listening, if one is kept (see [`Channel`]'s `stored`).
@@ -306,23 +430,28 @@ impl ReleaseWatch {
 
 impl Drop for ReleaseWatch {
     fn drop(&mut self) {
-        let mut map = self.hub.channels();
-        let (last, unused) = {
+        let mut registry = self.hub.channels();
+        let last = {
             let mut ch = lock(&self.state);
             ch.watchers -= 1;
             if let Some(token) = &self.token {
                 ch.tokens.remove(token);
             }
-            (ch.watchers == 0, ch.unused())
+            ch.watchers == 0
         };
-        if last {
-            // Kept while an early release is on its way: a waiter arriving meanwhile must share its state (the
-            // release's completion wakes waiters whose try it overtook); the release removes it when done.
-            if unused {
-                map.remove(&self.channel);
+        if !last {
+            return;
+        }
+        // Stays subscribed while idle (see `Registry::idle`); the oldest idle channel beyond the bound is given up.
+        registry.idle.push_back(self.channel.clone());
+        if registry.idle.len() > LINGERING {
+            if let Some(oldest) = registry.idle.pop_front() {
+                if let Some(state) = registry.channels.remove(&oldest) {
+                    lock(&state).subscribed = false;
+                }
+                // Under the registry lock: a waiter arriving now subscribes after this (see `watch`).
+                self.hub.control.unsubscribe(&oldest);
             }
-            // Under the map lock: a waiter arriving now subscribes after this (see `watch`).
-            self.hub.control.unsubscribe(&self.channel);
         }
     }
 }
@@ -363,22 +492,16 @@ impl Drop for Wake {
 /// A local release that woke a waiter before it completed (see [`ReleaseHub::release_started`]); dropped when the
 /// release completed (or was cancelled).
 pub(crate) struct EarlyRelease {
-    hub: Arc<ReleaseHub>,
     state: Arc<Mutex<Channel>>,
 }
 
 impl Drop for EarlyRelease {
     fn drop(&mut self) {
-        let mut map = self.hub.channels();
         let mut ch = lock(&self.state);
         ch.releasing = ch.releasing.saturating_sub(1);
         ch.completed += 1;
         if std::mem::take(&mut ch.raced) {
             ch.wake_one();
-        }
-        // The last waiter left while this release was on its way (see `ReleaseWatch`'s drop).
-        if ch.unused() && map.get(&ch.name).is_some_and(|s| Arc::ptr_eq(s, &self.state)) {
-            map.remove(&ch.name);
         }
     }
 }
@@ -408,7 +531,42 @@ mod tests {
         let second = tokio::time::timeout(Duration::from_millis(50), l2).await;
         assert!(second.is_err(), "one release wakes one waiter");
         drop((w1, w2));
-        assert!(hub.watched_channels().is_empty());
+        assert_eq!(hub.watched_channels(), ["c"], "an idle channel stays subscribed for a while");
+    }
+
+    #[derive(Debug, Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    impl SubscriptionControl for Arc<Recorded> {
+        fn subscribe(&self, channel: &str) -> Confirmation {
+            self.0.lock().unwrap().push(format!("+{channel}"));
+            Box::pin(std::future::ready(Ok(())))
+        }
+        fn unsubscribe(&self, channel: &str) {
+            self.0.lock().unwrap().push(format!("-{channel}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn idle_channels_stay_subscribed_up_to_a_bound() {
+        let recorded = Arc::new(Recorded::default());
+        let hub = ReleaseHub::new(recorded.clone());
+        // Waiting for one lock again and again subscribes once.
+        for _ in 0..5 {
+            drop(hub.watch("again").await);
+        }
+        assert_eq!(*recorded.0.lock().unwrap(), ["+again"]);
+        // More idle channels than the bound: the oldest ones are given up, in order.
+        for i in 0..LINGERING {
+            drop(hub.watch(&format!("c{i}")).await);
+        }
+        let log = recorded.0.lock().unwrap().clone();
+        assert_eq!(log.last().map(String::as_str), Some("-again"), "{log:?}");
+        assert_eq!(hub.watched_channels().len(), LINGERING);
+        // A channel back from idle is not subscribed twice.
+        let back = hub.watch("c5").await;
+        assert_eq!(recorded.0.lock().unwrap().iter().filter(|e| *e == "+c5").count(), 1);
+        drop(back);
     }
 
     #[tokio::test]

@@ -398,10 +398,14 @@ return 1
 /// heartbeats (zset: token → expiry in server ms), `KEYS[5]` release channel; `ARGV[1]` token, `ARGV[2]` TTL in
 /// ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the fencing floor, `ARGV[5]` waiter TTL in ms, `ARGV[6]`
 /// `"1"` to take or keep a place (a waiting acquire; also its heartbeat), `"0"` for a try, `ARGV[7]` the caller's
-/// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`.
+/// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`, `ARGV[9…]` (waiting only) the tokens of the caller's peers:
+/// other waiters of its process with the same waiter TTL, whose places this call renews too (one heartbeat per
+/// process and resource), never re-creating a place that is gone.
 ///
-/// Reply: `{1, fence}` / `{1}` acquired (as [`ACQUIRE`]); `{0, pttl, place}` not acquired: the holder's PTTL (-2
-/// when the lock is free but someone is queued ahead) and our 0-based place in the queue (-1 for a try).
+/// Reply: `{1, fence}` / `{1}` acquired (as [`ACQUIRE`]); `{0, pttl, place, lost…}` not acquired: the holder's PTTL
+/// (-2 when the lock is free but someone is queued ahead), our 0-based place in the queue (-1 for a try), and the
+/// peers that had no place left (they take a new one with a try of their own). When the lock is free and its head is
+/// one of the peers, the head is told again.
 ///
 /// Steps, all on the server clock (`TIME`): (1) type checks, reads only; (2) waiters whose heartbeat expired are
 /// removed from both sets, so a dead waiter costs at most its waiter TTL; when that leaves a free lock with a new
@@ -422,12 +426,13 @@ local function refused(reply, what, key)
 end
 local token = ARGV[1]
 local fencing = ARGV[3] == '1'
-local current = false
-if fencing then
-  current = redis.pcall('GET', KEYS[2])
+-- The fencing counter, read (and checked as INCRBY would) only on the paths that grant: before the lock key is set.
+local function counter()
+  local current = redis.pcall('GET', KEYS[2])
   if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
   end
+  return current
 end
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
@@ -453,12 +458,23 @@ if #dead > 0 then
 end
 local first = head[1]
 if holder == token then
-  if fencing then
-    return {1, tonumber(current)}
+  if not fencing then
+    return {1}
   end
-  return {1}
+  local current, refused = counter()
+  if refused then
+    return refused
+  end
+  return {1, tonumber(current)}
 end
 if not holder and (not first or first == token) then
+  local current, refused = false, nil
+  if fencing then
+    current, refused = counter()
+    if refused then
+      return refused
+    end
+  end
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
   if first then
     redis.call('ZREM', KEYS[3], token)
@@ -474,7 +490,8 @@ if not holder and (not first or first == token) then
   end
   return {1, redis.call('INCRBY', KEYS[2], string.format('%d', step))}
 end
-if not holder and first and first ~= before then
+local tell = not holder and first and first ~= before
+local function announce()
   redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. first)
 end
 local pttl = -2
@@ -482,8 +499,12 @@ if holder then
   pttl = redis.call('PTTL', KEYS[1])
 end
 if ARGV[6] ~= '1' then
+  if tell then
+    announce()
+  end
   return {0, pttl, -1}
 end
+local expiry = string.format('%d', now + tonumber(ARGV[5]))
 if not redis.call('ZSCORE', KEYS[3], token) then
   local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
@@ -492,11 +513,26 @@ if not redis.call('ZSCORE', KEYS[3], token) then
   end
   redis.call('ZADD', KEYS[3], string.format('%d', ticket), token)
 end
-redis.call('ZADD', KEYS[4], string.format('%d', now + tonumber(ARGV[5])), token)
+redis.call('ZADD', KEYS[4], expiry, token)
+local reply = {0, pttl, 0}
+for i = 9, #ARGV do
+  if redis.call('ZSCORE', KEYS[4], ARGV[i]) then
+    redis.call('ZADD', KEYS[4], expiry, ARGV[i])
+    if not holder and ARGV[i] == first then
+      tell = true
+    end
+  else
+    reply[#reply + 1] = ARGV[i]
+  end
+end
+if tell then
+  announce()
+end
 local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[3], latest[2])
 redis.call('PEXPIREAT', KEYS[4], latest[2])
-return {0, pttl, redis.call('ZRANK', KEYS[3], token)}
+reply[3] = redis.call('ZRANK', KEYS[3], token)
+return reply
 "#,
 );
 

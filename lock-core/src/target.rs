@@ -85,8 +85,9 @@ pub(crate) struct Ask<'a> {
     pub(crate) fencing: bool,
     pub(crate) fence_floor: Option<u64>,
     pub(crate) replicas: Option<ReplicaAck>,
-    /// A fair lock's waiting acquire: take (or keep, as a heartbeat) a place in the queue when not granted.
-    pub(crate) queue: bool,
+    /// A fair lock's waiting acquire: take (or keep, as a heartbeat) a place in the queue when not granted, and
+    /// renew these peers' places (see [`Queued`](crate::fair::Queued)).
+    pub(crate) queued: Option<&'a [String]>,
 }
 
 /// The Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key without one).
@@ -355,24 +356,35 @@ impl Target {
         let ttl = scripts::ttl_millis(ask.ttl).to_string();
         let fencing = if ask.fencing { "1" } else { "0" };
         let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-        let queue = if ask.queue { "1" } else { "0" };
-        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let queue = if ask.queued.is_some() { "1" } else { "0" };
+        let hub = store.release_hub();
+        let origin = hub.map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
         let call_keys = [keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel()];
-        let args = [ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
+        let mut args = vec![ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
+        args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
         let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
-        let ints = ran.reply.as_ints().ok_or_else(|| unexpected_fair(&ran.reply))?;
-        let grant = match (ints.as_slice(), ask.fencing) {
-            ([1, fence], true) => Grant::Acquired { fences: vec![u64::try_from(*fence).ok()] },
-            ([1], false) => Grant::Acquired { fences: vec![None] },
-            ([0, pttl, place], _) => Grant::Held {
-                index: 0,
-                // -2: free, but someone is queued ahead of us.
-                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
-                holder: None,
-                place: u64::try_from(*place).ok(),
-            },
+        let Reply::Array(items) = &ran.reply else { return Err(unexpected_fair(&ran.reply)) };
+        let int = |i: usize| items.get(i).and_then(Reply::as_int);
+        let grant = match (int(0), items.len(), ask.fencing) {
+            (Some(1), 2, true) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
+            (Some(1), 1, false) => Grant::Acquired { fences: vec![None] },
+            (Some(0), 3.., _) => {
+                // Peers whose place was gone: they take a new one with a try of their own.
+                for lost in items.iter().skip(3).filter_map(Reply::as_text) {
+                    if let Some(hub) = hub {
+                        hub.place_lost(keys.channel(), lost);
+                    }
+                }
+                Grant::Held {
+                    index: 0,
+                    // -2: free, but someone is queued ahead of us.
+                    ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+                    holder: None,
+                    place: int(2).and_then(|p| u64::try_from(p).ok()),
+                }
+            }
             _ => return Err(unexpected_fair(&ran.reply)),
         };
         if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {

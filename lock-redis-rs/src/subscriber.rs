@@ -132,6 +132,12 @@ impl fmt::Debug for Subscriber {
 }
 
 impl SubscriptionControl for Subscriber {
+    /// The cluster connection resubscribes by itself after a failover, on its own schedule (the subscription of an
+    /// idle channel can stay on the old node for seconds); a new wait asks for it again.
+    fn renew_on_reuse(&self) -> bool {
+        matches!(self.target, Target::Shards(_))
+    }
+
     fn subscribe(&self, channel: &str) -> Confirmation {
         let (done, confirmed) = oneshot::channel();
         let queued = self.send(Request::Subscribe(channel.to_owned(), done), true);

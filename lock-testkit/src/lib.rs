@@ -248,6 +248,7 @@ macro_rules! fair_tests {
             fair_live_waiters_keep_their_place_through_a_long_hold,
             fair_dead_waiter_is_skipped_within_its_waiter_ttl,
             fair_head_gets_a_lock_whose_holder_died,
+            fair_waiters_take_back_places_whose_heartbeats_vanished,
             fair_and_plain_acquirers_exclude_each_other,
             fair_cancellation_storm,
             fair_is_refused_where_it_cannot_hold,
@@ -361,6 +362,7 @@ macro_rules! server_tests {
             multi_extend_names_the_stolen_resource,
             job_finish_never_touches_the_next_runs_lock,
             job_at_least_for_is_kept_on_the_server_clock,
+            fair_waiters_of_one_process_share_their_heartbeats,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -263,3 +263,44 @@ pub async fn job_at_least_for_is_kept_on_the_server_clock(connect: &UrlFactory) 
     let expected = 2_000 - server_run;
     assert!(pttl <= expected && pttl > expected - 200, "PTTL {pttl} ms, expected about {expected} ms");
 }
+
+/// A fair lock's waiters in one process renew their places together: ten waiters queued behind a holder for about
+/// twelve heartbeat intervals send about one try per interval between them (not ten), keep their places, and are
+/// granted in arrival order.
+pub async fn fair_waiters_of_one_process_share_their_heartbeats(connect: &UrlFactory) {
+    let server = start();
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
+    let waiter_ttl = ms(300);
+    let fair = |wait: u64| LockOptions::new(ms(10_000)).with_wait(ms(wait)).with_fair_queue(waiter_ttl);
+    let holder = lock.try_acquire("shared-beats", &fair(0)).await.or_panic().or_panic();
+    let order = std::sync::Mutex::new(Vec::new());
+    let waiters = (0..10usize).map(|i| {
+        let (lock, order, fair) = (&lock, &order, &fair);
+        Box::pin(async move {
+            while lock.fair_queue_len("shared-beats").await.or_panic() < i {
+                crate::runtime::sleep(ms(2)).await;
+            }
+            let g = lock.acquire("shared-beats", &fair(20_000)).await.or_panic();
+            order.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+            g.release().await.or_panic();
+        })
+    });
+    let hold = async {
+        while lock.fair_queue_len("shared-beats").await.or_panic() < 10 {
+            crate::runtime::sleep(ms(2)).await;
+        }
+        let tries = |server: &RedisServer| server.command_calls().or_panic().get("evalsha").copied().unwrap_or(0);
+        let before = tries(&server);
+        let window = waiter_ttl * 4;
+        crate::runtime::sleep(window).await;
+        let sent = tries(&server) - before;
+        // A heartbeat is due every waiter_ttl / 3 = 100 ms: about 12 in the window, ten times that if each waiter
+        // sent its own. (The queue-length reads above are plain ZCARDs, not scripts.)
+        assert!(sent <= 24, "{sent} tries in {window:?} from ten waiters of one process");
+        assert_eq!(lock.fair_queue_len("shared-beats").await.or_panic(), 10, "a waiter lost its place");
+        holder.release().await.or_panic();
+    };
+    futures_util::future::join(futures_util::future::join_all(waiters), Box::pin(hold)).await;
+    let order = order.into_inner().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(order, (0..10).collect::<Vec<_>>(), "granted out of arrival order");
+}
