@@ -391,6 +391,21 @@ return 1
 "#,
 );
 
+/// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
+/// type gets our message; anything else, an ACL refusal say, goes back as it came).
+macro_rules! fair_prelude {
+    () => {
+        r#"
+local function refused(reply, what, key)
+  if string.find(reply.err, 'WRONGTYPE', 1, true) then
+    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
+  end
+  return reply
+end
+"#
+    };
+}
+
 /// Fair acquire (see [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)): take the lock only
 /// when it is free and nobody is queued ahead; otherwise, when waiting, hold a place in the queue.
 ///
@@ -416,14 +431,9 @@ return 1
 /// sets expire with their last heartbeat, so nothing outlives the last waiter by more than its waiter TTL.
 pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
-    r#"
--- A refused read: a key of another type gets our message; anything else (an ACL refusal) goes back as it came.
-local function refused(reply, what, key)
-  if string.find(reply.err, 'WRONGTYPE', 1, true) then
-    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
-  end
-  return reply
-end
+    concat!(
+        fair_prelude!(),
+        r#"
 local token = ARGV[1]
 local fencing = ARGV[3] == '1'
 -- The fencing counter, read (and checked as INCRBY would) only on the paths that grant: before the lock key is set.
@@ -533,7 +543,8 @@ redis.call('PEXPIREAT', KEYS[3], latest[2])
 redis.call('PEXPIREAT', KEYS[4], latest[2])
 reply[3] = redis.call('ZRANK', KEYS[3], token)
 return reply
-"#,
+"#
+    ),
 );
 
 /// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token, take our token out
@@ -549,14 +560,9 @@ return reply
 /// head when the lock is free, in case the head it replaced had been told and is now gone.
 pub static FAIR_RELEASE: Script = Script::new(
     "fair-release",
-    r#"
--- A refused read: a key of another type gets our message; anything else (an ACL refusal) goes back as it came.
-local function refused(reply, what, key)
-  if string.find(reply.err, 'WRONGTYPE', 1, true) then
-    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
-  end
-  return reply
-end
+    concat!(
+        fair_prelude!(),
+        r#"
 local value = redis.pcall('GET', KEYS[1])
 if type(value) == 'table' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
@@ -589,7 +595,8 @@ if outcome == 1 or left == 1 then
   end
 end
 return outcome
-"#,
+"#
+    ),
 );
 
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).

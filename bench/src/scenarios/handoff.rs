@@ -147,27 +147,13 @@ async fn process_segment(
     let started = Instant::now();
     let _ = deadline_cell.set(started + bound.time);
     tokio::task::spawn_blocking(move || go_wait.wait()).await.context("go barrier")?;
-    let mut seg = Segment {
-        per_competitor: Vec::new(),
-        elapsed: bound.time,
-        gaps: Latency::new()?,
-        waits: Latency::new()?,
-        retakes: 0,
-        overlaps: 0,
-        errors: 0,
-        commands: CommandStats::default(),
-    };
+    let mut seg = Segment::new(bound.time)?;
     for thread in threads {
         let tally = tokio::task::spawn_blocking(move || thread.join())
             .await
             .context("joining a competitor")?
             .map_err(|_| anyhow::anyhow!("a competitor thread panicked"))??;
-        seg.per_competitor.push(tally.acquisitions);
-        seg.gaps.merge(&tally.gaps)?;
-        seg.waits.merge(&tally.waits)?;
-        seg.retakes += tally.retakes;
-        seg.overlaps += tally.overlaps;
-        seg.errors += tally.errors;
+        seg.absorb(tally)?;
     }
     seg.commands = command_stats(servers)?;
     Ok(seg)
@@ -281,6 +267,32 @@ struct Segment {
     commands: CommandStats,
 }
 
+impl Segment {
+    fn new(elapsed: Duration) -> anyhow::Result<Self> {
+        Ok(Segment {
+            per_competitor: Vec::new(),
+            elapsed,
+            gaps: Latency::new()?,
+            waits: Latency::new()?,
+            retakes: 0,
+            overlaps: 0,
+            errors: 0,
+            commands: CommandStats::default(),
+        })
+    }
+
+    /// Adds one competitor's account.
+    fn absorb(&mut self, tally: Tally) -> anyhow::Result<()> {
+        self.per_competitor.push(tally.acquisitions);
+        self.gaps.merge(&tally.gaps)?;
+        self.waits.merge(&tally.waits)?;
+        self.retakes += tally.retakes;
+        self.overlaps += tally.overlaps;
+        self.errors += tally.errors;
+        Ok(())
+    }
+}
+
 /// All segments of one contender.
 struct Totals {
     acquisitions: u64,
@@ -367,24 +379,10 @@ async fn segment(
         let key = key.to_owned();
         handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max)));
     }
-    let mut seg = Segment {
-        per_competitor: Vec::new(),
-        elapsed: bound.time,
-        gaps: Latency::new()?,
-        waits: Latency::new()?,
-        retakes: 0,
-        overlaps: 0,
-        errors: 0,
-        commands: CommandStats::default(),
-    };
+    let mut seg = Segment::new(bound.time)?;
     for handle in handles {
         let tally = handle.await.context("a competitor panicked")??;
-        seg.per_competitor.push(tally.acquisitions);
-        seg.gaps.merge(&tally.gaps)?;
-        seg.waits.merge(&tally.waits)?;
-        seg.retakes += tally.retakes;
-        seg.overlaps += tally.overlaps;
-        seg.errors += tally.errors;
+        seg.absorb(tally)?;
     }
     seg.commands = command_stats(servers)?;
     Ok(seg)
