@@ -146,7 +146,9 @@ impl LockOptions {
     /// `waiter_ttl`; a waiter that gives up or is cancelled leaves at once; a lost wake-up costs at most one
     /// heartbeat, since the head's heartbeat is itself a try. Both queue keys expire with the last waiter's place.
     ///
-    /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Acquirers on
+    /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
+    /// is a try, so it counts toward a retry policy's attempt limit
+    /// ([`RetryPolicy::with_max_attempts`]); the wait budget is the usual bound. Acquirers on
     /// the same resource without this option keep mutual exclusion with fair ones (the same lock key), but do not
     /// queue: fairness holds among fair acquirers. One instance only (a single server, a Sentinel primary or a
     /// Cluster): over Redlock each instance would keep its own queue, and instances that order two waiters

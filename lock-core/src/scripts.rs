@@ -15,6 +15,23 @@ use crate::error::{LockError, Result};
 use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
 pub use crate::transport::Script;
 
+/// What every script that advances a fencing counter starts with: `advance(key, current, floor)` sets the counter
+/// at `key` (whose value was `current`, checked beforehand as `INCRBY` would) to `max(current + 1, floor)` and
+/// returns it. The one copy of the fencing rule (see [`ACQUIRE`]).
+macro_rules! fencing_prelude {
+    () => {
+        r#"
+local function advance(key, current, floor)
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return redis.call('INCRBY', key, string.format('%d', step))
+end
+"#
+    };
+}
+
 /// Acquire: `SET lock token NX PX ttl`; with fencing, advance the counter in the same step.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing,
@@ -32,7 +49,9 @@ pub use crate::transport::Script;
 /// centuries of headroom.
 pub static ACQUIRE: Script = Script::new(
     "acquire",
-    r#"
+    concat!(
+        fencing_prelude!(),
+        r#"
 local fencing = ARGV[3] == '1'
 local current = false
 if fencing then
@@ -52,17 +71,14 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     local now = redis.call('TIME')
     floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
   end
-  local step = floor - (tonumber(current) or 0)
-  if step < 1 then
-    step = 1
-  end
-  return {1, redis.call('INCRBY', KEYS[2], string.format('%d', step))}
+  return {1, advance(KEYS[2], current, floor)}
 end
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 return {0, redis.call('PTTL', KEYS[1])}
-"#,
+"#
+    ),
 );
 
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
@@ -168,7 +184,9 @@ return 1
 /// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
-    r#"
+    concat!(
+        fencing_prelude!(),
+        r#"
 local n = #KEYS / 2
 local fencing = ARGV[3] == '1'
 -- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
@@ -213,16 +231,13 @@ for i = 1, n do
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
     if fencing then
-      local step = floor - (tonumber(counters[i]) or 0)
-      if step < 1 then
-        step = 1
-      end
-      reply[i + 1] = redis.call('INCRBY', fence, string.format('%d', step))
+      reply[i + 1] = advance(fence, counters[i], floor)
     end
   end
 end
 return reply
-"#,
+"#
+    ),
 );
 
 /// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
@@ -292,7 +307,9 @@ return reply
 /// job, like the fencing counter), so the last run stays readable.
 pub static JOB_START: Script = Script::new(
     "job-start",
-    r#"
+    concat!(
+        fencing_prelude!(),
+        r#"
 local fencing = ARGV[3] == '1'
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'none' and kind ~= 'string' then
@@ -336,11 +353,7 @@ local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local started = math.floor(micros / 1000)
 local fence = -1
 if fencing then
-  local step = micros - (tonumber(current) or 0)
-  if step < 1 then
-    step = 1
-  end
-  fence = redis.call('INCRBY', KEYS[2], string.format('%d', step))
+  fence = advance(KEYS[2], current, micros)
 end
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'token', ARGV[1], 'started_ms', string.format('%d', started),
@@ -349,7 +362,8 @@ if KEYS[4] then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[6])
 end
 return {1, fence, started}
-"#,
+"#
+    ),
 );
 
 /// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
@@ -433,6 +447,7 @@ pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
     concat!(
         fair_prelude!(),
+        fencing_prelude!(),
         r#"
 local token = ARGV[1]
 local fencing = ARGV[3] == '1'
@@ -494,11 +509,7 @@ if not holder and (not first or first == token) then
     return {1}
   end
   local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  local step = floor - (tonumber(current) or 0)
-  if step < 1 then
-    step = 1
-  end
-  return {1, redis.call('INCRBY', KEYS[2], string.format('%d', step))}
+  return {1, advance(KEYS[2], current, floor)}
 end
 local tell = not holder and first and first ~= before
 local function announce()
