@@ -12,47 +12,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{Lock, LockOptions, MemoryStore};
-use lock_redis_rs::RedisStore;
-use lock_testkit::RedisServer;
+use lock_core::LockOptions;
 
 const PODS: usize = 4;
 
-/// Where the pods connect: a URL (each pod its own client) or one in-memory store.
-enum Backend {
-    Url(String),
-    Memory(Lock),
-}
-
-impl Backend {
-    async fn lock(&self) -> Result<Lock, Box<dyn std::error::Error>> {
-        Ok(match self {
-            Backend::Url(url) => Lock::new(RedisStore::connect(url).await?),
-            Backend::Memory(lock) => lock.clone(),
-        })
-    }
-}
-
-fn backend() -> (Backend, String, Option<RedisServer>) {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        let what = format!("Redis at {url} (from REDIS_URL)");
-        return (Backend::Url(url), what, None);
-    }
-    match lock_testkit::redis_server_binary().map(|_| RedisServer::start()) {
-        Some(Ok(server)) => {
-            let what = format!("a throwaway redis-server at {}", server.url());
-            (Backend::Url(server.url()), what, Some(server))
-        }
-        _ => {
-            (Backend::Memory(Lock::new(MemoryStore::new())), "the in-memory backend (no redis-server)".to_owned(), None)
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (backend, what, _server) = backend();
-    println!("fair_queue: using {what}");
+    let backend = examples::Backend::choose();
+    println!("fair_queue: using {}", backend.description());
     let resource = format!("report-builder-{}", std::process::id());
     // Each waiter keeps its place with a heartbeat every second; a pod that dies loses its place after 3 s.
     let fair = LockOptions::new(Duration::from_secs(10))

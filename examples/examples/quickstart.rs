@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{DistributedLock, FencingToken, Lock, LockOptions, MemoryStore};
-use lock_redis_rs::RedisStore;
-use lock_testkit::RedisServer;
+use lock_core::{DistributedLock, FencingToken, LockOptions};
 
 const WORKERS: usize = 8;
 const INCREMENTS: usize = 25;
@@ -45,34 +43,12 @@ impl FencedCounter {
     }
 }
 
-/// Picks the backend, keeping any server we started alive for the program's lifetime.
-async fn backend() -> Result<(Arc<dyn DistributedLock>, String, Option<RedisServer>), Box<dyn std::error::Error>> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        let store = RedisStore::connect(&url).await?;
-        return Ok((Arc::new(Lock::new(store)), format!("Redis at {url} (from REDIS_URL)"), None));
-    }
-    let memory = |why: String| {
-        let what = format!("the in-memory backend ({why}; set REDIS_URL to use a Redis server)");
-        Ok((Arc::new(Lock::new(MemoryStore::new())) as Arc<dyn DistributedLock>, what, None))
-    };
-    if lock_testkit::redis_server_binary().is_none() {
-        return memory("no redis-server is installed".to_owned());
-    }
-    match RedisServer::start() {
-        Ok(server) => {
-            let store = RedisStore::connect(&server.url()).await?;
-            let what = format!("a throwaway redis-server at {} (set REDIS_URL to use yours)", server.url());
-            Ok((Arc::new(Lock::new(store)), what, Some(server)))
-        }
-        Err(err) => memory(format!("redis-server did not start: {err}")),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
-    let (lock, what, _server) = backend().await?;
-    println!("quickstart: using {what}");
+    let backend = examples::Backend::choose();
+    println!("quickstart: using {}", backend.description());
+    let lock: Arc<dyn DistributedLock> = Arc::new(backend.lock().await?);
 
     let counter = Arc::new(FencedCounter::default());
     let options = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(10));

@@ -14,31 +14,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{JobLock, JobOptions, JobOutcome, Lock, MemoryStore};
-use lock_redis_rs::RedisStore;
-use lock_testkit::RedisServer;
+use lock_core::{JobLock, JobOptions, JobOutcome};
 
 const REPLICAS: u64 = 3;
 const TICKS: u64 = 5;
 const PERIOD: Duration = Duration::from_millis(200);
 
-async fn backend() -> Result<(Lock, String, Option<RedisServer>), Box<dyn std::error::Error>> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return Ok((Lock::new(RedisStore::connect(&url).await?), format!("Redis at {url} (from REDIS_URL)"), None));
-    }
-    match lock_testkit::redis_server_binary().map(|_| RedisServer::start()) {
-        Some(Ok(server)) => {
-            let store = RedisStore::connect(&server.url()).await?;
-            Ok((Lock::new(store), format!("a throwaway redis-server at {}", server.url()), Some(server)))
-        }
-        _ => Ok((Lock::new(MemoryStore::new()), "the in-memory backend (no redis-server)".to_owned(), None)),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (lock, which, _server) = backend().await?;
-    println!("backend: {which}");
+    let backend = examples::Backend::choose();
+    println!("backend: {}", backend.description());
+    let lock = backend.lock().await?;
     let jobs = JobLock::new(lock);
     let runs = Arc::new(AtomicU64::new(0));
     let replicas = (0..REPLICAS).map(|replica| {

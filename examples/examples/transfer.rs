@@ -15,9 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{FencingToken, Lock, LockOptions, MemoryStore};
-use lock_redis_rs::RedisStore;
-use lock_testkit::RedisServer;
+use lock_core::{FencingToken, LockOptions};
 
 const ACCOUNTS: usize = 5;
 const TRANSFERS: usize = 40;
@@ -46,23 +44,11 @@ impl Ledgers {
     }
 }
 
-async fn backend() -> Result<(Lock, String, Option<RedisServer>), Box<dyn std::error::Error>> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        return Ok((Lock::new(RedisStore::connect(&url).await?), format!("Redis at {url} (from REDIS_URL)"), None));
-    }
-    match lock_testkit::redis_server_binary().map(|_| RedisServer::start()) {
-        Some(Ok(server)) => {
-            let store = RedisStore::connect(&server.url()).await?;
-            Ok((Lock::new(store), format!("a throwaway redis-server at {}", server.url()), Some(server)))
-        }
-        _ => Ok((Lock::new(MemoryStore::new()), "the in-memory backend (no redis-server)".to_owned(), None)),
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (lock, which, _server) = backend().await?;
-    println!("backend: {which}");
+    let backend = examples::Backend::choose();
+    println!("backend: {}", backend.description());
+    let lock = backend.lock().await?;
     let ledgers = Arc::new(Ledgers::default());
     let accounts: Vec<String> = (0..ACCOUNTS).map(|i| format!("account/{i}")).collect();
     for account in &accounts {
