@@ -1237,3 +1237,48 @@ async fn server_kill_pubsub(lock: &Lock) {
     let call = lock_core::Call::plain("kill", "CLIENT", &[], &args);
     lock.stores()[0].call(call).await.unwrap();
 }
+
+/// Case 22 — a fair waiter's replies are lost for a while (requests still reach the server): the holder's release
+/// makes it the head, and its tries are granted on the server without it knowing. Invariant: once replies flow again
+/// its next try gets that same grant (the fencing counter moved once, not per lost grant), and when it releases,
+/// the lock and the queue are free.
+#[test]
+fn case22_fair_waiter_whose_grant_replies_are_lost_gets_the_same_grant() {
+    let (servers, proxies) = proxied(1);
+    runtime().block_on(async {
+        let direct = single(&servers[0].url()).await;
+        let waiter = Lock::from_arc(store_with_timeout(&proxies[0].url(), ms(200)).await);
+        let fair = |wait: u64| LockOptions::new(ms(10_000)).with_wait(ms(wait)).with_fair_queue(ms(20_000));
+        let holder = direct.try_acquire(FAIR_RESOURCE, &fair(0)).await.unwrap().unwrap();
+        let before = holder.fencing_token().unwrap().get();
+        let waiting = tokio::spawn(async move { waiter.acquire(FAIR_RESOURCE, &fair(8_000)).await });
+        until_queued(&direct, 1).await;
+        proxies[0].drop_replies(true);
+        holder.release().await.unwrap();
+        // The waiter's tries meanwhile: granted on the server, unanswered.
+        let keys = lock_core::LockKeys::new("lock:", FAIR_RESOURCE).unwrap();
+        let t0 = Instant::now();
+        while server_text(&servers[0], &["EXISTS", keys.lock()]) != "1" {
+            assert!(t0.elapsed() < ms(5_000), "the waiter's try never reached the server");
+            tokio::time::sleep(ms(10)).await;
+        }
+        tokio::time::sleep(ms(500)).await;
+        proxies[0].drop_replies(false);
+        let guard = waiting.await.unwrap().expect("the waiter gets the grant it was given");
+        let fence = guard.fencing_token().unwrap().get();
+        let counter: u64 = server_text(&servers[0], &["GET", keys.fence()]).parse().unwrap();
+        assert_eq!(fence, counter, "the lost grants moved the counter more than once");
+        assert!(fence > before);
+        guard.release().await.unwrap();
+        let free = direct.try_acquire(FAIR_RESOURCE, &fair(0)).await.unwrap();
+        assert!(free.is_some(), "lock or queue left behind after the release");
+        free.unwrap().release().await.unwrap();
+    });
+}
+
+fn server_text(server: &RedisServer, command: &[&str]) -> String {
+    match server.command(command).unwrap() {
+        Reply::Int(n) => n.to_string(),
+        other => other.as_text().unwrap_or_default().to_owned(),
+    }
+}
