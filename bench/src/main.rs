@@ -9,6 +9,7 @@
 // Printing results is this program's whole job, so the workspace's `print_stdout` lint does not apply here.
 #![allow(clippy::print_stdout)]
 
+mod alloc;
 mod args;
 mod contender;
 mod cpu;
@@ -23,6 +24,9 @@ mod summary;
 use anyhow::Context as _;
 
 use crate::args::Command;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 fn main() -> anyhow::Result<()> {
     match args::parse(std::env::args().skip(1))? {

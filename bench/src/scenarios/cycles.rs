@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use super::{command_stats, order, reset_stats, Ctx, ROUNDS};
+use crate::alloc;
 use crate::contender::{Backend, Contender};
 use crate::cpu;
 use crate::measure::{Bound, Latency};
@@ -24,6 +25,7 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         // Not targets: how much of the gap to the floor is fencing's own work. Our lock without fencing (acquire is
         // then SET NX PX), and the floor acquiring with our fenced script.
         Contender::core("redis-rs-nofence", Backend::RedisRs, urls, false).await?,
+        Contender::core("fred-nofence", Backend::Fred, urls, false).await?,
         Contender::floor_fenced("floor-fenced", urls).await?,
     ])
 }
@@ -60,6 +62,9 @@ struct Totals {
     elapsed: Duration,
     /// CPU time of this process (the client side) during the segments.
     client_cpu: Duration,
+    /// Heap allocations of this process during the segments (the benchmark's own per-cycle key and bookkeeping
+    /// included, the same for every contender).
+    allocations: u64,
     latency: Latency,
     commands: CommandStats,
 }
@@ -84,6 +89,7 @@ pub(crate) async fn cycle_scenario(
             cycles: 0,
             elapsed: Duration::ZERO,
             client_cpu: Duration::ZERO,
+            allocations: 0,
             latency: Latency::new()?,
             commands: CommandStats::default(),
         });
@@ -94,7 +100,9 @@ pub(crate) async fn cycle_scenario(
             reset_stats(servers)?;
             let tag = format!("{scenario}:{i}:{round}");
             let cpu_before = cpu::process_time().context("getrusage")?;
+            let allocations_before = alloc::count();
             let (cycles, elapsed, latency) = run_cycles(contender, tasks, &tag, bound).await?;
+            total.allocations += alloc::count().saturating_sub(allocations_before);
             total.client_cpu += cpu::process_time().context("getrusage")?.saturating_sub(cpu_before);
             total.commands.add(&command_stats(servers)?);
             total.cycles += cycles;
@@ -110,6 +118,7 @@ pub(crate) async fn cycle_scenario(
             .field("p99_us", total.latency.quantile_us(0.99))
             .field("max_us", total.latency.max_us())
             .field("client_cpu_us_per_cycle", total.client_cpu.as_secs_f64() * 1e6 / cycles)
+            .field("allocs_per_cycle", total.allocations as f64 / cycles)
             .field("cycles", total.cycles as f64)
             .field("tasks", tasks as f64)
             .field("cmds_per_cycle", total.commands.sent(contender.nested) as f64 / cycles)

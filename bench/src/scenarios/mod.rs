@@ -122,6 +122,18 @@ fn targets(report: &Report) {
         report.target("redlock-5", "cycles_per_s", &redlock, Some("floor-fanout"), Bar::AtLeast(0.95));
         report.target("redlock-5", "cycles_per_s", &redlock, Some("rslock"), Bar::Above(1.0));
     }
+    // Issue 21: fencing at the price of a plain SET, and a library that costs close to nothing around the commands.
+    for backend in ["redis-rs", "fred"] {
+        report.target("uncontended", "cycles_per_s", backend, Some("floor"), Bar::AtLeast(0.93));
+        report.target("concurrent-distinct", "cycles_per_s", backend, Some("floor"), Bar::AtLeast(0.85));
+        let nofence = format!("{backend}-nofence");
+        report.target("uncontended", "cycles_per_s", &nofence, Some("floor"), Bar::AtLeast(0.97));
+        report.target("concurrent-distinct", "cycles_per_s", &nofence, Some("floor"), Bar::AtLeast(0.95));
+        report.target("uncontended", "client_cpu_us_per_cycle", backend, Some("floor"), Bar::AtMost(1.08));
+        report.target("uncontended", "server_cmds_per_cycle", backend, None, Bar::AtMost(6.0));
+        report.target("concurrent-distinct", "cycles_per_s", backend, Some("rslock"), Bar::AtLeast(0.85));
+        report.ratio("uncontended", "allocs_per_cycle", backend, "floor");
+    }
     // Issue 19: waiters in separate processes.
     for k in ["procs-2", "procs-8", "procs-32"] {
         report.target(k, "fairness", "redis-rs-fair", None, Bar::AtLeast(0.8));
