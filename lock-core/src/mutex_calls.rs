@@ -30,7 +30,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let ttl = scripts::ttl_millis(request.ttl).to_string();
         let (reply, acknowledged) = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-            let call_keys = [keys.lock(), keys.fence()];
+            let call_keys = [keys.lock(), keys.fence(), keys.awaited()];
             let args = [request.token.as_str(), &ttl, "1", &floor];
             let call = Call::script("acquire", &scripts::ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
             let ran = self.run(call).await?;
@@ -45,7 +45,8 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             let ran = self.run(call).await?;
             match ran.reply {
                 Reply::Nil => {
-                    let holder = self.run(Call::script("acquire", &scripts::HOLDER, &call_keys, &[])).await?;
+                    let holder_keys = [keys.lock(), keys.awaited()];
+                    let holder = self.run(Call::script("acquire", &scripts::HOLDER, &holder_keys, &[])).await?;
                     (scripts::parse_holder(int("holder", &holder.reply)?), None)
                 }
                 ref granted if granted.is_grant() => (AcquireReply::Acquired { fence: None }, ran.replicas),
@@ -64,7 +65,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         // cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.channel()];
+        let call_keys = [keys.lock(), keys.channel(), keys.awaited()];
         let args = [token.as_str(), origin, sharded];
         let ran = self.run(Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
         scripts::parse_release(int("release", &ran.reply)?)
@@ -89,7 +90,8 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
         let ttl = scripts::ttl_millis(request.ttl).to_string();
         let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-        let call_keys: Vec<&str> = request.keys.iter().flat_map(|k| [k.lock(), k.fence()]).collect();
+        let mut call_keys: Vec<&str> = request.keys.iter().flat_map(|k| [k.lock(), k.fence()]).collect();
+        call_keys.extend(request.keys.iter().map(LockKeys::awaited));
         let fencing = if request.fencing { "1" } else { "0" };
         let args = [request.token.as_str(), &ttl, fencing, &floor];
         let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
@@ -119,7 +121,8 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
+        let mut call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
+        call_keys.extend(keys.iter().map(LockKeys::awaited));
         let args = [token.as_str(), origin, sharded];
         let ran = self.run(Call::script("release", &scripts::MULTI_RELEASE, &call_keys, &args)).await?;
         let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());

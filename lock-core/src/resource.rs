@@ -17,12 +17,14 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// | `{prefix}{resource}` | the owner token, with the lock's TTL |
 /// | `{prefix}{resource}:fence` | the fencing counter; no TTL (one small key per resource) |
 /// | `{prefix}{resource}:released` | pub/sub channel a release publishes on |
+/// | `{prefix}{resource}:awaited` | `"1"` while a try that found the lock held may still be waiting, with a TTL (the holder's remaining TTL and one second): a release announces itself only when it deletes this mark |
 ///
 /// ```
 /// let keys = lock_core::LockKeys::new("lock:", "orders/42")?;
 /// assert_eq!(keys.lock(), "lock:{orders/42}");
 /// assert_eq!(keys.fence(), "lock:{orders/42}:fence");
 /// assert_eq!(keys.channel(), "lock:{orders/42}:released");
+/// assert_eq!(keys.awaited(), "lock:{orders/42}:awaited");
 /// assert_eq!(lock_core::LockKeys::new("lock:", "a}b")?.lock(), "lock:{a%7Db}");
 /// assert!(lock_core::LockKeys::new("lock:", "").is_err());
 /// # Ok::<(), lock_core::LockError>(())
@@ -33,6 +35,7 @@ pub struct LockKeys {
     lock: String,
     fence: String,
     channel: String,
+    awaited: String,
 }
 
 impl LockKeys {
@@ -62,6 +65,7 @@ impl LockKeys {
             resource: resource.to_owned(),
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
+            awaited: format!("{lock}:awaited"),
             lock,
         })
     }
@@ -84,6 +88,12 @@ impl LockKeys {
     /// The channel a release publishes on.
     pub fn channel(&self) -> &str {
         &self.channel
+    }
+
+    /// The mark a try that found the lock held leaves, so that the release announces itself (see
+    /// [`RELEASE`](crate::scripts::RELEASE)); with nobody waiting, a release publishes nothing.
+    pub fn awaited(&self) -> &str {
+        &self.awaited
     }
 }
 
@@ -116,6 +126,7 @@ mod tests {
             assert!(!tag(k.lock()).is_empty(), "{name}");
             assert_eq!(tag(k.lock()), tag(k.fence()), "{name}");
             assert_eq!(tag(k.lock()), tag(k.channel()), "{name}");
+            assert_eq!(tag(k.lock()), tag(k.awaited()), "{name}");
         }
     }
 

@@ -360,7 +360,7 @@ impl Target {
         let hub = store.release_hub();
         let origin = hub.map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel()];
+        let call_keys = [keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
         let mut args = vec![ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
         args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
         let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
@@ -399,7 +399,7 @@ impl Target {
         let keys = &self.resources[0];
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel()];
+        let call_keys = [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
         let args = [token.as_str(), origin, sharded];
         let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {

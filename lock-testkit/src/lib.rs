@@ -363,6 +363,7 @@ macro_rules! server_tests {
             job_finish_never_touches_the_next_runs_lock,
             job_at_least_for_is_kept_on_the_server_clock,
             fair_waiters_of_one_process_share_their_heartbeats,
+            a_release_announces_itself_only_when_someone_tried,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -304,3 +304,51 @@ pub async fn fair_waiters_of_one_process_share_their_heartbeats(connect: &UrlFac
     let order = order.into_inner().unwrap_or_else(|p| p.into_inner());
     assert_eq!(order, (0..10).collect::<Vec<_>>(), "granted out of arrival order");
 }
+
+/// A release announces itself only when someone may wait (issue 21): uncontended cycles publish nothing; a try that
+/// found the lock held, from another process (store), makes the next release publish exactly once; and a waiter in
+/// another process whose backoff is seconds long is woken by that announcement, not by its timer. Fenced and plain
+/// acquires alike (their failed tries run different scripts).
+pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFactory) {
+    let server = start();
+    let here = Lock::from_arc(connect(server.url()).await.or_panic());
+    let there = Lock::from_arc(connect(server.url()).await.or_panic());
+    let published = || server.command_calls().or_panic().get("publish").copied().unwrap_or(0);
+    for fencing in [true, false] {
+        let resource = format!("announce-{fencing}");
+        let options = LockOptions::new(ms(10_000)).with_fencing(fencing);
+        let before = published();
+        for _ in 0..20 {
+            here.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
+        }
+        assert_eq!(published(), before, "fencing {fencing}: an uncontended release published");
+
+        let guard = here.try_acquire(&resource, &options).await.or_panic().or_panic();
+        assert!(there.try_acquire(&resource, &options).await.or_panic().is_none(), "the lock was held");
+        guard.release().await.or_panic();
+        assert_eq!(published(), before + 1, "fencing {fencing}: a release after a failed try did not announce");
+        here.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
+        assert_eq!(published(), before + 1, "fencing {fencing}: the mark outlived the release that consumed it");
+
+        // A waiter elsewhere, retrying only every 3 s: only the announcement can wake it sooner.
+        let slow = lock_core::RetryPolicy::default().with_min_delay(ms(3_000)).with_max_delay(ms(3_000));
+        let waiting = options.clone().with_wait(ms(8_000)).with_retry(slow);
+        let guard = here.try_acquire(&resource, &options).await.or_panic().or_panic();
+        let waiter = async {
+            let g = there.acquire(&resource, &waiting).await.or_panic();
+            let woke = Instant::now();
+            g.release().await.or_panic();
+            woke
+        };
+        let release = async {
+            // Past the waiter's two first tries (before and after it subscribed), well before its next one.
+            crate::runtime::sleep(ms(500)).await;
+            let released = Instant::now();
+            guard.release().await.or_panic();
+            released
+        };
+        let (woke, released) = futures_util::future::join(Box::pin(waiter), Box::pin(release)).await;
+        let delay = woke.saturating_duration_since(released);
+        assert!(delay < ms(1_500), "fencing {fencing}: the waiter took {delay:?} after the release (its timer)");
+    }
+}

@@ -112,8 +112,10 @@ fn random_step(rng: &mut StdRng) -> Step {
     let subset: Vec<usize> = (0..3).filter(|_| rng.random_bool(0.6)).collect();
     let subset = if subset.is_empty() { vec![r] } else { subset };
     let locks = |suffix: &str| -> Vec<String> {
-        subset.iter().flat_map(|i| [format!("lock:{{r{i}}}"), format!("lock:{{r{i}}}{suffix}")]).collect()
+        let pairs = subset.iter().flat_map(|i| [format!("lock:{{r{i}}}"), format!("lock:{{r{i}}}{suffix}")]);
+        pairs.chain(subset.iter().map(|i| format!("lock:{{r{i}}}:awaited"))).collect()
     };
+    let mark = format!("lock:{{r{r}}}:awaited");
     let info = format!("lock:{{r{r}}}:info");
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
@@ -121,11 +123,13 @@ fn random_step(rng: &mut StdRng) -> Step {
         150..=161 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let waits = if rng.random_bool(0.7) { "1" } else { "0" };
-            let keys = vec![lock, fence, queue, beats, channel];
+            let keys = vec![lock, fence, queue, beats, channel, mark];
             let args = vec![token, s(TTL_MS), s(fencing), String::new(), s("60000"), s(waits), s("origin"), s("0")];
             call(&scripts::FAIR_ACQUIRE, keys, args)
         }
-        162..=168 => call(&scripts::FAIR_RELEASE, vec![lock, queue, beats, channel], vec![token, s("origin"), s("0")]),
+        162..=168 => {
+            call(&scripts::FAIR_RELEASE, vec![lock, queue, beats, channel, mark], vec![token, s("origin"), s("0")])
+        }
         169..=170 => Step::Expire(if rng.random_bool(0.5) { queue } else { beats }),
         171..=172 => Step::Foreign(vec![s("SET"), if rng.random_bool(0.5) { queue } else { beats }, s("not a set")]),
         173..=174 => Step::Foreign(vec![s("DEL"), queue, beats]),
@@ -159,14 +163,15 @@ fn random_step(rng: &mut StdRng) -> Step {
         }
         0..=19 => {
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
-            call(&scripts::ACQUIRE, vec![lock, fence], vec![token, s(TTL_MS), s("1"), floor])
+            call(&scripts::ACQUIRE, vec![lock, fence, mark], vec![token, s(TTL_MS), s("1"), floor])
         }
-        20..=27 => call(&scripts::ACQUIRE, vec![lock, fence], vec![token, s(TTL_MS), s("0")]),
+        20..=27 => call(&scripts::ACQUIRE, vec![lock, fence, mark], vec![token, s(TTL_MS), s("0")]),
         28..=37 => {
             Step::Call { script: None, plain: "SET", keys: vec![lock], args: vec![token, s("NX"), s("PX"), s(TTL_MS)] }
         }
-        38..=44 => call(&scripts::HOLDER, vec![lock], vec![]),
-        45..=59 => call(&scripts::RELEASE, vec![lock, channel], vec![token, s("origin"), s("0")]),
+        38..=43 => call(&scripts::HOLDER, vec![lock, mark], vec![]),
+        44 => Step::Foreign(vec![s("HSET"), mark, s("field"), s("value")]),
+        45..=59 => call(&scripts::RELEASE, vec![lock, channel, mark], vec![token, s("origin"), s("0")]),
         60..=69 => call(&scripts::EXTEND, vec![lock], vec![token, s(TTL_MS)]),
         70..=77 => call(&scripts::RAISE_FENCE, vec![lock, fence], vec![token, floor]),
         78..=81 => Step::Expire(lock),

@@ -28,15 +28,35 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 #[test]
 fn holder_of_a_vanished_key_says_free() {
     let s = server();
-    let reply = eval(&s, &scripts::HOLDER, &["lock:{gone}"], &[]);
+    let reply = eval(&s, &scripts::HOLDER, &["lock:{gone}", "lock:{gone}:awaited"], &[]);
     assert_eq!(reply, Reply::Int(-2), "HOLDER on an absent key");
     assert_eq!(parse_holder(-2), AcquireReply::Held { ttl: Some(std::time::Duration::ZERO) });
     // A foreign type is still refused, and a live lock reports its TTL.
     s.command(&["HSET", "lock:{hash}", "f", "v"]).unwrap();
-    assert!(eval(&s, &scripts::HOLDER, &["lock:{hash}"], &[]).is_error());
+    assert!(eval(&s, &scripts::HOLDER, &["lock:{hash}", "lock:{hash}:awaited"], &[]).is_error());
+    assert!(!exists(&s, "lock:{gone}:awaited") && !exists(&s, "lock:{hash}:awaited"), "marked a lock not held");
     s.command(&["SET", "lock:{held}", "t", "PX", "5000"]).unwrap();
-    let pttl = eval(&s, &scripts::HOLDER, &["lock:{held}"], &[]).as_int().unwrap();
+    let pttl = eval(&s, &scripts::HOLDER, &["lock:{held}", "lock:{held}:awaited"], &[]).as_int().unwrap();
     assert!((1..=5000).contains(&pttl), "{pttl}");
+    // The held lock is marked as awaited, for longer than its holder may keep it without renewing.
+    let marked = s.command(&["PTTL", "lock:{held}:awaited"]).unwrap().as_int().unwrap();
+    assert!(marked > pttl, "the release mark lives {marked} ms, the lock {pttl} ms");
+}
+
+/// Issue 21: the release mark is ours only when it holds our `"1"`; a key of another type under its name is
+/// refused as `WRONGTYPE` by every try that would mark it, and left as it was.
+#[test]
+fn a_foreign_value_at_the_release_mark_is_refused_and_kept() {
+    let s = server();
+    s.command(&["SET", "lock:{m}", "someone", "PX", "5000"]).unwrap();
+    s.command(&["HSET", "lock:{m}:awaited", "f", "v"]).unwrap();
+    let holder = eval(&s, &scripts::HOLDER, &["lock:{m}", "lock:{m}:awaited"], &[]);
+    let acquire =
+        eval(&s, &scripts::ACQUIRE, &["lock:{m}", "lock:{m}:fence", "lock:{m}:awaited"], &["token", "30000", "1"]);
+    for reply in [holder, acquire] {
+        assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{reply:?}");
+    }
+    assert_eq!(s.command(&["TYPE", "lock:{m}:awaited"]).unwrap().as_text().as_deref(), Some("hash"));
 }
 
 /// Finding 8: `ACQUIRE` checks the fence counter before any write, with the rule `INCRBY` applies: a counter Lua
@@ -49,7 +69,8 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         let lock = format!("lock:{{bad{i}}}");
         let fence = format!("lock:{{bad{i}}}:fence");
         s.command(&["SET", &fence, bad]).unwrap();
-        let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1"]);
+        let mark = format!("lock:{{bad{i}}}:awaited");
+        let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence, &mark], &["token", "30000", "1"]);
         let text = reply.as_text().unwrap_or_default();
         assert!(reply.is_error() && text.contains("WRONGTYPE"), "fence {bad:?}: {reply:?}");
         assert!(!exists(&s, &lock), "fence {bad:?}: the lock key was written before the check");
@@ -63,7 +84,8 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         let lock = format!("lock:{{good{i}}}");
         let fence = format!("lock:{{good{i}}}:fence");
         s.command(&["SET", &fence, good]).unwrap();
-        let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence], &["token", "30000", "1", "5"]);
+        let reply =
+            eval(&s, &scripts::ACQUIRE, &[&lock, &fence, &format!("{lock}:awaited")], &["token", "30000", "1", "5"]);
         assert!(matches!(reply, Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))), "{good:?}: {reply:?}");
     }
 }

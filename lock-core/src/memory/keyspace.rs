@@ -368,15 +368,17 @@ impl Keyspace {
         Ok(Reply::Int(i64::try_from(added).unwrap_or(i64::MAX)))
     }
 
-    /// `SET key value [NX|XX] [PX ms|EX s]`.
+    /// `SET key value [NX|XX] [PX ms|EX s|KEEPTTL] [GET]`.
     fn set(&mut self, rest: &[Vec<u8>], now: Instant) -> CommandResult {
         let (Some(key), Some(value)) = (rest.first(), rest.get(1)) else { return Err(arity("SET")) };
-        let (mut nx, mut xx, mut ttl) = (false, false, None);
+        let (mut nx, mut xx, mut ttl, mut keep_ttl, mut get) = (false, false, None, false, false);
         let mut options = rest[2..].iter();
         while let Some(option) = options.next() {
             match String::from_utf8_lossy(option).to_ascii_uppercase().as_str() {
                 "NX" => nx = true,
                 "XX" => xx = true,
+                "KEEPTTL" => keep_ttl = true,
+                "GET" => get = true,
                 unit @ ("PX" | "EX") => {
                     let n = int_arg(options.next().ok_or(SYNTAX)?)?;
                     if n <= 0 {
@@ -388,13 +390,24 @@ impl Keyspace {
                 _ => return Err(SYNTAX.to_owned()),
             }
         }
-        let exists = self.live(key, now).is_some();
-        if (nx && exists) || (xx && !exists) {
-            return Ok(Reply::Nil);
+        if (nx && xx) || (keep_ttl && ttl.is_some()) {
+            return Err(SYNTAX.to_owned());
         }
-        let expires = ttl.and_then(|t| now.checked_add(t));
+        // With GET, a key of another type is refused before anything is written, as Redis does.
+        let old = if get { self.string(key, now)?.cloned() } else { None };
+        let kept = self.live(key, now).map(|e| e.expires);
+        let answer = |set: bool| match (get, old) {
+            (true, Some(old)) => Reply::Bulk(old),
+            (true, None) => Reply::Nil,
+            (false, _) if set => ok(),
+            (false, _) => Reply::Nil,
+        };
+        if (nx && kept.is_some()) || (xx && kept.is_none()) {
+            return Ok(answer(false));
+        }
+        let expires = if keep_ttl { kept.flatten() } else { ttl.and_then(|t| now.checked_add(t)) };
         self.entries.insert(key.clone(), Entry { value: Value::Str(value.clone()), expires });
-        Ok(ok())
+        Ok(answer(true))
     }
 }
 
@@ -482,6 +495,17 @@ mod tests {
         assert_eq!(run(&mut ks, &["PTTL", "k"]), Ok(Reply::Int(-2)));
         assert!(run(&mut ks, &["SET", "k", "v", "PX", "0"]).is_err());
         assert!(run(&mut ks, &["EVAL"]).is_err());
+        // SET … GET answers the old value; KEEPTTL keeps the expiry; a hash is refused before any write.
+        assert_eq!(run(&mut ks, &["SET", "g", "1", "PX", "5000"]), Ok(ok()));
+        assert_eq!(run(&mut ks, &["SET", "g", "2", "KEEPTTL", "GET"]), Ok(Reply::Bulk(b"1".to_vec())));
+        assert!(matches!(run(&mut ks, &["PTTL", "g"]), Ok(Reply::Int(t)) if t > 4000));
+        assert_eq!(run(&mut ks, &["SET", "g", "3", "GET"]), Ok(Reply::Bulk(b"2".to_vec())));
+        assert_eq!(run(&mut ks, &["PTTL", "g"]), Ok(Reply::Int(-1)));
+        assert_eq!(run(&mut ks, &["SET", "new", "1", "NX", "GET"]), Ok(Reply::Nil));
+        assert_eq!(run(&mut ks, &["SET", "new", "2", "NX", "GET"]), Ok(Reply::Bulk(b"1".to_vec())));
+        run(&mut ks, &["HSET", "h2", "f", "v"]).ok();
+        assert_eq!(run(&mut ks, &["SET", "h2", "1", "GET"]), Err(WRONGTYPE.to_owned()));
+        assert_eq!(run(&mut ks, &["TYPE", "h2"]), Ok(Reply::Status("hash".to_owned())));
     }
 
     #[test]

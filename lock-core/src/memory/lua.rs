@@ -153,6 +153,10 @@ impl Engine {
                 Ok(table)
             })?,
         )?;
+        // The release of Redis whose commands the keyspace answers (7.0.0; Redis sets this field from 7.0 on, and
+        // scripts read it to choose `SET … GET` over a `GET` and a `SET`).
+        redis.set("REDIS_VERSION_NUM", 0x0007_0000)?;
+        redis.set("REDIS_VERSION", "7.0.0")?;
         lua.globals().set("redis", redis)?;
         Ok(Engine { lua, compiled: HashMap::new() })
     }
