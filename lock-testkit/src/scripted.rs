@@ -694,9 +694,13 @@ impl LockStore for ScriptedStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
         let apply = async {
-            let outcome = self.server.shared.data.release(keys, token).await?;
-            if outcome == ReleaseOutcome::Released && self.server.shared.memory.is_some() {
-                // Inside the release, as the RELEASE script publishes.
+            let Some(memory) = &self.server.shared.memory else {
+                return self.server.shared.data.release(keys, token).await;
+            };
+            let mut outcomes = observed_release(memory, std::slice::from_ref(keys), token).await?;
+            let (outcome, announced) = outcomes.pop().ok_or_else(|| LockError::backend("no release reply"))?;
+            if announced {
+                // Inside the release, when the RELEASE script publishes.
                 self.server.publish(keys.channel(), self.id);
             }
             Ok(outcome)
@@ -722,13 +726,15 @@ impl LockStore for ScriptedStore {
     async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let first = keys.first().ok_or_else(|| LockError::invalid("release_all of no keys"))?;
         let apply = async {
-            let outcomes = self.server.shared.data.release_all(keys, token).await?;
-            if self.server.shared.memory.is_some() {
-                for (keys, outcome) in keys.iter().zip(&outcomes) {
-                    if *outcome == ReleaseOutcome::Released {
-                        self.server.publish(keys.channel(), self.id);
-                    }
+            let Some(memory) = &self.server.shared.memory else {
+                return self.server.shared.data.release_all(keys, token).await;
+            };
+            let mut outcomes = Vec::with_capacity(keys.len());
+            for (keys, (outcome, announced)) in keys.iter().zip(observed_release(memory, keys, token).await?) {
+                if announced {
+                    self.server.publish(keys.channel(), self.id);
                 }
+                outcomes.push(outcome);
             }
             Ok(outcomes)
         };
@@ -756,6 +762,35 @@ impl LockStore for ScriptedStore {
     fn orders_commands(&self) -> bool {
         self.ordered
     }
+}
+
+/// lock-core's `MULTI_RELEASE` (for one resource, the same steps as `RELEASE`), run unchanged on the in-memory data
+/// inside one atomic script that also tells, per resource, whether it announced the release (it deleted the mark a
+/// try left that found the lock held): the scripted server then notifies its clients exactly when Redis would
+/// publish.
+async fn observed_release(
+    memory: &MemoryStore,
+    keys: &[LockKeys],
+    token: &Token,
+) -> Result<Vec<(ReleaseOutcome, bool)>> {
+    static OBSERVED: std::sync::OnceLock<lock_core::scripts::Script> = std::sync::OnceLock::new();
+    let script = OBSERVED.get_or_init(|| {
+        let body = format!(
+            "local n = #KEYS / 3\nlocal marked = {{}}\nfor i = 1, n do\n  marked[i] = redis.call('EXISTS', KEYS[2 * n + i])\n\
+             end\nlocal function release()\n{}\nend\nlocal codes = release()\nlocal reply = {{}}\nfor i = 1, n do\n  \
+             reply[2 * i - 1] = codes[i]\n  reply[2 * i] = (codes[i] == 1 and marked[i] == 1) and 1 or 0\nend\n\
+             return reply\n",
+            lock_core::scripts::MULTI_RELEASE.body()
+        );
+        lock_core::scripts::Script::new("observed-release", Box::leak(body.into_boxed_str()))
+    });
+    let mut call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
+    call_keys.extend(keys.iter().map(LockKeys::awaited));
+    let args = [token.as_str(), "scripted", "0"];
+    let ran = memory.call(lock_core::Call::script("release", script, &call_keys, &args)).await?;
+    let ints = ran.reply.as_ints().filter(|i| i.len() == 2 * keys.len());
+    let ints = ints.ok_or_else(|| LockError::backend(format!("observed release replied {:?}", ran.reply)))?;
+    ints.chunks(2).map(|pair| Ok((lock_core::scripts::parse_release(pair[0])?, pair[1] == 1))).collect()
 }
 
 /// Yields once to the executor (any runtime).
