@@ -27,11 +27,12 @@ fn int(what: &str, reply: &Reply) -> Result<i64> {
 impl<S: ScriptStore + ?Sized> LockStore for S {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
         let keys = request.keys;
-        let ttl = scripts::ttl_millis(request.ttl).to_string();
+        let mut ttl = itoa::Buffer::new();
+        let ttl = ttl.format(scripts::ttl_millis(request.ttl));
         let (reply, acknowledged) = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
             let call_keys = [keys.lock(), keys.fence(), keys.awaited()];
-            let args = [request.token.as_str(), &ttl, "1", &floor];
+            let args = [request.token.as_str(), ttl, "1", &floor];
             let call = Call::script("acquire", &scripts::ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
             let ran = self.run(call).await?;
             let ints = ran.reply.as_ints().ok_or_else(|| unexpected("acquire", &ran.reply))?;
@@ -40,7 +41,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             // Without fencing, the plain command a hand-written client would send (no Lua on the server); the
             // holder's TTL, and a key of a foreign type, only when it is taken.
             let call_keys = [keys.lock()];
-            let args = [request.token.as_str(), "NX", "PX", &ttl];
+            let args = [request.token.as_str(), "NX", "PX", ttl];
             let call = Call::plain("acquire", "SET", &call_keys, &args).with_replicas(request.replicas);
             let ran = self.run(call).await?;
             match ran.reply {

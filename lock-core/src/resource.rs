@@ -29,14 +29,17 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// assert!(lock_core::LockKeys::new("lock:", "").is_err());
 /// # Ok::<(), lock_core::LockError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct LockKeys {
-    resource: String,
-    lock: String,
-    fence: String,
-    channel: String,
-    awaited: String,
+    /// The resource name, then each key in full, back to back: one allocation per resource (an acquire derives
+    /// its keys every time, so four separate strings were four allocations of every lock cycle).
+    text: String,
+    /// Where each part of `text` ends: resource, lock, fence, channel (the mark ends `text`).
+    ends: [usize; 4],
 }
+
+/// The suffixes of the keys derived from the lock key, in the order `text` holds them.
+const SUFFIXES: [&str; 3] = [":fence", ":released", ":awaited"];
 
 impl LockKeys {
     /// Derives the keys for `resource` under `prefix`.
@@ -49,51 +52,79 @@ impl LockKeys {
             return Err(LockError::invalid("resource name must not be empty"));
         }
         validate_prefix(prefix)?;
-        let mut lock = String::with_capacity(prefix.len() + resource.len() + 2);
-        lock.push_str(prefix);
-        lock.push('{');
+        let escaped =
+            resource.chars().map(|c| if matches!(c, '%' | '{' | '}') { 3 } else { c.len_utf8() }).sum::<usize>();
+        let lock_len = prefix.len().saturating_add(escaped).saturating_add(2);
+        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
+        let capacity = resource.len().saturating_add(lock_len.saturating_mul(4)).saturating_add(suffixes);
+        let mut text = String::with_capacity(capacity);
+        text.push_str(resource);
+        let resource_end = text.len();
+        text.push_str(prefix);
+        text.push('{');
         for c in resource.chars() {
             match c {
-                '%' => lock.push_str("%25"),
-                '{' => lock.push_str("%7B"),
-                '}' => lock.push_str("%7D"),
-                c => lock.push(c),
+                '%' => text.push_str("%25"),
+                '{' => text.push_str("%7B"),
+                '}' => text.push_str("%7D"),
+                c => text.push(c),
             }
         }
-        lock.push('}');
-        Ok(LockKeys {
-            resource: resource.to_owned(),
-            fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
-            awaited: format!("{lock}:awaited"),
-            lock,
-        })
+        text.push('}');
+        let lock_end = text.len();
+        let mut ends = [resource_end, lock_end, 0, 0];
+        for (i, suffix) in SUFFIXES.iter().enumerate() {
+            text.extend_from_within(resource_end..lock_end);
+            text.push_str(suffix);
+            if let Some(end) = ends.get_mut(i + 2) {
+                *end = text.len();
+            }
+        }
+        Ok(LockKeys { text, ends })
+    }
+
+    fn part(&self, i: usize) -> &str {
+        let start = i.checked_sub(1).and_then(|j| self.ends.get(j).copied()).unwrap_or(0);
+        let end = self.ends.get(i).copied().unwrap_or(self.text.len());
+        self.text.get(start..end).unwrap_or_default()
     }
 
     /// The resource name as the caller gave it.
     pub fn resource(&self) -> &str {
-        &self.resource
+        self.part(0)
     }
 
     /// The key that holds the owner token.
     pub fn lock(&self) -> &str {
-        &self.lock
+        self.part(1)
     }
 
     /// The key that holds the fencing counter.
     pub fn fence(&self) -> &str {
-        &self.fence
+        self.part(2)
     }
 
     /// The channel a release publishes on.
     pub fn channel(&self) -> &str {
-        &self.channel
+        self.part(3)
     }
 
     /// The mark a try that found the lock held leaves, so that the release announces itself (see
     /// [`RELEASE`](crate::scripts::RELEASE)); with nobody waiting, a release publishes nothing.
     pub fn awaited(&self) -> &str {
-        &self.awaited
+        self.part(4)
+    }
+}
+
+impl std::fmt::Debug for LockKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockKeys")
+            .field("resource", &self.resource())
+            .field("lock", &self.lock())
+            .field("fence", &self.fence())
+            .field("channel", &self.channel())
+            .field("awaited", &self.awaited())
+            .finish()
     }
 }
 
@@ -127,6 +158,10 @@ mod tests {
             assert_eq!(tag(k.lock()), tag(k.fence()), "{name}");
             assert_eq!(tag(k.lock()), tag(k.channel()), "{name}");
             assert_eq!(tag(k.lock()), tag(k.awaited()), "{name}");
+            assert_eq!(k.resource(), name);
+            assert_eq!(k.fence(), format!("{}:fence", k.lock()));
+            assert_eq!(k.channel(), format!("{}:released", k.lock()));
+            assert_eq!(k.awaited(), format!("{}:awaited", k.lock()));
         }
     }
 

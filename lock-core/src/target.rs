@@ -32,7 +32,8 @@ pub(crate) struct Target {
     /// The groups acquired one after another (ranges of `resources`): one, unless resources in different Cluster
     /// slots are taken in [`CrossSlot::Ordered`] mode, where each group is one slot, in slot order.
     groups: Vec<Range<usize>>,
-    /// What errors and traces call this acquisition: the resource, or the resources joined by `", "`.
+    /// What errors and traces call an acquisition of several resources: their names joined by `", "` (empty for
+    /// one resource, whose name is its label: no copy per acquisition).
     label: String,
     /// A job's run ([`JobLock`](crate::JobLock)): started and finished by the job scripts instead of the mutex's.
     job: Option<JobSpec>,
@@ -104,8 +105,13 @@ pub(crate) fn slot(key: &str) -> u16 {
 impl Target {
     /// One resource.
     pub(crate) fn one(keys: LockKeys) -> Self {
-        let label = keys.resource().to_owned();
-        Target { resources: vec![keys], groups: std::iter::once(0..1).collect(), label, job: None, fair: None }
+        Target {
+            resources: vec![keys],
+            groups: std::iter::once(0..1).collect(),
+            label: String::new(),
+            job: None,
+            fair: None,
+        }
     }
 
     /// One resource, acquired in the order of a queue of waiters that hold their place for `waiter_ttl` per
@@ -170,7 +176,11 @@ impl Target {
                 });
             }
         }
-        let label = resources.iter().map(LockKeys::resource).collect::<Vec<_>>().join(", ");
+        let label = if resources.len() > 1 {
+            resources.iter().map(LockKeys::resource).collect::<Vec<_>>().join(", ")
+        } else {
+            String::new()
+        };
         Ok(Target { resources, groups, label, job: None, fair: None })
     }
 
@@ -181,7 +191,10 @@ impl Target {
 
     /// The resource, or the resources joined by `", "`.
     pub(crate) fn label(&self) -> &str {
-        &self.label
+        match self.resources.as_slice() {
+            [one] => one.resource(),
+            _ => &self.label,
+        }
     }
 
     /// Whether this is the single lock (one resource): then the mutex's own calls are used.
@@ -255,7 +268,7 @@ impl Target {
     async fn release_groups(&self, store: &dyn LockStore, token: &Token, range: Range<usize>) {
         for group in &self.groups[range] {
             if let Err(err) = store.release_all(&self.resources[group.clone()], token).await {
-                tracing::debug!(resources = self.label, error = %err, "giving back a slot group failed; TTL applies");
+                tracing::debug!(resources = self.label(), error = %err, "giving back a slot group failed; TTL applies");
             }
         }
     }

@@ -189,20 +189,21 @@ impl FredStore {
 /// the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when another
 /// flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
 async fn send(client: &Client, call: &Call<'_>) -> std::result::Result<Value, FredError> {
-    let keys: Vec<&str> = call.keys.to_vec();
-    let args: Vec<&str> = call.args.to_vec();
+    // fred takes its arguments by value: the lists are built per send (not cloned up front for a NOSCRIPT retry
+    // that almost never comes; two allocations of every script call).
     match call.command {
         Command::Plain(name) => {
             let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-            client.custom::<Value, _>(command, keys.into_iter().chain(args).collect()).await
+            client.custom::<Value, _>(command, call.keys.iter().chain(call.args).copied().collect()).await
         }
-        Command::Script(script) => match client
-            .evalsha::<Value, _, _, _>(script.sha1(), keys.clone(), args.clone())
-            .await
-        {
-            Err(err) if has_code(&err, "NOSCRIPT") => client.eval::<Value, _, _, _>(script.body(), keys, args).await,
-            other => other,
-        },
+        Command::Script(script) => {
+            match client.evalsha::<Value, _, _, _>(script.sha1(), call.keys.to_vec(), call.args.to_vec()).await {
+                Err(err) if has_code(&err, "NOSCRIPT") => {
+                    client.eval::<Value, _, _, _>(script.body(), call.keys.to_vec(), call.args.to_vec()).await
+                }
+                other => other,
+            }
+        }
         // A command lock-core added after this backend was written.
         _ => Err(FredError::new(ErrorKind::InvalidCommand, "lock-core asked for a command this backend cannot send")),
     }

@@ -601,14 +601,22 @@ async fn run_on<T>(
 /// Sends `call`: a plain command, or `EVALSHA` and, after a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`), the
 /// body once with `EVAL`, which also caches it again: two round trips then, and never a `NOSCRIPT` for the caller.
 async fn send(conn: &mut Pooled, call: &Call<'_>) -> redis::RedisResult<redis::Value> {
+    // Sized up front: writing arguments into a default `Cmd` grows its buffers several times per call.
+    let words = call.keys.len().saturating_add(call.args.len());
+    let bytes: usize = call.keys.iter().chain(call.args).map(|w| w.len()).sum();
+    let sized = |verb: &str, extra: usize| {
+        let mut cmd = redis::Cmd::with_capacity(words.saturating_add(3), bytes.saturating_add(extra));
+        cmd.arg(verb);
+        cmd
+    };
     let script = |verb: &str, script: &str| {
-        let mut cmd = redis::cmd(verb);
+        let mut cmd = sized(verb, script.len().saturating_add(32));
         cmd.arg(script).arg(call.keys.len()).arg(call.keys).arg(call.args);
         cmd
     };
     match call.command {
         Command::Plain(name) => {
-            let mut cmd = redis::cmd(name);
+            let mut cmd = sized(name, name.len());
             cmd.arg(call.keys).arg(call.args);
             conn.query(&cmd).await
         }
