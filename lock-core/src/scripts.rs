@@ -71,6 +71,16 @@ end
 /// second are issued for one resource. The counter key has no TTL (one small string per resource). Values stay
 /// exact below 2^53 (Lua numbers are doubles); the time floor is about 1.8·10^15 (2^51) in 2026, which leaves
 /// centuries of headroom.
+///
+/// Why this step and not a cheaper one (issue 21; server CPU per acquire + release cycle on one key, `redis-cli
+/// --pipe`, 300 000 cycles, Redis 7.0.15, the release without `PUBLISH`): `SET NX PX` + compare-and-delete 3.0 µs;
+/// this script 8.0–8.6 µs; the same script reading and writing the counter with one `SET … KEEPTTL GET` (Redis
+/// 6.2+, with the undo a refused counter then needs) 7.9–8.4 µs, within the noise; `SET NX` + `INCR` with the clock
+/// read only when `INCR` returns 1 5.6 µs; `MULTI`/`SET NX`/`INCR`/`EXEC` 3.7 µs. Lua costs about 2 µs per call
+/// and 0.8 µs per `redis.call`, so only dropping the time floor from the common path (or Lua altogether) would pay
+/// off, and that gives up what the floor is for: a counter restored from an older RDB snapshot, or promoted from
+/// a lagging replica, would hand out the lost tokens again (with the floor, the next token is above them while the
+/// clocks agree). Kept, at one more command than the minimum; with fencing off, acquire is the plain `SET NX PX`.
 pub static ACQUIRE: Script = Script::new(
     "acquire",
     concat!(
