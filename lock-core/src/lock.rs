@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -665,10 +665,14 @@ impl GuardState {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
         let resources = self.target.resources();
-        // Local waiters listen on every instance's hub, so one wake-up per released resource reaches them: the first
-        // instance that reports a key deleted sends it (more would wake a waiter per instance for one release).
-        let woken: Vec<AtomicBool> = resources.iter().map(|_| AtomicBool::new(false)).collect();
-        let woken = &woken;
+        // Local waiters listen on every instance's hub, so one wake-up per released resource reaches them (more would
+        // wake a waiter per instance for one release). It is sent by the instance whose reply makes a quorum of
+        // instances free of our key: a waiter woken at the first would try the others before their releases had
+        // run, miss the quorum and sleep until its backoff, since the later releases' announcements are our own
+        // echoes, which the hubs ignore. (Seen as a rare redlock-5 conformance failure under load.)
+        let quorum = self.instances.quorum;
+        let freed: Vec<AtomicUsize> = resources.iter().map(|_| AtomicUsize::new(0)).collect();
+        let freed = &freed;
         let releases = self.instances.stores.iter().map(|store| async move {
             let call = rt::timeout("release", self.call_timeout, self.target.release(store.as_ref(), &self.token));
             let Some(hub) = store.release_hub() else {
@@ -705,8 +709,8 @@ impl GuardState {
             }
             .and_then(|r| r);
             if let (Ok(outcomes), false) = (&reply, self.target.is_fair()) {
-                for ((keys, outcome), woke) in resources.iter().zip(outcomes).zip(woken) {
-                    if *outcome == ReleaseOutcome::Released && !woke.swap(true, Ordering::SeqCst) {
+                for ((keys, outcome), freed) in resources.iter().zip(outcomes).zip(freed) {
+                    if *outcome != ReleaseOutcome::OwnedByOther && freed.fetch_add(1, Ordering::SeqCst) + 1 == quorum {
                         hub.wake_one(keys.channel());
                     }
                 }
@@ -731,6 +735,17 @@ impl GuardState {
                     failed += 1;
                     reports.iter_mut().for_each(|report| report.failed += 1);
                     last_error = Some(err);
+                }
+            }
+        }
+        if !self.target.is_fair() {
+            // Fewer instances than a quorum answered "free" (the others failed): wake a local waiter anyway, as the
+            // first answer would have; its try finds out.
+            let hub = self.instances.stores.iter().find_map(|store| store.release_hub());
+            for (keys, freed) in resources.iter().zip(freed) {
+                let freed = freed.load(Ordering::SeqCst);
+                if let (Some(hub), true) = (hub, freed > 0 && freed < quorum) {
+                    hub.wake_one(keys.channel());
                 }
             }
         }
