@@ -364,6 +364,7 @@ macro_rules! server_tests {
             job_at_least_for_is_kept_on_the_server_clock,
             fair_waiters_of_one_process_share_their_heartbeats,
             a_release_announces_itself_only_when_someone_tried,
+            a_release_mark_the_acl_refuses_is_auth_not_wrongtype,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -352,3 +352,22 @@ pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFac
         assert!(delay < ms(1_500), "fencing {fencing}: the waiter took {delay:?} after the release (its timer)");
     }
 }
+
+/// A failed try whose release mark the ACL refuses (a user allowed the lock and fence keys only) reports that
+/// refusal as `Auth`, fenced and plain, rather than calling the mark a key of another type. Redis refuses it before
+/// the script runs because every script declares the mark in `KEYS`; a script that derived the mark's name itself
+/// would fail this case.
+pub async fn a_release_mark_the_acl_refuses_is_auth_not_wrongtype(connect: &UrlFactory) {
+    let rules = MINIMAL_ACL_RULES.replace("~lock:*", "~lock:{*} ~lock:{*}:fence");
+    let server = RedisServer::builder()
+        .with_acl_user("locker", &rules)
+        .start()
+        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let holder = Lock::from_arc(connect(server.url()).await.or_panic());
+    let _held = holder.try_acquire("marked", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
+    let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
+    for fencing in [true, false] {
+        let err = lock.try_acquire("marked", &LockOptions::new(ms(30_000)).with_fencing(fencing)).await.err();
+        assert!(matches!(err, Some(LockError::Auth { .. })), "fencing {fencing}: expected Auth, got {err:?}");
+    }
+}
