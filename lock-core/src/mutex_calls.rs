@@ -122,8 +122,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
-        let mut call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
-        call_keys.extend(keys.iter().map(LockKeys::awaited));
+        let call_keys = scripts::multi_release_keys(keys);
         let args = [token.as_str(), origin, sharded];
         let ran = self.run(Call::script("release", &scripts::MULTI_RELEASE, &call_keys, &args)).await?;
         let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());

@@ -330,6 +330,12 @@ return reply
 "#,
 );
 
+/// [`MULTI_RELEASE`]'s `KEYS` for `keys`, in the order it reads them: lock₁, channel₁, …, then mark₁, ….
+pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
+    let pairs = keys.iter().flat_map(|k| [k.lock(), k.channel()]);
+    pairs.chain(keys.iter().map(crate::LockKeys::awaited)).collect()
+}
+
 /// Multi-resource extend, all or nothing: sets every lock key's TTL only if every one still holds our token.
 ///
 /// `KEYS` = lock₁, lock₂, …; `ARGV` as [`EXTEND`]'s. Reply: one code per resource, as [`EXTEND`]'s (`1` ours, `0`

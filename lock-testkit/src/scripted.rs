@@ -784,8 +784,7 @@ async fn observed_release(
         );
         lock_core::scripts::Script::new("observed-release", Box::leak(body.into_boxed_str()))
     });
-    let mut call_keys: Vec<&str> = keys.iter().flat_map(|k| [k.lock(), k.channel()]).collect();
-    call_keys.extend(keys.iter().map(LockKeys::awaited));
+    let call_keys = lock_core::scripts::multi_release_keys(keys);
     let args = [token.as_str(), "scripted", "0"];
     let ran = memory.call(lock_core::Call::script("release", script, &call_keys, &args)).await?;
     let ints = ran.reply.as_ints().filter(|i| i.len() == 2 * keys.len());

@@ -119,20 +119,18 @@ pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels 
 /// # Panics
 /// When the server does not start.
 pub fn server_with_minimal_user() -> RedisServer {
-    RedisServer::builder()
-        .with_acl_user("locker", MINIMAL_ACL_RULES)
-        .start()
-        .unwrap_or_else(|err| panic!("redis-server: {err}"))
+    server_with_locker(MINIMAL_ACL_RULES)
+}
+
+/// A server with the user `locker` (password `secret`) holding `rules` (a variation of [`MINIMAL_ACL_RULES`]).
+fn server_with_locker(rules: &str) -> RedisServer {
+    RedisServer::builder().with_acl_user("locker", rules).start().unwrap_or_else(|err| panic!("redis-server: {err}"))
 }
 
 /// A user without one permission the scripts need gets a typed `Auth` error naming it. Without `INCRBY`, the
 /// fenced acquire's script fails after its `SET` was applied: the grant is given back, so no key is left.
 pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connect: &UrlFactory) {
-    let without_incrby = MINIMAL_ACL_RULES.replace(" +incrby", "");
-    let server = RedisServer::builder()
-        .with_acl_user("locker", &without_incrby)
-        .start()
-        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     let err = lock.try_acquire("no-incrby", &LockOptions::new(ms(30_000))).await.err();
     match &err {
@@ -358,11 +356,7 @@ pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFac
 /// the script runs because every script declares the mark in `KEYS`; a script that derived the mark's name itself
 /// would fail this case.
 pub async fn a_release_mark_the_acl_refuses_is_auth_not_wrongtype(connect: &UrlFactory) {
-    let rules = MINIMAL_ACL_RULES.replace("~lock:*", "~lock:{*} ~lock:{*}:fence");
-    let server = RedisServer::builder()
-        .with_acl_user("locker", &rules)
-        .start()
-        .unwrap_or_else(|err| panic!("redis-server: {err}"));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("~lock:*", "~lock:{*} ~lock:{*}:fence"));
     let holder = Lock::from_arc(connect(server.url()).await.or_panic());
     let _held = holder.try_acquire("marked", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
