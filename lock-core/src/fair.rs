@@ -50,7 +50,7 @@ pub(crate) async fn until_granted(
     let heartbeat = waiter_ttl / 3;
     let policy = options.retry();
     let mut delays = policy.delays();
-    let token = Token::generate();
+    let token = Token::generate_for(options);
     // Our place in the queue, given back if we stop waiting without the lock (armed until granted; a drop gives
     // it back in the background).
     let place =

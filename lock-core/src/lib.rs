@@ -82,9 +82,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+mod admin;
 mod distributed_lock;
 mod error;
 mod fair;
+mod holder;
 mod inflight;
 pub mod job;
 pub mod lease;
@@ -108,8 +110,10 @@ pub mod transport;
 mod wait;
 mod watchdog;
 
+pub use admin::{ForcedRelease, Holder, Inspection, LockState};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use error::{AclRefusal, BoxError, LockError, Result};
+pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};

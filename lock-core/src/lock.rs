@@ -153,6 +153,15 @@ impl Lock {
         self.operation_timeout
     }
 
+    /// What traces and metrics call this lock's deployment: its store's [`deployment`](LockStore::deployment)
+    /// (`single`, `cluster`, `sentinel`, `memory`, …), or `redlock` over several instances.
+    pub fn deployment(&self) -> &'static str {
+        match self.instances.stores.as_slice() {
+            [one] => one.deployment(),
+            _ => "redlock",
+        }
+    }
+
     pub(crate) fn check(&self, options: &LockOptions) -> Result<()> {
         options.validate()?;
         validate_prefix(&self.prefix)?;
@@ -271,7 +280,7 @@ impl Lock {
         let inst = &self.instances;
         let n = inst.n();
         let call_timeout = self.call_timeout(ttl);
-        let token = queued.map_or_else(Token::generate, |q| q.token.clone());
+        let token = queued.map_or_else(|| Token::generate_for(options), |q| q.token.clone());
         let inflight = InFlight::new(inst.clone(), target.clone(), token, call_timeout);
         // The validity clock starts before the first request leaves.
         let started = Instant::now();

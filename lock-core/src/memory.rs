@@ -142,6 +142,10 @@ impl ScriptStore for MemoryStore {
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         Some(&self.hub)
     }
+
+    fn deployment(&self) -> &'static str {
+        "memory"
+    }
 }
 
 impl fmt::Debug for MemoryStore {

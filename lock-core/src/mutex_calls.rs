@@ -146,6 +146,10 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         ScriptStore::topology(self)
     }
 
+    fn deployment(&self) -> &'static str {
+        ScriptStore::deployment(self)
+    }
+
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         ScriptStore::release_hub(self)
     }

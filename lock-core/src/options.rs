@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{LockError, Result};
+use crate::holder::HolderLabel;
 
 /// The shortest TTL a lock accepts. Below it the drift allowance (`ttl·1% + 2 ms`) and one round trip leave no
 /// useful validity.
@@ -38,6 +39,7 @@ pub struct LockOptions {
     replicas: Option<ReplicaAck>,
     cross_slot: CrossSlot,
     fair: Option<Duration>,
+    label: Option<HolderLabel>,
 }
 
 /// The shortest waiter TTL a fair lock accepts (see [`LockOptions::with_fair_queue`]): a waiter renews its place
@@ -72,6 +74,7 @@ impl Default for LockOptions {
             replicas: None,
             cross_slot: CrossSlot::Reject,
             fair: None,
+            label: None,
         }
     }
 }
@@ -173,6 +176,34 @@ impl LockOptions {
     pub fn with_fair_queue(mut self, waiter_ttl: Duration) -> Self {
         self.fair = Some(waiter_ttl);
         self
+    }
+
+    /// Stores `label` with the lock (after the owner token, in the same key), so that
+    /// [`Lock::inspect`](crate::Lock::inspect) and `lockctl` can say who holds it. None by default.
+    ///
+    /// ```
+    /// use lock_core::{HolderLabel, Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_holder_label(HolderLabel::new("compactor 2")?);
+    /// let guard = lock.acquire("segments", &opts).await?;
+    /// let seen = lock.inspect("segments").await?;
+    /// assert_eq!(seen.holder().and_then(|h| h.label.as_deref()), Some("compactor 2"));
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_holder_label(mut self, label: HolderLabel) -> Self {
+        self.label = Some(label);
+        self
+    }
+
+    /// The holder label stored with each acquisition, if any.
+    pub fn holder_label(&self) -> Option<&HolderLabel> {
+        self.label.as_ref()
     }
 
     /// The waiter TTL of a fair lock (see [`with_fair_queue`](Self::with_fair_queue)); `None` for the default lock.

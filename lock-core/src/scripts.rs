@@ -687,6 +687,67 @@ return outcome
     ),
 );
 
+/// Inspect (see [`Lock::inspect`](crate::Lock::inspect)): what an operator may know about one resource, read in one
+/// atomic step, writing nothing.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue. Reply:
+/// `{value, pttl, fence, mark_pttl, queued}`: the lock key's value (`''` when free) and PTTL, the fencing counter
+/// (`''` when never advanced), the release mark's PTTL (positive while a try that found the lock held may still
+/// wait) and how many waiters a fair queue holds. A lock key or queue of another type is `WRONGTYPE`, as in every
+/// script; the counter's content is checked by the client.
+pub static INSPECT: Script = Script::new(
+    "inspect",
+    r#"
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+local fence = redis.pcall('GET', KEYS[2])
+if type(fence) == 'table' then
+  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+end
+local queued = redis.pcall('ZCARD', KEYS[4])
+if type(queued) == 'table' then
+  return redis.error_reply('WRONGTYPE fair queue ' .. KEYS[4] .. ' is not a sorted set')
+end
+return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL', KEYS[3]), queued}
+"#,
+);
+
+/// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key whoever holds it,
+/// keeps the fencing counter (the next grant's token still increases), and always announces the release, to a fair
+/// queue's head when there is one, so that a waiter in any process tries at once.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue;
+/// `ARGV[1]` the announcement's origin (one no store uses, so every process's subscriber wakes a waiter),
+/// `ARGV[2]` `"1"` to announce with `SPUBLISH`. Reply: `{1, value, pttl}` (the holder's value and remaining TTL
+/// before the delete) or `{0}` when nobody held it. A lock key of another type is `WRONGTYPE` and kept.
+pub static FORCE_RELEASE: Script = Script::new(
+    "force-release",
+    r#"
+local value = redis.pcall('GET', KEYS[1])
+if type(value) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+local pttl = -2
+if value then
+  pttl = redis.call('PTTL', KEYS[1])
+end
+redis.call('DEL', KEYS[1], KEYS[3])
+local publish = ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH'
+local head = redis.pcall('ZRANGE', KEYS[4], 0, 0)
+if type(head) == 'table' and head[1] then
+  redis.call(publish, KEYS[2], ARGV[1] .. ' ' .. head[1])
+else
+  redis.call(publish, KEYS[2], ARGV[1])
+end
+if value then
+  return {1, value, pttl}
+end
+return {0}
+"#,
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -701,6 +762,8 @@ pub static ALL: &[&Script] = &[
     &JOB_FINISH,
     &FAIR_ACQUIRE,
     &FAIR_RELEASE,
+    &INSPECT,
+    &FORCE_RELEASE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

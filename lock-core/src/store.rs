@@ -228,6 +228,16 @@ pub trait LockStore: Send + Sync + Debug + 'static {
         Topology::Single
     }
 
+    /// What kind of deployment this store talks to, as traces and metrics name it: one of a few fixed words
+    /// (`"single"`, `"cluster"`, `"sentinel"`, `"memory"`, …), never an address. The default derives it from
+    /// [`topology`](Self::topology).
+    fn deployment(&self) -> &'static str {
+        match self.topology() {
+            Topology::Cluster => "cluster",
+            Topology::Single => "single",
+        }
+    }
+
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
     /// Waiters without one poll with backoff (and at the holder's remaining TTL).
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
@@ -275,6 +285,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn topology(&self) -> Topology {
         (**self).topology()
+    }
+    fn deployment(&self) -> &'static str {
+        (**self).deployment()
     }
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         (**self).release_hub()

@@ -3,8 +3,10 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::Instant;
+
+use crate::holder::HolderLabel;
 
 /// The random value that marks one acquisition as ours: 128 bits drawn from the operating system's random number
 /// generator (`getrandom`) for every token, written as 32 lowercase hex digits.
@@ -22,7 +24,12 @@ use std::time::Instant;
 /// assert_eq!(a.as_str().len(), 32);
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token([u8; 32]);
+pub struct Token {
+    hex: [u8; 32],
+    /// With a [`HolderLabel`]: the whole value the server holds, `<hex> <label>` (shared: a guard, its watchdog and
+    /// its in-flight release each keep a copy).
+    labelled: Option<Arc<str>>,
+}
 
 impl Token {
     /// A fresh token with 128 random bits.
@@ -34,20 +41,59 @@ impl Token {
             let nibble = (bits >> (124 - 4 * i)) & 0xf;
             *byte = HEX[nibble as usize];
         }
-        Token(out)
+        Token { hex: out, labelled: None }
+    }
+
+    /// A fresh token for an acquisition with `options` (labelled when they carry a holder label).
+    pub(crate) fn generate_for(options: &crate::LockOptions) -> Self {
+        match options.holder_label() {
+            Some(label) => Token::generate().with_label(label),
+            None => Token::generate(),
+        }
+    }
+
+    /// This token with `label` stored after it (see [`HolderLabel`]): the value the server holds, and compares whole,
+    /// is then `<hex> <label>`.
+    ///
+    /// ```
+    /// let label = lock_core::HolderLabel::new("worker 3")?;
+    /// let token = lock_core::Token::generate().with_label(&label);
+    /// assert!(token.as_str().ends_with(" worker 3"));
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn with_label(self, label: &HolderLabel) -> Self {
+        let mut value = String::with_capacity(33 + label.as_str().len());
+        value.push_str(self.hex_str());
+        value.push(' ');
+        value.push_str(label.as_str());
+        Token { hex: self.hex, labelled: Some(value.into()) }
+    }
+
+    fn hex_str(&self) -> &str {
+        // Only ASCII hex digits are ever stored.
+        std::str::from_utf8(&self.hex).unwrap_or_default()
     }
 
     /// The token a server holds as `text`, if it is one (32 lowercase hex digits).
     #[cfg_attr(not(feature = "memory"), allow(dead_code))]
     pub(crate) fn from_hex(text: &str) -> Option<Self> {
-        let bytes: [u8; 32] = text.as_bytes().try_into().ok()?;
-        bytes.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)).then_some(Token(bytes))
+        let (hex, label) = match text.split_once(' ') {
+            Some((hex, label)) => (hex, Some(label)),
+            None => (text, None),
+        };
+        let bytes: [u8; 32] = hex.as_bytes().try_into().ok()?;
+        if !bytes.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+            return None;
+        }
+        Some(Token { hex: bytes, labelled: label.map(|_| text.into()) })
     }
 
-    /// The token as sent to the server.
+    /// The token as sent to the server (with its label, when it has one).
     pub fn as_str(&self) -> &str {
-        // Only ASCII hex digits are ever stored.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        match &self.labelled {
+            Some(value) => value,
+            None => self.hex_str(),
+        }
     }
 }
 

@@ -243,6 +243,15 @@ pub trait ScriptStore: Send + Sync + Debug + 'static {
         Topology::Single
     }
 
+    /// What kind of deployment this store talks to, for traces and metrics. See
+    /// [`LockStore::deployment`](crate::LockStore::deployment).
+    fn deployment(&self) -> &'static str {
+        match self.topology() {
+            Topology::Cluster => "cluster",
+            Topology::Single => "single",
+        }
+    }
+
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
     /// See [`LockStore::release_hub`](crate::LockStore::release_hub).
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

@@ -288,6 +288,16 @@ impl ScriptStore for FredStore {
         Ok(Ran::acknowledged(answer, acknowledged))
     }
 
+    fn deployment(&self) -> &'static str {
+        if self.inner.sharded {
+            "cluster"
+        } else if self.inner.pool.next().client_config().server.is_sentinel() {
+            "sentinel"
+        } else {
+            "single"
+        }
+    }
+
     fn topology(&self) -> Topology {
         if self.inner.sharded {
             Topology::Cluster

@@ -220,6 +220,11 @@ struct Slot {
 }
 
 impl Multiplexed {
+    /// Whether the connections go to the primary that Sentinels name.
+    pub(crate) fn follows_primary(&self) -> bool {
+        self.endpoint.follows_primary()
+    }
+
     pub(crate) fn new(endpoint: Endpoint, config: AsyncConnectionConfig, size: usize) -> Self {
         let exclusive = exclusive_pool(ServerConnections { endpoint: endpoint.clone(), config: config.clone() });
         Multiplexed {

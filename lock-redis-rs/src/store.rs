@@ -694,6 +694,14 @@ impl ScriptStore for RedisStore {
         }
     }
 
+    fn deployment(&self) -> &'static str {
+        match &self.inner.pool {
+            Pool::Cluster(_) => "cluster",
+            Pool::Own(conns) if conns.follows_primary() => "sentinel",
+            _ => "single",
+        }
+    }
+
     fn topology(&self) -> Topology {
         if matches!(self.inner.pool, Pool::Cluster(_)) {
             Topology::Cluster

@@ -40,6 +40,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+pub mod admin_conformance;
 pub mod checker;
 mod cluster;
 #[cfg(unix)]
@@ -187,6 +188,7 @@ macro_rules! conformance_tests {
         $crate::multi_resource_tests!($runtime, $subject);
         $crate::job_tests!($runtime, $subject);
         $crate::fair_tests!($runtime, $subject);
+        $crate::admin_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -227,6 +229,36 @@ macro_rules! multi_resource_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::multi_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per operator case of [`admin_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `admin_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! admin_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::admin_tests!(@cases $runtime, $subject;
+            inspect_shows_holder_ttl_fence_and_label,
+            labelled_locks_keep_release_and_extend_semantics,
+            inspect_reports_that_someone_waits,
+            force_release_frees_wakes_and_keeps_the_fence,
+            force_release_of_a_free_lock_frees_nothing,
+            force_release_hands_a_fair_lock_to_the_head,
+            admin_calls_refuse_an_empty_name,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::admin_conformance::$case(&subject).await;
                 });
             }
         )*

@@ -1,0 +1,365 @@
+//! What an operator asks of a lock: who holds it and for how long ([`Lock::inspect`]), and "free it now"
+//! ([`Lock::force_release`]).
+//!
+//! Both run one script per instance (read-only for the inspection), so they work on every store that runs
+//! lock-core's scripts, on Cluster, and on a Redlock (per instance, since each instance has its own view).
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tracing::Instrument;
+
+use crate::error::{LockError, Result};
+use crate::holder::StoredValue;
+use crate::lock::Lock;
+use crate::resource::LockKeys;
+use crate::store::LockStore;
+use crate::transport::{Call, Reply, Topology};
+use crate::{fair, rt, scripts};
+
+/// Who holds a lock on one instance, as far as an operator may know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) hex digits of the owner token: tells one acquisition from
+    /// the next (and two instances held by one acquisition from two held by different ones), and is far too short
+    /// to release or extend the lock with. `None` when the key holds a value this library did not write.
+    pub owner: Option<String>,
+    /// The label the holder stored ([`LockOptions::with_holder_label`](crate::LockOptions::with_holder_label)).
+    pub label: Option<String>,
+    /// The lock's remaining time-to-live on the server's clock; `None` when the key has no TTL (set by another
+    /// client: it will never expire by itself).
+    pub ttl: Option<Duration>,
+}
+
+/// One instance's view of a resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockState {
+    /// The holder, when the lock is held.
+    pub holder: Option<Holder>,
+    /// The fencing counter: the last fencing token granted (`None` before the first fenced acquisition).
+    pub fence: Option<u64>,
+    /// Whether a try found the lock held since it was last released: someone may be waiting for it (a cheap
+    /// contention signal, kept by the release mark; see [`LockKeys::awaited`]).
+    pub awaited: bool,
+    /// Waiters in the resource's fair queue ([`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)),
+    /// including any whose heartbeats stopped and that the next fair try will drop.
+    pub queued: u64,
+}
+
+/// What [`Lock::inspect`] found: each instance's view, and the summary a single-instance lock needs.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The resource inspected.
+    pub resource: String,
+    /// Each instance's view, in the order of [`Lock::stores`] (one entry for a single-instance lock).
+    pub instances: Vec<Result<LockState>>,
+    /// How many instances must agree for a holder to hold the lock.
+    pub quorum: usize,
+}
+
+impl Inspection {
+    /// The holder of the lock: the one whose owner token holds a quorum of instances (the one instance of a
+    /// single-instance lock). `None` when the lock is free, or (Redlock) when no owner has a quorum.
+    pub fn holder(&self) -> Option<&Holder> {
+        let holders: Vec<&Holder> = self.states().filter_map(|state| state.holder.as_ref()).collect();
+        holders.iter().copied().find(|candidate| {
+            let agreeing = holders.iter().filter(|other| other.owner == candidate.owner).count();
+            agreeing >= self.quorum && (candidate.owner.is_some() || self.quorum == 1)
+        })
+    }
+
+    /// Whether the lock is held ([`holder`](Self::holder) is some).
+    pub fn is_held(&self) -> bool {
+        self.holder().is_some()
+    }
+
+    /// The highest fencing counter any instance reported: the next fenced grant's token is above it.
+    pub fn fence(&self) -> Option<u64> {
+        self.states().filter_map(|state| state.fence).max()
+    }
+
+    /// Whether any instance saw a try find the lock held since its last release.
+    pub fn awaited(&self) -> bool {
+        self.states().any(|state| state.awaited)
+    }
+
+    /// The longest fair queue any instance holds.
+    pub fn queued(&self) -> u64 {
+        self.states().map(|state| state.queued).max().unwrap_or(0)
+    }
+
+    /// The instances that answered.
+    pub fn states(&self) -> impl Iterator<Item = &LockState> {
+        self.instances.iter().filter_map(|state| state.as_ref().ok())
+    }
+}
+
+/// What [`Lock::force_release`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct ForcedRelease {
+    /// The resource released.
+    pub resource: String,
+    /// Per instance, in the order of [`Lock::stores`]: the holder whose lock was deleted, `None` when the lock was
+    /// free there.
+    pub instances: Vec<Result<Option<Holder>>>,
+}
+
+impl ForcedRelease {
+    /// Whether a lock was deleted on any instance.
+    pub fn released(&self) -> bool {
+        self.previous().next().is_some()
+    }
+
+    /// The holders whose locks were deleted.
+    pub fn previous(&self) -> impl Iterator<Item = &Holder> {
+        self.instances.iter().filter_map(|outcome| outcome.as_ref().ok()?.as_ref())
+    }
+}
+
+/// The origin a forced release announces with: no store's hub uses it (theirs are 16 hex digits), so the
+/// subscriber of every process, including the caller's, wakes a waiter.
+const FORCED_ORIGIN: &str = "force-release";
+
+impl Lock {
+    /// Reads what an operator may know about `resource`, on every instance: holder (owner id, label, remaining
+    /// TTL), fencing counter, whether someone waits, and the length of a fair queue. Writes nothing.
+    ///
+    /// ```
+    /// use lock_core::{HolderLabel, Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// assert!(!lock.inspect("reports").await?.is_held());
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_holder_label(HolderLabel::new("cron 1")?);
+    /// let guard = lock.acquire("reports", &opts).await?;
+    /// let seen = lock.inspect("reports").await?;
+    /// let holder = seen.holder().expect("held");
+    /// assert_eq!(holder.label.as_deref(), Some("cron 1"));
+    /// assert!(holder.ttl.is_some_and(|ttl| ttl <= Duration::from_secs(5)));
+    /// assert_eq!(seen.fence(), guard.fencing_token().map(|f| f.get()));
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name or a bad prefix (before any I/O); when no instance answers,
+    /// the first instance's error ([`Unavailable`](LockError::Unavailable), [`Timeout`](LockError::Timeout),
+    /// [`WrongType`](LockError::WrongType) for a key of another type, [`Auth`](LockError::Auth) when an ACL
+    /// refuses, [`Unsupported`](LockError::Unsupported) for a store that runs no scripts). With several instances,
+    /// each one's error is in [`Inspection::instances`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it writes nothing.
+    pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
+        let keys = LockKeys::new(self.key_prefix(), resource)?;
+        let queue = fair::queue_key(&keys);
+        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), queue.as_str()];
+        let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
+        let calls = self.stores().iter().map(|store| {
+            let call = Call::script("inspect", &scripts::INSPECT, &call_keys, &[]);
+            async move { parse_state(&self.run_bounded(store.as_ref(), call).await?) }
+        });
+        let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
+        Ok(Inspection { resource: resource.to_owned(), instances, quorum: self.quorum() })
+    }
+
+    /// Deletes the lock on `resource` whoever holds it, on every instance, and announces the release so that a
+    /// waiter (in any process; a fair queue's head) tries at once. The fencing counter is kept, so the next grant's
+    /// token is still higher than the deleted holder's. Logged as a warning naming the resource and the holder.
+    ///
+    /// For administrators: the holder is not told. Its next extend or renewal finds the lock gone and fires its
+    /// [`LostSignal`](crate::LostSignal); until then it may still act, which only fencing tokens make safe.
+    ///
+    /// ```
+    /// use lock_core::{Lock, LockOptions, MemoryStore, ReleaseOutcome};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let stuck = lock.acquire("nightly", &LockOptions::new(Duration::from_secs(60))).await?;
+    /// assert!(lock.force_release("nightly").await?.released());
+    /// let next = lock.acquire("nightly", &LockOptions::new(Duration::from_secs(60))).await?;
+    /// assert!(next.fencing_token() > stuck.fencing_token());
+    /// assert_eq!(stuck.release().await?, ReleaseOutcome::OwnedByOther);
+    /// # next.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect).
+    ///
+    /// # Cancel safety
+    /// A dropped call may have deleted the lock on some instances and not on others; calling it again finishes
+    /// the job (it is idempotent).
+    pub async fn force_release(&self, resource: &str) -> Result<ForcedRelease> {
+        let keys = LockKeys::new(self.key_prefix(), resource)?;
+        let queue = fair::queue_key(&keys);
+        let call_keys = [keys.lock(), keys.channel(), keys.awaited(), queue.as_str()];
+        let span = tracing::debug_span!("lock.force_release", resource, deployment = %self.deployment());
+        let calls = self.stores().iter().map(|store| {
+            let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+            let call_keys = &call_keys;
+            async move {
+                let args = [FORCED_ORIGIN, sharded];
+                let call = Call::script("force-release", &scripts::FORCE_RELEASE, call_keys, &args);
+                parse_forced(&self.run_bounded(store.as_ref(), call).await?)
+            }
+        });
+        let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
+        let forced = ForcedRelease { resource: resource.to_owned(), instances };
+        let failed = forced.instances.iter().filter(|outcome| outcome.is_err()).count();
+        match forced.previous().next() {
+            Some(holder) => tracing::warn!(
+                resource,
+                owner = holder.owner.as_deref().unwrap_or("foreign"),
+                label = holder.label.as_deref().unwrap_or(""),
+                ttl_left = ?holder.ttl,
+                failed_instances = failed,
+                "lock force-released by an administrator; its holder is not told until it extends"
+            ),
+            None => tracing::info!(resource, failed_instances = failed, "force-release found the lock free"),
+        }
+        Ok(forced)
+    }
+
+    async fn run_bounded(&self, store: &dyn LockStore, call: Call<'_>) -> Result<Reply> {
+        let operation = call.operation;
+        let ran = rt::timeout(operation, self.operation_timeout(), store.call(call)).await??;
+        Ok(ran.reply)
+    }
+}
+
+/// Every instance's outcome, unless every one failed: then the first error (a single-instance lock's only one).
+fn first_error_if_all_failed<T>(outcomes: Vec<Result<T>>) -> Result<Vec<Result<T>>> {
+    if outcomes.iter().any(Result::is_ok) || outcomes.is_empty() {
+        return Ok(outcomes);
+    }
+    match outcomes.into_iter().next() {
+        Some(Err(err)) => Err(err),
+        _ => Err(LockError::backend("no instance answered")),
+    }
+}
+
+fn unexpected(what: &str, reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to the {what} script: {reply:?}"))
+}
+
+/// A bulk or status reply as text (clients differ in which one a script's string becomes).
+fn text(reply: &Reply) -> Option<String> {
+    match reply {
+        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Reply::Status(text) => Some(text.clone()),
+        Reply::Int(n) => Some(n.to_string()),
+        Reply::Nil | Reply::Array(_) => None,
+    }
+}
+
+fn millis(pttl: i64) -> Option<Duration> {
+    u64::try_from(pttl).ok().map(Duration::from_millis)
+}
+
+fn holder(value: &str, pttl: i64) -> Holder {
+    let stored = StoredValue::parse(value);
+    Holder { owner: stored.owner, label: stored.label, ttl: millis(pttl) }
+}
+
+fn parse_state(reply: &Reply) -> Result<LockState> {
+    let Reply::Array(items) = reply else { return Err(unexpected("inspect", reply)) };
+    let [value, pttl, fence, mark, queued] = items.as_slice() else { return Err(unexpected("inspect", reply)) };
+    let value = text(value).ok_or_else(|| unexpected("inspect", reply))?;
+    let pttl = pttl.as_int().ok_or_else(|| unexpected("inspect", reply))?;
+    let fence = text(fence).ok_or_else(|| unexpected("inspect", reply))?;
+    let fence = match fence.as_str() {
+        "" => None,
+        digits => Some(digits.parse::<u64>().map_err(|_| LockError::WrongType {
+            key: "fencing counter".to_owned(),
+            source: format!("the fencing counter holds {digits:?}, not a non-negative integer").into(),
+        })?),
+    };
+    let mark = mark.as_int().ok_or_else(|| unexpected("inspect", reply))?;
+    let queued = queued.as_int().ok_or_else(|| unexpected("inspect", reply))?;
+    Ok(LockState {
+        holder: (!value.is_empty()).then(|| holder(&value, pttl)),
+        fence,
+        awaited: mark > 0,
+        queued: u64::try_from(queued).unwrap_or(0),
+    })
+}
+
+fn parse_forced(reply: &Reply) -> Result<Option<Holder>> {
+    let Reply::Array(items) = reply else { return Err(unexpected("force-release", reply)) };
+    match items.as_slice() {
+        [flag] if flag.as_int() == Some(0) => Ok(None),
+        [flag, value, pttl] if flag.as_int() == Some(1) => {
+            let value = text(value).ok_or_else(|| unexpected("force-release", reply))?;
+            let pttl = pttl.as_int().ok_or_else(|| unexpected("force-release", reply))?;
+            Ok(Some(holder(&value, pttl)))
+        }
+        _ => Err(unexpected("force-release", reply)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_state_is_parsed_from_the_inspect_reply() {
+        let token = "0123456789abcdef0123456789abcdef";
+        let reply = Reply::Array(vec![
+            bulk(&format!("{token} web 1")),
+            Reply::Int(900),
+            bulk("17"),
+            Reply::Int(5),
+            Reply::Int(2),
+        ]);
+        let state = parse_state(&reply).unwrap();
+        let holder = state.holder.unwrap();
+        assert_eq!(holder.owner.as_deref(), Some("01234567"));
+        assert_eq!(holder.label.as_deref(), Some("web 1"));
+        assert_eq!(holder.ttl, Some(Duration::from_millis(900)));
+        assert_eq!((state.fence, state.awaited, state.queued), (Some(17), true, 2));
+
+        let free = Reply::Array(vec![bulk(""), Reply::Int(-2), bulk(""), Reply::Int(-2), Reply::Int(0)]);
+        let state = parse_state(&free).unwrap();
+        assert_eq!((state.holder, state.fence, state.awaited), (None, None, false));
+
+        let foreign = Reply::Array(vec![bulk("x"), Reply::Int(-1), bulk("nope"), Reply::Int(-2), Reply::Int(0)]);
+        assert!(matches!(parse_state(&foreign), Err(LockError::WrongType { .. })));
+        assert!(parse_state(&Reply::Int(1)).is_err());
+    }
+
+    #[test]
+    fn a_redlock_holder_needs_a_quorum_of_one_owner() {
+        let held = |owner: &str| {
+            Ok(LockState {
+                holder: Some(Holder { owner: Some(owner.into()), label: None, ttl: None }),
+                fence: Some(3),
+                awaited: false,
+                queued: 0,
+            })
+        };
+        let split = Inspection {
+            resource: "r".into(),
+            instances: vec![held("a"), held("b"), Err(LockError::backend("down"))],
+            quorum: 2,
+        };
+        assert!(!split.is_held());
+        assert_eq!(split.fence(), Some(3));
+        let majority = Inspection { resource: "r".into(), instances: vec![held("a"), held("b"), held("a")], quorum: 2 };
+        assert_eq!(majority.holder().and_then(|h| h.owner.as_deref()), Some("a"));
+    }
+}

@@ -1,0 +1,189 @@
+//! The operator's cases: [`Lock::inspect`] and [`Lock::force_release`], and the holder label they read back. One
+//! public async function per case, each taking the [`Subject`] under test, which must wrap a [`lock_core::Lock`]
+//! ([`Subject::engine`]).
+//!
+//! [`conformance_tests!`](crate::conformance_tests) runs them (through [`admin_tests!`](crate::admin_tests)), so
+//! every backend, deployment and Redlock proves them. Each case is a test: it panics, naming what broke.
+
+use std::time::Instant;
+
+use lock_core::{HolderLabel, Lock, LockOptions, ReleaseOutcome, RetryPolicy, OWNER_ID_LEN};
+
+use crate::conformance::{ok, some};
+use crate::or_panic::ms;
+use crate::runtime::sleep;
+use crate::Subject;
+
+fn fresh(case: &str) -> String {
+    format!("admin:{case}:{:016x}", rand::random::<u64>())
+}
+
+fn label(text: &str) -> HolderLabel {
+    ok(HolderLabel::new(text), "HolderLabel::new")
+}
+
+/// A waiter that only a release notification can wake quickly: its retries are 5 s apart, and the holder's TTL is
+/// longer than the case.
+fn slow_poller(ttl_ms: u64, wait_ms: u64) -> LockOptions {
+    let retry = RetryPolicy::default().with_min_delay(ms(5_000)).with_max_delay(ms(5_000));
+    LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms)).with_retry(retry)
+}
+
+/// A free resource inspects as free; a held one shows its holder's label, an owner id that is a prefix of the
+/// guard's token, a TTL no longer than the lock's, and the fencing counter the guard got; a release leaves the
+/// counter in place.
+pub async fn inspect_shows_holder_ttl_fence_and_label(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("inspect");
+    let before = ok(lock.inspect(&r).await, "inspect a free lock");
+    assert!(!before.is_held(), "a resource nobody locked inspects as held: {before:?}");
+    assert_eq!(before.instances.len(), lock.stores().len(), "one view per instance");
+
+    let opts = LockOptions::new(ms(5_000)).with_holder_label(label("worker 7 pid 12"));
+    let guard = ok(lock.acquire(&r, &opts).await, "acquire");
+    let seen = ok(lock.inspect(&r).await, "inspect a held lock");
+    let holder = some(seen.holder().cloned(), "inspect a held lock");
+    assert_eq!(holder.label.as_deref(), Some("worker 7 pid 12"));
+    let owner = some(holder.owner.clone(), "owner id of a lock this library set");
+    assert_eq!(owner.len(), OWNER_ID_LEN);
+    assert!(guard.token().as_str().starts_with(&owner), "owner id {owner} is not a prefix of {}", guard.token());
+    let ttl = some(holder.ttl, "the holder's TTL");
+    assert!(ttl <= ms(5_000) && ttl > ms(3_000), "remaining TTL {ttl:?} of a lock taken for 5 s");
+    let fence = guard.fencing_token().map(|f| f.get());
+    assert!(fence.is_some(), "fencing is on by default");
+    assert_eq!(seen.fence(), fence, "the counter an inspection reads is the token the guard got");
+
+    assert_eq!(ok(guard.release().await, "release"), ReleaseOutcome::Released);
+    let after = ok(lock.inspect(&r).await, "inspect after release");
+    assert!(!after.is_held(), "released, yet inspected as held: {after:?}");
+    assert_eq!(after.fence(), fence, "a release keeps the fencing counter");
+}
+
+/// A labelled lock keeps the lock's semantics: extend and release compare the whole value, and a holder whose
+/// lock expired and was taken (by a holder with the same label) neither releases nor extends the new one.
+pub async fn labelled_locks_keep_release_and_extend_semantics(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("labelled");
+    let opts = LockOptions::new(ms(150)).with_holder_label(label("same label"));
+    let first = ok(lock.acquire(&r, &opts).await, "acquire");
+    ok(first.extend(ms(150)).await, "extend a labelled lock");
+    sleep(ms(250)).await;
+    let second = ok(lock.acquire(&r, &opts.clone().with_ttl(ms(5_000))).await, "acquire after expiry");
+    assert_ne!(first.token(), second.token(), "two acquisitions shared a token");
+    assert!(first.extend(ms(5_000)).await.is_err(), "an expired holder extended the next holder's lock");
+    assert_eq!(ok(first.release().await, "stale release"), ReleaseOutcome::OwnedByOther);
+    let seen = ok(lock.inspect(&r).await, "inspect");
+    let owner = seen.holder().and_then(|h| h.owner.clone());
+    assert!(owner.is_some_and(|o| second.token().as_str().starts_with(&o)), "the stale release touched the lock");
+    assert_eq!(ok(second.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// A try that finds the lock held marks it as awaited, which inspection reports; the release clears the mark.
+pub async fn inspect_reports_that_someone_waits(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("awaited");
+    let guard = ok(lock.acquire(&r, &LockOptions::new(ms(5_000))).await, "acquire");
+    assert!(!ok(lock.inspect(&r).await, "inspect").awaited(), "nobody tried, yet the lock is marked as awaited");
+    let tried = ok(lock.try_acquire(&r, &LockOptions::new(ms(5_000))).await, "try_acquire");
+    assert!(tried.is_none(), "a held lock was granted");
+    assert!(ok(lock.inspect(&r).await, "inspect").awaited(), "a failed try did not mark the lock as awaited");
+    ok(guard.release().await, "release");
+    assert!(!ok(lock.inspect(&r).await, "inspect").awaited(), "the release left the mark behind");
+}
+
+/// A forced release frees a lock whoever holds it, says whom it freed, keeps the fencing counter (the next token
+/// is higher), wakes a waiting acquirer at once (it retries only every 5 s otherwise), and the old holder finds its
+/// lock gone: its release reports it, its extend fails.
+pub async fn force_release_frees_wakes_and_keeps_the_fence(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("forced");
+    let opts = LockOptions::new(ms(30_000)).with_holder_label(label("stuck job"));
+    let stuck = ok(lock.acquire(&r, &opts).await, "acquire");
+    let waiting = slow_poller(30_000, 10_000);
+    let waiter = lock.acquire(&r, &waiting);
+    let force = async {
+        // Let the waiter try once, find the lock held and wait for a release.
+        until_awaited(lock, &r).await;
+        let started = Instant::now();
+        let forced = ok(lock.force_release(&r).await, "force_release");
+        (forced, started)
+    };
+    let (next, (forced, started)) = futures_util::future::join(waiter, force).await;
+    let woke_after = started.elapsed();
+    let next = ok(next, "the waiter's acquire");
+    assert!(woke_after < ms(2_000), "the waiter got the lock {woke_after:?} after the forced release: not woken");
+    assert!(forced.released(), "the forced release found nothing to free: {forced:?}");
+    let previous = some(forced.previous().next().cloned(), "the freed holder");
+    assert_eq!(previous.label.as_deref(), Some("stuck job"));
+    assert!(next.fencing_token() > stuck.fencing_token(), "the next holder's fencing token is not higher");
+    assert!(stuck.extend(ms(30_000)).await.is_err(), "the freed holder extended the next holder's lock");
+    assert_eq!(ok(stuck.release().await, "the freed holder's release"), ReleaseOutcome::OwnedByOther);
+    assert!(ok(lock.inspect(&r).await, "inspect").is_held(), "the freed holder's release touched the next lock");
+    ok(next.release().await, "release");
+}
+
+/// Forcing the release of a free lock reports that nothing was freed and leaves the resource free.
+pub async fn force_release_of_a_free_lock_frees_nothing(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("free");
+    let forced = ok(lock.force_release(&r).await, "force_release");
+    assert!(!forced.released(), "freed a lock nobody held: {forced:?}");
+    assert_eq!(forced.instances.len(), lock.stores().len());
+    let guard = ok(lock.try_acquire(&r, &LockOptions::new(ms(1_000))).await, "try_acquire");
+    ok(some(guard, "try_acquire after a forced release of a free lock").release().await, "release");
+}
+
+/// On a fair lock, a forced release hands the lock to the queue's head: the head, which only a notification can
+/// wake quickly, gets it, and the queue's length shows in the inspection while it waits. (Single instance only:
+/// a fair queue is refused over Redlock.) Its heartbeats are 5 s apart, so the next heartbeat cannot be what grants it.
+pub async fn force_release_hands_a_fair_lock_to_the_head(s: &Subject) {
+    let lock = s.engine();
+    if lock.stores().len() > 1 {
+        return;
+    }
+    let r = fresh("fair");
+    let fair = |ttl| slow_poller(ttl, 10_000).with_fair_queue(ms(15_000));
+    let stuck = ok(lock.acquire(&r, &fair(30_000)).await, "acquire");
+    let queued = fair(30_000);
+    let head = lock.acquire(&r, &queued);
+    let force = async {
+        let started = Instant::now();
+        loop {
+            if ok(lock.inspect(&r).await, "inspect").queued() == 1 {
+                break;
+            }
+            assert!(started.elapsed() < ms(5_000), "the fair waiter never showed in the inspection");
+            sleep(ms(2)).await;
+        }
+        let forced_at = Instant::now();
+        ok(lock.force_release(&r).await, "force_release");
+        forced_at
+    };
+    let (head, forced_at) = futures_util::future::join(head, force).await;
+    let head = ok(head, "the head's acquire");
+    assert!(forced_at.elapsed() < ms(2_000), "the head was not woken by the forced release");
+    assert!(head.fencing_token() > stuck.fencing_token());
+    ok(head.release().await, "release");
+    drop(stuck);
+}
+
+/// Inspecting and forcing need a valid name, as every other call: an empty one is refused before any I/O.
+pub async fn admin_calls_refuse_an_empty_name(s: &Subject) {
+    let lock: &Lock = s.engine();
+    assert!(matches!(lock.inspect("").await, Err(lock_core::LockError::InvalidArgument(_))));
+    assert!(matches!(lock.force_release("").await, Err(lock_core::LockError::InvalidArgument(_))));
+}
+
+/// Waits (bounded) until a try has marked `resource` as awaited.
+async fn until_awaited(lock: &Lock, resource: &str) {
+    let started = Instant::now();
+    let deadline = ms(5_000);
+    loop {
+        let marked = ok(lock.inspect(resource).await, "inspect").awaited();
+        if marked {
+            return;
+        }
+        assert!(started.elapsed() < deadline, "no try marked {resource} as awaited");
+        sleep(ms(2)).await;
+    }
+}
