@@ -217,6 +217,7 @@ impl Lock {
         let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
         let forced = ForcedRelease { resource: resource.to_owned(), instances };
         let failed = forced.instances.iter().filter(|outcome| outcome.is_err()).count();
+        crate::telemetry::force_release(forced.released());
         match forced.previous().next() {
             Some(holder) => tracing::warn!(
                 resource,

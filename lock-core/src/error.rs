@@ -207,6 +207,33 @@ impl LockError {
         )
     }
 
+    /// A short, fixed name of the variant (`"contended"`, `"timeout"`, `"wrong_type"`, …): the `outcome` that
+    /// traces and metrics record, so a dashboard can group errors without parsing messages.
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    /// assert_eq!(LockError::invalid("empty").kind(), "invalid_argument");
+    /// ```
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LockError::InvalidArgument(_) => "invalid_argument",
+            LockError::Contended { .. } => "contended",
+            LockError::ValidityExhausted { .. } => "validity_exhausted",
+            LockError::Lost { .. } => "lost",
+            LockError::WrongType { .. } => "wrong_type",
+            LockError::Timeout { .. } => "timeout",
+            LockError::Unavailable { .. } => "unavailable",
+            LockError::Auth { .. } => "auth",
+            LockError::Tls { .. } => "tls",
+            LockError::Unsupported(_) => "unsupported",
+            LockError::Quorum { .. } => "quorum",
+            LockError::ReplicasShort { .. } => "replicas_short",
+            LockError::CrossSlot { .. } => "cross_slot",
+            LockError::NoRuntime(_) => "no_runtime",
+            LockError::Backend { .. } => "backend",
+        }
+    }
+
     /// Whether this error may come from a request the server applied, so that whatever it may have acquired must
     /// be released by token. Only errors raised before a request left (bad input, no runtime) are known to leave
     /// nothing behind: a server error can follow a write in the same script (an `INCRBY` after the `SET`), a `WAIT`

@@ -105,6 +105,7 @@ mod scoped;
 pub mod scripts;
 mod store;
 mod target;
+pub mod telemetry;
 mod token;
 pub mod transport;
 mod wait;

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use crate::token::{FencingToken, Token};
 use crate::transport::Topology;
 use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
-use crate::{lease, redlock, rt};
+use crate::{lease, redlock, rt, telemetry};
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -207,12 +207,28 @@ impl Lock {
     /// # Cancel safety
     /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
     pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
+        let started = Instant::now();
         let target = self.prepare(resource, options)?;
-        let span = tracing::debug_span!("lock.try_acquire", resource, ttl = ?options.ttl());
-        match self.attempt(&target, options).instrument(span).await? {
-            Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held { .. } => Ok(None),
-        }
+        let span = tracing::debug_span!(
+            "lock.try_acquire",
+            resource,
+            deployment = self.deployment(),
+            ttl = ?options.ttl(),
+            outcome = tracing::field::Empty,
+        );
+        let result = match self.attempt(&target, options).instrument(span.clone()).await {
+            Ok(Attempt::Acquired(guard)) => Ok(Some(guard)),
+            Ok(Attempt::Held { .. }) => Ok(None),
+            Err(err) => Err(err),
+        };
+        let outcome = match &result {
+            Ok(Some(_)) => "acquired",
+            Ok(None) => "held",
+            Err(err) => err.kind(),
+        };
+        span.record("outcome", outcome);
+        telemetry::acquire("try_acquire", outcome, self.deployment(), resource, started.elapsed(), Some(1));
+        result
     }
 
     /// Acquires, waiting up to the options' wait budget. See [`DistributedLock::acquire`].
@@ -224,13 +240,50 @@ impl Lock {
     /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
     /// a release notification it had consumed is passed to the next waiter.
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
+        let started = Instant::now();
         let target = self.prepare(resource, options)?;
-        let span = tracing::debug_span!("lock.acquire", resource, ttl = ?options.ttl(), wait = ?options.wait());
-        self.wait_for(&target, options).instrument(span).await
+        let span = tracing::debug_span!(
+            "lock.acquire",
+            resource,
+            deployment = self.deployment(),
+            ttl = ?options.ttl(),
+            wait = ?options.wait(),
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
+        let attempts = AtomicU32::new(0);
+        let result = self.wait_for(&target, options, &attempts).instrument(span.clone()).await;
+        self.record_acquire(&span, resource, started, &attempts, &result);
+        result
     }
 
-    /// Tries `target` until acquired or out of budget (see [`acquire`](Self::acquire)).
-    pub(crate) async fn wait_for(&self, target: &Arc<Target>, options: &LockOptions) -> Result<Guard> {
+    /// Records an acquire's outcome on its span and in the metrics.
+    pub(crate) fn record_acquire<G>(
+        &self,
+        span: &tracing::Span,
+        resource: &str,
+        started: Instant,
+        attempts: &AtomicU32,
+        result: &Result<G>,
+    ) {
+        let outcome = result.as_ref().map_or_else(LockError::kind, |_| "acquired");
+        // A fair wait counts no tries (its heartbeats are tries too, and say nothing about contention).
+        let attempts = Some(attempts.load(Ordering::Relaxed)).filter(|n| *n > 0);
+        span.record("outcome", outcome);
+        if let Some(n) = attempts {
+            span.record("attempts", n);
+        }
+        telemetry::acquire("acquire", outcome, self.deployment(), resource, started.elapsed(), attempts);
+    }
+
+    /// Tries `target` until acquired or out of budget (see [`acquire`](Self::acquire)), counting the tries in
+    /// `attempts`.
+    pub(crate) async fn wait_for(
+        &self,
+        target: &Arc<Target>,
+        options: &LockOptions,
+        attempts: &AtomicU32,
+    ) -> Result<Guard> {
         // A release notification from any instance, of any of the resources, is a hint to try again; each try polls
         // all of them.
         let stores = &self.instances.stores;
@@ -241,7 +294,11 @@ impl Lock {
             }
             _ => {
                 let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
-                until_acquired(target.label(), options, stores, &channels, || self.attempt(target, options)).await?
+                let attempt = || {
+                    attempts.fetch_add(1, Ordering::Relaxed);
+                    self.attempt(target, options)
+                };
+                until_acquired(target.label(), options, stores, &channels, attempt).await?
             }
         };
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
@@ -361,7 +418,15 @@ impl Lock {
         let token = inflight.disarm();
         let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
         tracing::debug!(resource = target.label(), ?fences, instances = ?held_on, "lock acquired");
+        let deployment = self.deployment();
+        // The guard's own span: the watchdog runs in it, and it lives as long as the guard, so it is not a child of
+        // the acquire's span (which would then stay open) but follows from it.
+        let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence = ?fences.first().copied().flatten());
+        span.follows_from(tracing::Span::current());
         let state = Arc::new(GuardState {
+            granted_at: Instant::now(),
+            deployment,
+            span,
             instances: inst.clone(),
             call_timeout,
             target: target.clone(),
@@ -377,7 +442,7 @@ impl Lock {
         });
         if let Some(policy) = options.auto_renew() {
             let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
-            let task = watchdog::start(weak, ttl, policy, started);
+            let task = watchdog::start(weak, ttl, policy, started, state.span.clone());
             *lock_mutex(&state.watchdog) = task;
         }
         Ok(Attempt::Acquired(Guard { state, released: false }))
@@ -459,7 +524,7 @@ impl Tally {
     /// Why an attempt without quorum failed: contention (retry later), or errors.
     fn failure<G>(mut self, resource: &str, quorum: usize, n: usize, answered: usize) -> Result<Attempt<G>> {
         if self.held > n - quorum {
-            tracing::trace!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
+            tracing::debug!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
             return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place });
         }
         if n == 1 {
@@ -572,6 +637,12 @@ impl ReleaseReport {
 }
 
 struct GuardState {
+    /// When the grant arrived (for the hold-time metric).
+    granted_at: Instant,
+    /// What traces and metrics call the deployment.
+    deployment: &'static str,
+    /// The guard's span (`lock.held`): the watchdog's renewals run in it.
+    span: tracing::Span,
     instances: Arc<Instances>,
     call_timeout: Duration,
     target: Arc<Target>,
@@ -600,6 +671,24 @@ impl GuardState {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        let span = tracing::debug_span!(
+            "lock.extend",
+            resource = self.target.label(),
+            deployment = self.deployment,
+            ttl = ?ttl,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.extend_now(ttl).instrument(span.clone()).await;
+        span.record("outcome", result.as_ref().map_or_else(LockError::kind, |_| "extended"));
+        result
+    }
+
+    /// Counts a loss this guard's own calls (or its watchdog) detected.
+    fn note_lost(&self, reason: LostReason) {
+        telemetry::lost(telemetry::lost_reason(reason), self.deployment, self.target.label());
+    }
+
+    async fn extend_now(&self, ttl: Duration) -> Result<Instant> {
         validate_ttl(ttl)?;
         let _serial = self.extending.lock().await;
         if self.stopping.load(Ordering::SeqCst) {
@@ -649,6 +738,7 @@ impl GuardState {
         }
         if gone > n - quorum {
             if self.lost.mark(LostReason::NotHeld) {
+                self.note_lost(LostReason::NotHeld);
                 tracing::warn!(resource = self.target.label(), ?missing, "lock lost: extension found it gone");
             }
             // Name the resource that was lost (for a single lock, the resource itself).
@@ -663,14 +753,56 @@ impl GuardState {
 
     /// Stops the watchdog and marks the lock released (synchronous part of release and drop).
     fn stop(&self) {
-        self.stopping.store(true, Ordering::SeqCst);
+        let first = !self.stopping.swap(true, Ordering::SeqCst);
+        // A deadline that passed unnoticed (no watchdog, no extend) is a loss too; the others were counted where
+        // they were found.
+        if first && self.lost.reason() == Some(LostReason::Expired) {
+            self.note_lost(LostReason::Expired);
+            tracing::warn!(resource = self.target.label(), "lock lost: its validity deadline passed while held");
+        }
         self.lost.mark(LostReason::Released);
         drop(lock_mutex(&self.watchdog).take());
         drop(lock_mutex(&self.watch).take());
     }
 
     /// Compare-and-delete on every instance, after any extension in flight has finished: one report per resource.
+    /// Traced, counted, and a release that finds the lock expired or taken is a warning: the holder overran its TTL.
     async fn release(&self) -> Result<Vec<ReleaseReport>> {
+        let span = tracing::debug_span!(
+            "lock.release",
+            resource = self.target.label(),
+            deployment = self.deployment,
+            outcome = tracing::field::Empty,
+        );
+        let held = self.granted_at.elapsed();
+        let result = self.release_now().instrument(span.clone()).await;
+        let quorum = self.instances.quorum;
+        match &result {
+            Ok(reports) => {
+                for (keys, report) in self.target.resources().iter().zip(reports) {
+                    let outcome = report.outcome(quorum);
+                    let name = telemetry::release_outcome(outcome);
+                    span.record("outcome", name);
+                    telemetry::release(name, self.deployment, keys.resource(), held);
+                    if outcome != ReleaseOutcome::Released {
+                        tracing::warn!(
+                            resource = keys.resource(),
+                            outcome = name,
+                            ?held,
+                            "lock held past its TTL: the release found it expired or taken by another owner"
+                        );
+                    }
+                }
+            }
+            Err(err) => {
+                span.record("outcome", err.kind());
+                telemetry::release(err.kind(), self.deployment, self.target.label(), held);
+            }
+        }
+        result
+    }
+
+    async fn release_now(&self) -> Result<Vec<ReleaseReport>> {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
         let resources = self.target.resources();
@@ -776,6 +908,9 @@ impl Renewable for GuardState {
     }
     fn resource(&self) -> &str {
         self.target.label()
+    }
+    fn note_lost(&self, reason: LostReason) {
+        GuardState::note_lost(self, reason);
     }
 }
 

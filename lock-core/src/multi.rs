@@ -66,9 +66,25 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::try_acquire`]: whatever a dropped future may have taken is released in the background.
     pub async fn try_acquire_all(&self, resources: &[&str], options: &LockOptions) -> Result<Option<MultiGuard>> {
+        let started = std::time::Instant::now();
         let target = self.prepare_all(resources, options)?;
-        let span = tracing::debug_span!("lock.try_acquire_all", resources = target.label(), ttl = ?options.ttl());
-        match Box::pin(self.attempt(&target, options).instrument(span)).await? {
+        let span = tracing::debug_span!(
+            "lock.try_acquire",
+            resource = target.label(),
+            deployment = self.deployment(),
+            ttl = ?options.ttl(),
+            outcome = tracing::field::Empty,
+        );
+        let result = Box::pin(self.attempt(&target, options).instrument(span.clone())).await;
+        let outcome = match &result {
+            Ok(Attempt::Acquired(_)) => "acquired",
+            Ok(Attempt::Held { .. }) => "held",
+            Err(err) => err.kind(),
+        };
+        span.record("outcome", outcome);
+        let elapsed = started.elapsed();
+        crate::telemetry::acquire("try_acquire", outcome, self.deployment(), target.label(), elapsed, Some(1));
+        match result? {
             Attempt::Acquired(guard) => Ok(Some(MultiGuard { guard })),
             Attempt::Held { .. } => Ok(None),
         }
@@ -105,16 +121,23 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::acquire`].
     pub async fn acquire_all(&self, resources: &[&str], options: &LockOptions) -> Result<MultiGuard> {
+        let started = std::time::Instant::now();
         let target = self.prepare_all(resources, options)?;
         let span = tracing::debug_span!(
-            "lock.acquire_all",
-            resources = target.label(),
+            "lock.acquire",
+            resource = target.label(),
+            deployment = self.deployment(),
             ttl = ?options.ttl(),
-            wait = ?options.wait()
+            wait = ?options.wait(),
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
         );
+        let attempts = std::sync::atomic::AtomicU32::new(0);
         // Boxed: the waiting loop over a set is large in debug builds, and callers' futures are often polled whole on
         // small thread stacks (`block_on` on a test thread).
-        Ok(MultiGuard { guard: Box::pin(self.wait_for(&target, options).instrument(span)).await? })
+        let result = Box::pin(self.wait_for(&target, options, &attempts).instrument(span.clone())).await;
+        self.record_acquire(&span, target.label(), started, &attempts, &result);
+        Ok(MultiGuard { guard: result? })
     }
 
     /// Takes every resource in `resources` (waiting up to the options' budget), runs `work` while renewing the

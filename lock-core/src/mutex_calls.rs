@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use crate::error::{LockError, Result};
 use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
-use crate::scripts;
 use crate::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
 use crate::token::Token;
 use crate::transport::{Call, Ran, Reply, ScriptStore, Topology};
+use crate::{scripts, telemetry};
 
 fn unexpected(what: &str, reply: &Reply) -> LockError {
     LockError::backend(format!("unexpected reply to the {what} call: {reply:?}"))
@@ -21,6 +21,19 @@ fn unexpected(what: &str, reply: &Reply) -> LockError {
 
 fn int(what: &str, reply: &Reply) -> Result<i64> {
     reply.as_int().ok_or_else(|| unexpected(what, reply))
+}
+
+/// Runs `call`, recording its latency (`lock_command_duration_seconds`) when the `metrics` feature is on.
+async fn timed<S: ScriptStore + ?Sized>(store: &S, call: Call<'_>) -> Result<Ran> {
+    if !telemetry::TIMES_COMMANDS {
+        return store.run(call).await;
+    }
+    let operation = call.operation;
+    let started = std::time::Instant::now();
+    let ran = store.run(call).await;
+    let outcome = ran.as_ref().map_or_else(LockError::kind, |_| "ok");
+    telemetry::command(telemetry::backend_name::<S>(), operation, outcome, started.elapsed());
+    ran
 }
 
 #[async_trait]
@@ -34,7 +47,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             let call_keys = [keys.lock(), keys.fence(), keys.awaited()];
             let args = [request.token.as_str(), ttl, "1", &floor];
             let call = Call::script("acquire", &scripts::ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
-            let ran = self.run(call).await?;
+            let ran = timed(self, call).await?;
             let ints = ran.reply.as_ints().ok_or_else(|| unexpected("acquire", &ran.reply))?;
             (scripts::parse_acquire(&ints, true)?, ran.replicas)
         } else {
@@ -43,11 +56,11 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             let call_keys = [keys.lock()];
             let args = [request.token.as_str(), "NX", "PX", ttl];
             let call = Call::plain("acquire", "SET", &call_keys, &args).with_replicas(request.replicas);
-            let ran = self.run(call).await?;
+            let ran = timed(self, call).await?;
             match ran.reply {
                 Reply::Nil => {
                     let holder_keys = [keys.lock(), keys.awaited()];
-                    let holder = self.run(Call::script("acquire", &scripts::HOLDER, &holder_keys, &[])).await?;
+                    let holder = timed(self, Call::script("acquire", &scripts::HOLDER, &holder_keys, &[])).await?;
                     (scripts::parse_holder(int("holder", &holder.reply)?), None)
                 }
                 ref granted if granted.is_grant() => (AcquireReply::Acquired { fence: None }, ran.replicas),
@@ -68,7 +81,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
         let call_keys = [keys.lock(), keys.channel(), keys.awaited()];
         let args = [token.as_str(), origin, sharded];
-        let ran = self.run(Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
+        let ran = timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
         scripts::parse_release(int("release", &ran.reply)?)
     }
 
@@ -76,7 +89,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys = [keys.lock()];
         let args = [token.as_str(), &ttl];
-        let ran = self.run(Call::script("extend", &scripts::EXTEND, &call_keys, &args)).await?;
+        let ran = timed(self, Call::script("extend", &scripts::EXTEND, &call_keys, &args)).await?;
         scripts::parse_extend(int("extend", &ran.reply)?)
     }
 
@@ -84,7 +97,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let floor = at_least.to_string();
         let call_keys = [keys.lock(), keys.fence()];
         let args = [token.as_str(), &floor];
-        let ran = self.run(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
+        let ran = timed(self, Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
         scripts::parse_raise_fence(int("raise-fence", &ran.reply)?)
     }
 
@@ -96,7 +109,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let fencing = if request.fencing { "1" } else { "0" };
         let args = [request.token.as_str(), &ttl, fencing, &floor];
         let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
-        let ran = self.run(call).await?;
+        let ran = timed(self, call).await?;
         let ints = ran.reply.as_ints().ok_or_else(|| unexpected("multi-acquire", &ran.reply))?;
         let n = request.keys.len();
         let reply = match ints.as_slice() {
@@ -124,7 +137,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
         let call_keys = scripts::multi_release_keys(keys);
         let args = [token.as_str(), origin, sharded];
-        let ran = self.run(Call::script("release", &scripts::MULTI_RELEASE, &call_keys, &args)).await?;
+        let ran = timed(self, Call::script("release", &scripts::MULTI_RELEASE, &call_keys, &args)).await?;
         let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());
         ints.ok_or_else(|| unexpected("multi-release", &ran.reply))?.into_iter().map(scripts::parse_release).collect()
     }
@@ -133,13 +146,13 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys: Vec<&str> = keys.iter().map(LockKeys::lock).collect();
         let args = [token.as_str(), &ttl];
-        let ran = self.run(Call::script("extend", &scripts::MULTI_EXTEND, &call_keys, &args)).await?;
+        let ran = timed(self, Call::script("extend", &scripts::MULTI_EXTEND, &call_keys, &args)).await?;
         let ints = ran.reply.as_ints().filter(|i| i.len() == keys.len());
         ints.ok_or_else(|| unexpected("multi-extend", &ran.reply))?.into_iter().map(scripts::parse_extend).collect()
     }
 
     async fn call(&self, call: Call<'_>) -> Result<Ran> {
-        ScriptStore::run(self, call).await
+        timed(self, call).await
     }
 
     fn topology(&self) -> Topology {

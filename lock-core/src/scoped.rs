@@ -4,6 +4,8 @@ use std::future::Future;
 
 use async_trait::async_trait;
 
+use tracing::Instrument;
+
 use crate::distributed_lock::DistributedLock;
 use crate::error::{LockError, Result};
 use crate::lost::LostSignal;
@@ -72,7 +74,10 @@ pub trait DistributedLockExt: DistributedLock {
         let ctx =
             LockContext { resource: resource.to_owned(), fencing_token: guard.fencing_token(), lost: lost.clone() };
         // The work future is dropped (by `guard`) before the release is sent.
-        let output = lost.guard(work(ctx)).await.map_err(|reason| {
+        let span = tracing::debug_span!("lock.scoped", resource, outcome = tracing::field::Empty);
+        let output = lost.guard(work(ctx)).instrument(span.clone()).await;
+        span.record("outcome", if output.is_ok() { "ok" } else { "lost" });
+        let output = output.map_err(|reason| {
             tracing::warn!(resource, %reason, "lock lost during scoped work; work cancelled");
             LockError::Lost { resource: resource.to_owned(), reason }
         });

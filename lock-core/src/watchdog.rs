@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::{select, Either};
+use tracing::Instrument;
 
 use crate::error::{LockError, Result};
 use crate::lost::{LostReason, LostSignal};
 use crate::options::RenewPolicy;
 use crate::rt::{self, BackgroundTask};
+use crate::telemetry;
 
 /// Shortest pause between retries of a failed renewal.
 const MIN_RETRY: Duration = Duration::from_millis(5);
@@ -33,6 +35,8 @@ pub(crate) trait Renewable: Send + Sync + 'static {
     fn lost_signal(&self) -> &LostSignal;
     /// For logs.
     fn resource(&self) -> &str;
+    /// Counts a loss the watchdog found.
+    fn note_lost(&self, reason: LostReason);
 }
 
 /// Starts the watchdog for a lock acquired (request started) at `acquired_at`; `None` without a runtime.
@@ -41,6 +45,7 @@ pub(crate) fn start(
     ttl: Duration,
     policy: &RenewPolicy,
     acquired_at: Instant,
+    span: tracing::Span,
 ) -> Option<BackgroundTask> {
     if let Some(t) = target.upgrade() {
         t.lost_signal().renewed_by_watchdog();
@@ -49,7 +54,7 @@ pub(crate) fn start(
     // A limit past what an `Instant` can hold is no limit (never an overflow panic on user input).
     let hold_until = policy.max_hold().and_then(|limit| acquired_at.checked_add(limit));
     let max_renewals = policy.max_renewals();
-    rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at))
+    rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at).instrument(span))
 }
 
 async fn run(
@@ -80,13 +85,26 @@ async fn run(
         let now = Instant::now();
         if hold_until.is_some_and(|h| now >= h) || max_renewals.is_some_and(|m| renewals >= m) {
             if lost.mark(LostReason::MaxHoldReached) {
-                tracing::info!(renewals, "lock renewal stopped: maximum hold reached");
+                if let Some(target) = target.upgrade() {
+                    target.note_lost(LostReason::MaxHoldReached);
+                    tracing::info!(
+                        resource = target.resource(),
+                        renewals,
+                        "lock renewal stopped: maximum hold reached"
+                    );
+                }
             }
             return;
         }
         if now >= lost.valid_until() {
             if lost.mark(LostReason::RenewalFailed) {
-                tracing::warn!("lock lost: renewal did not succeed before the validity deadline");
+                if let Some(target) = target.upgrade() {
+                    target.note_lost(LostReason::RenewalFailed);
+                    tracing::warn!(
+                        resource = target.resource(),
+                        "lock lost: renewal did not succeed before the validity deadline"
+                    );
+                }
             }
             return;
         }
@@ -97,18 +115,23 @@ async fn run(
         let started = Instant::now();
         match target.renew(ttl).await {
             Ok(_) => {
+                telemetry::renewal(true);
                 renewals = renewals.saturating_add(1);
                 next = started + interval;
             }
             Err(LockError::Lost { .. }) => return,
             Err(err) if err.is_retryable() => {
+                telemetry::renewal(false);
                 let left = lost.valid_until().saturating_duration_since(Instant::now());
                 tracing::debug!(resource = target.resource(), error = %err, ?left, "lock renewal failed; retrying");
                 next = Instant::now() + (left / 4).clamp(MIN_RETRY, interval.max(MIN_RETRY));
             }
             Err(err) => {
-                tracing::warn!(resource = target.resource(), error = %err, "lock renewal failed permanently");
-                lost.mark(LostReason::RenewalFailed);
+                telemetry::renewal(false);
+                tracing::warn!(resource = target.resource(), error = %err, "lock lost: renewal failed permanently");
+                if lost.mark(LostReason::RenewalFailed) {
+                    target.note_lost(LostReason::RenewalFailed);
+                }
                 return;
             }
         }

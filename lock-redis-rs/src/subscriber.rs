@@ -169,6 +169,9 @@ async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbo
         match open(&endpoint, &hub, d, reconnecting).await {
             Ok((sink, messages)) => {
                 backoff = RECONNECT_MIN;
+                if reconnecting {
+                    lock_core::telemetry::subscriber_reconnected("redis-rs");
+                }
                 reconnecting = true;
                 match serve(sink, messages, &hub, &mut requests, d).await {
                     Exit::StoreGone => return,

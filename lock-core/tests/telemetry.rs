@@ -1,0 +1,370 @@
+//! What an operator sees: the spans and events (captured by a recording `tracing` layer) and, with the `metrics`
+//! feature, the metrics (captured by `metrics-util`'s debugging recorder) that the `telemetry` module documents.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lock_core::{
+    Call, DistributedLockExt, HolderLabel, Lock, LockOptions, LockStore, MemoryStore, Ran, ReleaseHub, ReleaseOutcome,
+    RenewPolicy, Result, ScriptStore,
+};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Runs `f` on a current-thread runtime, so that spawned tasks (the watchdog, a dropped guard's release) run on
+/// this thread and reach the thread's recorders.
+fn run<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(f)
+}
+
+#[derive(Clone, Debug, Default)]
+struct SpanSeen {
+    name: &'static str,
+    fields: BTreeMap<String, String>,
+    parent: Option<&'static str>,
+}
+
+#[derive(Clone, Debug)]
+struct EventSeen {
+    level: Level,
+    message: String,
+    fields: BTreeMap<String, String>,
+    /// The names of the spans the event happened in, outermost first.
+    scope: Vec<&'static str>,
+}
+
+#[derive(Default)]
+struct Log {
+    spans: BTreeMap<u64, SpanSeen>,
+    events: Vec<EventSeen>,
+}
+
+/// A layer that keeps every span (with its recorded fields) and event.
+#[derive(Clone, Default)]
+struct Recording(Arc<Mutex<Log>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut seen = SpanSeen { name: attrs.metadata().name(), ..SpanSeen::default() };
+        attrs.record(&mut Fields(&mut seen.fields));
+        seen.parent = ctx.span(id).and_then(|span| span.parent()).map(|parent| parent.name());
+        self.0.lock().unwrap().spans.insert(id.into_u64(), seen);
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+        if let Some(seen) = self.0.lock().unwrap().spans.get_mut(&id.into_u64()) {
+            values.record(&mut Fields(&mut seen.fields));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let message = fields.remove("message").unwrap_or_default();
+        let scope = ctx.event_scope(event).map(|scope| scope.from_root().map(|span| span.name()).collect());
+        let seen = EventSeen { level: *event.metadata().level(), message, fields, scope: scope.unwrap_or_default() };
+        self.0.lock().unwrap().events.push(seen);
+    }
+}
+
+impl Recording {
+    /// Runs `f` with this layer as the thread's subscriber.
+    fn capture<T>(&self, f: impl FnOnce() -> T) -> T {
+        let subscriber = tracing_subscriber::registry().with(self.clone());
+        tracing::subscriber::with_default(subscriber, f)
+    }
+
+    fn spans(&self, name: &str) -> Vec<SpanSeen> {
+        self.0.lock().unwrap().spans.values().filter(|s| s.name == name).cloned().collect()
+    }
+
+    fn events(&self, level: Level, starting: &str) -> Vec<EventSeen> {
+        let log = self.0.lock().unwrap();
+        log.events.iter().filter(|e| e.level == level && e.message.starts_with(starting)).cloned().collect()
+    }
+
+    /// The one span `name` whose field `field` is `value`; panics listing what was seen otherwise.
+    fn span_with(&self, name: &str, field: &str, value: &str) -> SpanSeen {
+        let spans = self.spans(name);
+        let found: Vec<&SpanSeen> =
+            spans.iter().filter(|s| s.fields.get(field).map(String::as_str) == Some(value)).collect();
+        match found.as_slice() {
+            [one] => (*one).clone(),
+            _ => panic!("expected one {name} span with {field}={value}, saw {spans:#?}"),
+        }
+    }
+}
+
+#[test]
+fn acquire_spans_name_the_lock_the_deployment_and_the_outcome() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let lock = Lock::new(MemoryStore::new());
+            let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));
+            let held = lock.try_acquire("orders", &opts).await.unwrap().unwrap();
+            assert!(lock.try_acquire("orders", &opts).await.unwrap().is_none());
+            let (waited, released) = tokio::join!(lock.acquire("orders", &opts), async {
+                tokio::time::sleep(ms(30)).await;
+                held.release().await
+            });
+            assert_eq!(released.unwrap(), ReleaseOutcome::Released);
+            waited.unwrap().release().await.unwrap();
+        })
+    });
+    let tries = seen.spans("lock.try_acquire");
+    assert_eq!(tries.len(), 2, "{tries:#?}");
+    for span in &tries {
+        assert_eq!(span.fields["resource"], "orders");
+        assert_eq!(span.fields["deployment"], "memory");
+    }
+    assert!(tries.iter().any(|s| s.fields["outcome"] == "acquired"), "{tries:#?}");
+    assert!(tries.iter().any(|s| s.fields["outcome"] == "held"), "{tries:#?}");
+    let waited = seen.span_with("lock.acquire", "outcome", "acquired");
+    let attempts: u32 = waited.fields["attempts"].parse().unwrap();
+    assert!(attempts >= 2, "an acquire that waited recorded {attempts} attempts");
+    let releases = seen.spans("lock.release");
+    assert_eq!(releases.len(), 2);
+    assert!(releases.iter().all(|s| s.fields["outcome"] == "released" && s.fields["resource"] == "orders"));
+    let contention = seen.events(Level::DEBUG, "lock held by another owner");
+    assert!(contention.iter().any(|e| e.fields.get("resource").map(String::as_str) == Some("orders")));
+    assert!(seen.events(Level::WARN, "").is_empty(), "routine contention warned: {:?}", seen.events(Level::WARN, ""));
+}
+
+#[test]
+fn a_release_that_finds_the_lock_expired_warns_naming_it() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let lock = Lock::new(MemoryStore::new());
+            let guard = lock.acquire("invoice-9", &LockOptions::new(ms(20))).await.unwrap();
+            tokio::time::sleep(ms(60)).await;
+            assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
+        })
+    });
+    let overran = seen.events(Level::WARN, "lock held past its TTL");
+    assert_eq!(overran.len(), 1, "{overran:?}");
+    assert_eq!(overran[0].fields["resource"], "invoice-9");
+    assert_eq!(overran[0].fields["outcome"], "already_expired");
+    let lost = seen.events(Level::WARN, "lock lost");
+    assert!(lost.iter().any(|e| e.fields["resource"] == "invoice-9"), "the expiry was not reported as a loss");
+    assert_eq!(seen.span_with("lock.release", "resource", "invoice-9").fields["outcome"], "already_expired");
+}
+
+#[test]
+fn the_watchdog_renews_inside_the_guards_span_and_a_forced_loss_warns_naming_the_lock() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let lock = Lock::new(MemoryStore::new());
+            let opts = LockOptions::new(ms(300))
+                .with_auto_renew(RenewPolicy::default().with_interval(ms(50)))
+                .with_holder_label(HolderLabel::new("reindexer").unwrap());
+            let guard = lock.acquire("index", &opts).await.unwrap();
+            tokio::time::sleep(ms(130)).await;
+            assert!(lock.force_release("index").await.unwrap().released());
+            let started = Instant::now();
+            while !guard.is_lost() {
+                assert!(started.elapsed() < ms(2_000), "the watchdog never found the lock gone");
+                tokio::time::sleep(ms(5)).await;
+            }
+            drop(guard);
+        })
+    });
+    let held = seen.span_with("lock.held", "resource", "index");
+    assert_eq!(held.fields["deployment"], "memory");
+    let renewals = seen.spans("lock.extend");
+    assert!(
+        renewals.iter().any(|s| s.parent == Some("lock.held") && s.fields["outcome"] == "extended"),
+        "no renewal ran inside the guard's span: {renewals:#?}"
+    );
+    let forced = seen.events(Level::WARN, "lock force-released");
+    assert_eq!(forced.len(), 1, "{forced:?}");
+    assert_eq!((forced[0].fields["resource"].as_str(), forced[0].fields["label"].as_str()), ("index", "reindexer"));
+    let lost = seen.events(Level::WARN, "lock lost: extension found it gone");
+    assert_eq!(lost.len(), 1, "{:?}", seen.events(Level::WARN, ""));
+    assert_eq!(lost[0].fields["resource"], "index");
+    assert!(lost[0].scope.contains(&"lock.held"), "the loss was not reported inside the guard's span: {lost:?}");
+}
+
+#[test]
+fn scoped_work_and_redlock_are_traced_with_their_deployment() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let lock = Lock::new(MemoryStore::new());
+            let out = lock.with_lock("report", &LockOptions::new(ms(1_000)), |_| async { 7 }).await.unwrap();
+            assert_eq!(out, 7);
+            let stores: Vec<Arc<dyn LockStore>> =
+                (0..3).map(|_| Arc::new(MemoryStore::new()) as Arc<dyn LockStore>).collect();
+            let redlock = Lock::redlock(stores).build().unwrap();
+            assert_eq!(redlock.deployment(), "redlock");
+            let guard = redlock.try_acquire("shared", &LockOptions::new(ms(1_000))).await.unwrap().unwrap();
+            guard.release().await.unwrap();
+        })
+    });
+    assert_eq!(seen.span_with("lock.scoped", "resource", "report").fields["outcome"], "ok");
+    assert_eq!(seen.span_with("lock.try_acquire", "resource", "shared").fields["deployment"], "redlock");
+}
+
+/// A store whose replies take `delay` (the grant arrives after its validity).
+#[derive(Debug)]
+struct Slow {
+    inner: MemoryStore,
+    delay: Duration,
+}
+
+#[async_trait]
+impl ScriptStore for Slow {
+    async fn run(&self, call: Call<'_>) -> Result<Ran> {
+        let ran = self.inner.run(call).await;
+        tokio::time::sleep(self.delay).await;
+        ran
+    }
+    fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
+        ScriptStore::release_hub(&self.inner)
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod metrics_recorded {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+    type Entry = (metrics_util::CompositeKey, Option<metrics::Unit>, Option<metrics::SharedString>, DebugValue);
+
+    fn find<'a>(snapshot: &'a [Entry], name: &str, labels: &[(&str, &str)]) -> Vec<&'a DebugValue> {
+        snapshot
+            .iter()
+            .filter(|(key, ..)| {
+                let key = key.key();
+                key.name() == name && labels.iter().all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+            })
+            .map(|(.., value)| value)
+            .collect()
+    }
+
+    fn counter(snapshot: &[Entry], name: &str, labels: &[(&str, &str)]) -> u64 {
+        find(snapshot, name, labels).iter().map(|v| if let DebugValue::Counter(n) = v { *n } else { 0 }).sum()
+    }
+
+    fn samples(snapshot: &[Entry], name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        find(snapshot, name, labels)
+            .iter()
+            .flat_map(|v| if let DebugValue::Histogram(h) = v { h.iter().map(|x| x.0).collect() } else { vec![] })
+            .collect()
+    }
+
+    fn recorded<T>(f: impl FnOnce() -> T) -> (T, Vec<Entry>, Snapshotter) {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let out = metrics::with_local_recorder(&recorder, f);
+        (out, snapshotter.snapshot().into_vec(), snapshotter)
+    }
+
+    #[test]
+    fn every_documented_metric_is_recorded_with_bounded_labels() {
+        let ((), snap, _) = recorded(|| {
+            run(async {
+                let lock = Lock::new(MemoryStore::new());
+                let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));
+                let held = lock.try_acquire("m", &opts).await.unwrap().unwrap();
+                assert!(lock.try_acquire("m", &opts).await.unwrap().is_none());
+                let (waited, _) = tokio::join!(lock.acquire("m", &opts), async {
+                    tokio::time::sleep(ms(30)).await;
+                    held.release().await.unwrap();
+                });
+                waited.unwrap().release().await.unwrap();
+
+                let expired = lock.acquire("m", &LockOptions::new(ms(20))).await.unwrap();
+                tokio::time::sleep(ms(50)).await;
+                assert_eq!(expired.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
+
+                let renewed = LockOptions::new(ms(300)).with_auto_renew(RenewPolicy::default().with_interval(ms(40)));
+                let guard = lock.acquire("m", &renewed).await.unwrap();
+                tokio::time::sleep(ms(100)).await;
+                assert!(lock.force_release("m").await.unwrap().released());
+                assert!(!lock.force_release("m").await.unwrap().released());
+                let started = Instant::now();
+                while !guard.is_lost() {
+                    assert!(started.elapsed() < ms(2_000), "the watchdog never found the lock gone");
+                    tokio::time::sleep(ms(5)).await;
+                }
+                assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
+
+                let slow = Lock::new(Slow { inner: MemoryStore::new(), delay: ms(40) });
+                let late = slow.try_acquire("m", &LockOptions::new(ms(20))).await;
+                assert!(matches!(late, Err(lock_core::LockError::ValidityExhausted { .. })), "{late:?}");
+            })
+        });
+        let memory = ("deployment", "memory");
+        let tried = |outcome| {
+            samples(
+                &snap,
+                "lock_acquire_duration_seconds",
+                &[("operation", "try_acquire"), ("outcome", outcome), memory],
+            )
+        };
+        assert_eq!(tried("acquired").len(), 1);
+        assert_eq!(tried("held").len(), 1);
+        let waited = samples(&snap, "lock_acquire_attempts", &[("outcome", "acquired"), memory]);
+        assert!(waited.iter().any(|n| *n >= 2.0), "attempts of an acquire that waited: {waited:?}");
+        assert!(waited.contains(&1.0), "an uncontended acquire is one attempt: {waited:?}");
+        assert_eq!(samples(&snap, "lock_acquire_wait_seconds", &[("outcome", "acquired")]).len(), 1);
+        assert!(samples(&snap, "lock_acquire_wait_seconds", &[])[0] >= 0.02, "the wait was at least the 30 ms hold");
+        assert_eq!(counter(&snap, "lock_releases_total", &[("outcome", "released"), memory]), 2);
+        assert_eq!(counter(&snap, "lock_releases_total", &[("outcome", "already_expired")]), 2);
+        assert_eq!(samples(&snap, "lock_hold_duration_seconds", &[memory]).len(), 4);
+        assert_eq!(counter(&snap, "lock_lost_total", &[("reason", "expired")]), 1);
+        assert_eq!(counter(&snap, "lock_lost_total", &[("reason", "not_held")]), 1);
+        assert!(counter(&snap, "lock_renewals_total", &[("outcome", "renewed")]) >= 1);
+        assert_eq!(counter(&snap, "lock_force_releases_total", &[("freed", "true")]), 1);
+        assert_eq!(counter(&snap, "lock_force_releases_total", &[("freed", "false")]), 1);
+        assert_eq!(counter(&snap, "lock_validity_exhausted_total", &[]), 1);
+        let acquires = samples(
+            &snap,
+            "lock_command_duration_seconds",
+            &[("backend", "MemoryStore"), ("operation", "acquire"), ("outcome", "ok")],
+        );
+        assert!(acquires.len() >= 4, "{acquires:?}");
+        assert!(!samples(&snap, "lock_command_duration_seconds", &[("backend", "Slow")]).is_empty());
+        let with_resource = snap.iter().filter(|(key, ..)| key.key().labels().any(|l| l.key() == "resource")).count();
+        assert_eq!(with_resource, 0, "a resource name became a label without the opt-in");
+
+        // The opt-in is process-wide, so it is tried here, after the default was checked (not in a parallel test).
+        let ((), snap, _) = recorded(|| {
+            run(async {
+                lock_core::telemetry::label_resources(true);
+                let lock = Lock::new(MemoryStore::new());
+                let guard = lock.acquire("few-names", &LockOptions::new(ms(1_000))).await;
+                lock_core::telemetry::label_resources(false);
+                guard.unwrap().release().await.unwrap();
+            })
+        });
+        let labelled = samples(&snap, "lock_acquire_duration_seconds", &[("resource", "few-names")]);
+        assert_eq!(labelled.len(), 1, "the opted-in resource label is missing");
+    }
+}
