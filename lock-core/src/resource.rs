@@ -83,6 +83,41 @@ impl LockKeys {
         Ok(LockKeys { text, ends })
     }
 
+    /// The resource whose lock key is `key` under `prefix`, if `key` is one (the inverse of
+    /// [`lock`](Self::lock)): how a tool that scans the keyspace names what it finds. The fence, channel, mark and
+    /// queue keys are not lock keys.
+    ///
+    /// ```
+    /// use lock_core::LockKeys;
+    /// let keys = LockKeys::new("lock:", "a{b}%c")?;
+    /// assert_eq!(LockKeys::resource_of("lock:", keys.lock()).as_deref(), Some("a{b}%c"));
+    /// assert_eq!(LockKeys::resource_of("lock:", keys.fence()), None);
+    /// assert_eq!(LockKeys::resource_of("other:", keys.lock()), None);
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn resource_of(prefix: &str, key: &str) -> Option<String> {
+        let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix('}')?;
+        // Inside the tag every `{`, `}` and `%` is escaped, so a `}` there means this is not a lock key.
+        if tagged.is_empty() || tagged.contains(['{', '}']) {
+            return None;
+        }
+        let mut name = String::with_capacity(tagged.len());
+        let mut rest = tagged;
+        while let Some(at) = rest.find('%') {
+            name.push_str(rest.get(..at)?);
+            let escape = rest.get(at..at + 3)?;
+            name.push(match escape {
+                "%25" => '%',
+                "%7B" => '{',
+                "%7D" => '}',
+                _ => return None,
+            });
+            rest = rest.get(at + 3..)?;
+        }
+        name.push_str(rest);
+        Some(name)
+    }
+
     fn part(&self, i: usize) -> &str {
         let start = i.checked_sub(1).and_then(|j| self.ends.get(j).copied()).unwrap_or(0);
         let end = self.ends.get(i).copied().unwrap_or(self.text.len());
@@ -171,6 +206,20 @@ mod tests {
         let keys: std::collections::HashSet<String> =
             names.iter().map(|n| LockKeys::new("p:", n).unwrap().lock().to_owned()).collect();
         assert_eq!(keys.len(), names.len());
+    }
+
+    #[test]
+    fn lock_keys_decode_back_to_their_resource() {
+        for name in ["x", "}", "{", "{}", "%", "%7D", "a{b}c", "🦀 spaced: name", "lock:{x}:fence", "100%"] {
+            let k = LockKeys::new("p:", name).unwrap();
+            assert_eq!(LockKeys::resource_of("p:", k.lock()).as_deref(), Some(name));
+            for other in [k.fence(), k.channel(), k.awaited()] {
+                assert_eq!(LockKeys::resource_of("p:", other), None, "{other}");
+            }
+        }
+        for not_ours in ["p:{}", "p:{a%zz}", "p:{a%7}", "p:x", "q:{x}", "p:{a}b}"] {
+            assert_eq!(LockKeys::resource_of("p:", not_ours), None, "{not_ours}");
+        }
     }
 
     #[test]
