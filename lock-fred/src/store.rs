@@ -63,6 +63,8 @@ struct Inner {
     command_timeout: Duration,
     /// A cluster store: releases go out with `SPUBLISH` and the subscriber uses `SSUBSCRIBE`.
     sharded: bool,
+    /// What traces and metrics call the deployment (read once: the client's config is cloned to be read).
+    deployment: &'static str,
     /// Whether the pool was built here (and is ours to disconnect) or handed in by the caller.
     owns_pool: bool,
     /// Clients for a grant followed by `WAIT` (see [`FredStore::exclusive`]), connected on first use.
@@ -289,13 +291,7 @@ impl ScriptStore for FredStore {
     }
 
     fn deployment(&self) -> &'static str {
-        if self.inner.sharded {
-            "cluster"
-        } else if self.inner.pool.next().client_config().server.is_sentinel() {
-            "sentinel"
-        } else {
-            "single"
-        }
+        self.inner.deployment
     }
 
     fn topology(&self) -> Topology {
@@ -557,6 +553,13 @@ async fn start(
 ) -> Result<FredStore> {
     // On a cluster, releases are announced on their shard only (see `lock_core::scripts::RELEASE`).
     let sharded = pool.next().is_clustered();
+    let deployment = if sharded {
+        "cluster"
+    } else if pool.next().client_config().server.is_sentinel() {
+        "sentinel"
+    } else {
+        "single"
+    };
     let subscriber = subscriber_for(&pool, timeout);
     // Taken before subscribing to anything: a broadcast receiver only sees messages sent after it exists.
     let messages = subscriber.message_rx();
@@ -592,6 +595,7 @@ async fn start(
             hub,
             command_timeout: timeout,
             sharded,
+            deployment,
             owns_pool,
             exclusive: tokio::sync::OnceCell::new(),
             connections,

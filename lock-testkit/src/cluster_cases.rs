@@ -110,6 +110,7 @@ pub async fn release_notifications_reach_waiters_from_every_primary(store: &Stor
 pub async fn releases_are_announced_on_their_shard_only(store: &StoreFactory) {
     let cluster = shared();
     let lock = Lock::from_arc(store(cluster).await);
+    assert_eq!(lock.deployment(), "cluster", "what traces and metrics call a Cluster deployment");
     let before = calls(cluster, "spublish");
     for i in 0..10 {
         let (resource, options) = (format!("sharded-{i}"), LockOptions::new(ms(10_000)));

@@ -53,6 +53,8 @@ pub mod fair_conformance;
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
 pub mod job_conformance;
+#[cfg(feature = "metrics")]
+pub mod metrics_cases;
 pub mod multi_conformance;
 mod or_panic;
 mod oracle;

@@ -98,6 +98,7 @@ pub async fn release_notification_wakes_waiter(store: &StoreFactory) {
 pub async fn lock_keeps_working_after_failover(store: &StoreFactory) {
     let deployment = blocking(|| RedisSentinel::start().or_panic()).await;
     let lock = Arc::new(Lock::from_arc(store(&deployment).await));
+    assert_eq!(lock.deployment(), "sentinel", "what traces and metrics call a Sentinel deployment");
     let waiter = Arc::new(Lock::from_arc(store(&deployment).await));
     // Both stores' subscribers are connected before the failover.
     let delay = release_wake_delay(&lock, &waiter, "before").await;
