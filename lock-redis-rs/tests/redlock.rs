@@ -184,3 +184,40 @@ async fn fencing_tokens_increase_under_contention_and_instance_kills() {
     assert!(report.fence_regressions.is_empty(), "{:?}", report.fence_regressions.first());
     assert!(kills > 2, "no instance was killed");
 }
+
+/// With one instance of three killed, an operator still sees the holder (the two live instances agree on it); with
+/// a second one paused, a forced release frees what it can reach. Each dead or paused instance is an error in its
+/// own slot, bounded by the operation timeout, never the whole call's failure while another instance answers; with
+/// every instance down it is the typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_force_release_report_each_instance_when_some_are_down() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let lock = redlock(&servers).await.with_operation_timeout(ms(300));
+    let opts = LockOptions::new(ms(30_000)).with_holder_label(lock_core::HolderLabel::new("batch 1").unwrap());
+    let guard = lock.acquire("ops-degraded", &opts).await.unwrap();
+    servers[0].kill();
+    let t0 = Instant::now();
+    let seen = lock.inspect("ops-degraded").await.unwrap();
+    assert!(t0.elapsed() < ms(2_000), "inspect waited {:?} on a dead instance", t0.elapsed());
+    assert!(seen.instances[0].is_err(), "the dead instance: {:?}", seen.instances[0]);
+    assert_eq!(seen.holder().and_then(|h| h.label.as_deref()), Some("batch 1"), "two live instances agree");
+
+    servers[1].pause();
+    let t0 = Instant::now();
+    let forced = lock.force_release("ops-degraded").await.unwrap();
+    assert!(t0.elapsed() < ms(2_000), "force_release waited {:?}", t0.elapsed());
+    assert!(forced.instances[0].is_err() && forced.instances[1].is_err(), "{forced:?}");
+    assert!(forced.released(), "the live instance's lock was not freed: {forced:?}");
+    servers[1].resume();
+    let seen = lock.inspect("ops-degraded").await.unwrap();
+    assert!(!seen.is_held(), "one instance still holds it, which is no majority: {seen:?}");
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released, "the paused instance still had it");
+
+    servers[1].kill();
+    servers[2].kill();
+    let all_down = lock.inspect("ops-degraded").await;
+    assert!(
+        matches!(all_down, Err(LockError::Unavailable { .. } | LockError::Timeout { .. })),
+        "every instance down: {all_down:?}"
+    );
+}
