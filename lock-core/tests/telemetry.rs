@@ -185,6 +185,7 @@ fn the_watchdog_renews_inside_the_guards_span_and_a_forced_loss_warns_naming_the
                 .with_holder_label(HolderLabel::new("reindexer").unwrap());
             let guard = lock.acquire("index", &opts).await.unwrap();
             tokio::time::sleep(ms(130)).await;
+            assert!(lock.inspect("index").await.unwrap().is_held());
             assert!(lock.force_release("index").await.unwrap().released());
             let started = Instant::now();
             while !guard.is_lost() {
@@ -201,6 +202,8 @@ fn the_watchdog_renews_inside_the_guards_span_and_a_forced_loss_warns_naming_the
         renewals.iter().any(|s| s.parent == Some("lock.held") && s.fields["outcome"] == "extended"),
         "no renewal ran inside the guard's span: {renewals:#?}"
     );
+    assert_eq!(seen.span_with("lock.inspect", "resource", "index").fields["deployment"], "memory");
+    assert_eq!(seen.span_with("lock.force_release", "resource", "index").fields["deployment"], "memory");
     let forced = seen.events(Level::WARN, "lock force-released");
     assert_eq!(forced.len(), 1, "{forced:?}");
     assert_eq!((forced[0].fields["resource"].as_str(), forced[0].fields["label"].as_str()), ("index", "reindexer"));
