@@ -60,6 +60,14 @@ pub enum LockError {
         reason: LostReason,
     },
 
+    /// An election's call that needs the leadership ([`Leadership::proclaim`](crate::Leadership::proclaim)) found
+    /// it lost: the lost signal had fired, or the server no longer holds this leader's token.
+    #[error("not the leader of election {election:?}")]
+    NotLeader {
+        /// The election's name.
+        election: String,
+    },
+
     /// A key the lock needs holds a value of another type (the server answered `WRONGTYPE`).
     #[error("key {key:?} holds a value that is not a lock")]
     WrongType {
@@ -220,6 +228,7 @@ impl LockError {
             LockError::Contended { .. } => "contended",
             LockError::ValidityExhausted { .. } => "validity_exhausted",
             LockError::Lost { .. } => "lost",
+            LockError::NotLeader { .. } => "not_leader",
             LockError::WrongType { .. } => "wrong_type",
             LockError::Timeout { .. } => "timeout",
             LockError::Unavailable { .. } => "unavailable",

@@ -86,6 +86,7 @@
 
 mod admin;
 mod distributed_lock;
+pub mod election;
 mod error;
 mod fair;
 mod holder;
@@ -115,6 +116,7 @@ mod watchdog;
 
 pub use admin::{ForcedRelease, Holder, Inspection, LockState};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
+pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use error::{AclRefusal, BoxError, LockError, Result};
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};

@@ -28,7 +28,7 @@ use crate::token::{FencingToken, Token};
 use crate::transport::Topology;
 use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
-use crate::{lease, redlock, rt, telemetry};
+use crate::{redlock, rt, telemetry};
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -379,7 +379,7 @@ impl Lock {
             return tally.failure(target.label(), inst.quorum, n, answered);
         }
 
-        let valid_until = lease::valid_until(started, ttl);
+        let valid_until = target.valid_until(started, ttl);
         let exhausted = |inflight: InFlight| async move {
             let elapsed = started.elapsed();
             inflight.release_now().await;
@@ -703,7 +703,7 @@ impl GuardState {
         // A shorter TTL takes effect on an instance as soon as its extension is applied, which an error (a lost
         // reply) or a cancellation can hide: from here on the holder trusts the lock only until the earlier of its
         // current deadline and this extension's.
-        self.lost.shorten(lease::valid_until(started, ttl));
+        self.lost.shorten(self.target.valid_until(started, ttl));
         let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
             let extend = self.target.extend(store.as_ref(), &self.token, ttl);
             (i, rt::timeout("extend", self.call_timeout, extend).await.and_then(|r| r))
@@ -730,7 +730,7 @@ impl GuardState {
         }
         drop(replies);
         if extended.len() >= quorum {
-            let until = lease::valid_until(started, ttl);
+            let until = self.target.valid_until(started, ttl);
             self.lost.prolong(until).map_err(|reason| self.lost_error(reason))?;
             *lock_mutex(&self.held_on) = extended;
             tracing::trace!(resource = self.target.label(), ?ttl, "lock extended");
@@ -1001,6 +1001,14 @@ impl Guard {
     /// As [`release`](Self::release).
     pub async fn release_report(self) -> Result<ReleaseReport> {
         Ok(self.release_reports().await?.into_iter().next().unwrap_or_default())
+    }
+
+    /// Marks the lock lost (a call found it gone), counting and reporting it once.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        if self.state.lost.mark(reason) {
+            self.state.note_lost(reason);
+            tracing::warn!(resource = self.resource(), %reason, "lock lost: a call found it gone");
+        }
     }
 
     /// How many instances must agree.

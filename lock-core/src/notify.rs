@@ -72,6 +72,9 @@ struct Channel {
     tokens: HashMap<String, Place>,
     /// The backend was asked to subscribe (and not since to unsubscribe).
     subscribed: bool,
+    /// Notified for every message on the channel, whoever sent it: observers (an election's) that re-read state
+    /// on any change, rather than waiters that take turns.
+    any: Event,
 }
 
 impl Channel {
@@ -85,6 +88,7 @@ impl Channel {
             raced: false,
             stored: false,
             tokens: HashMap::new(),
+            any: Event::new(),
             subscribed: false,
         }
     }
@@ -239,6 +243,9 @@ impl ReleaseHub {
     /// whichever process released; a payload `<origin>` wakes the longest-waiting local waiter unless the release
     /// was our own (already woken locally).
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
+        if let Some(state) = self.channels().get(channel).cloned() {
+            lock(&state).any.notify(usize::MAX);
+        }
         if let Some(space) = payload.iter().position(|b| *b == b' ') {
             self.wake_token(channel, &payload[space + 1..]);
             return;
@@ -397,6 +404,11 @@ impl ReleaseWatch {
     }
 
     /// The hub this registration is on.
+    /// Resolves at the next message on this channel, whoever sent it (our own releases' echoes included).
+    pub(crate) fn listen_any(&self) -> EventListener {
+        lock(&self.state).any.listen()
+    }
+
     pub(crate) fn hub(&self) -> &Arc<ReleaseHub> {
         &self.hub
     }

@@ -748,6 +748,144 @@ return {0}
 "#,
 );
 
+/// Elect (see [`Election`](crate::Election)): the mutex's acquire of the election's key, the new term from the
+/// fencing counter (same rule as [`ACQUIRE`]), and the leader's record, in one step; announced to observers.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` term counter, `KEYS[3]` the release mark, `KEYS[4]` the leader record (hash),
+/// `KEYS[5]` the leader channel; `ARGV[1]` token, `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's
+/// floor in place of the server's clock (Redlock), `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin,
+/// `ARGV[7]` `"1"` for `SPUBLISH`. Reply: `{1, term}` (elected; a retry with the same token replies the same term),
+/// `{0, pttl}` (another candidate leads; the key is marked as awaited). Every key's type is checked before any
+/// write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and renewed together).
+pub static ELECT: Script = Script::new(
+    "elect",
+    concat!(
+        fencing_prelude!(),
+        awaited_prelude!(),
+        r#"
+local current = redis.pcall('GET', KEYS[2])
+if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+end
+local kind = redis.call('TYPE', KEYS[4]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE leader record ' .. KEYS[4] .. ' is not a hash')
+end
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+if holder == ARGV[1] then
+  return {1, tonumber(current or '0')}
+end
+if holder then
+  local pttl = redis.call('PTTL', KEYS[1])
+  local refused = awaited(KEYS[3], pttl)
+  if refused then
+    return refused
+  end
+  return {0, pttl}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local floor = tonumber(ARGV[3] or '')
+if not floor then
+  local now = redis.call('TIME')
+  floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+local term = advance(KEYS[2], current, floor)
+redis.call('DEL', KEYS[4])
+redis.call('HSET', KEYS[4], 'id', ARGV[4], 'value', ARGV[5], 'term', string.format('%d', term), 'token', ARGV[1])
+redis.call('PEXPIRE', KEYS[4], ARGV[2])
+redis.call(ARGV[7] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[6])
+return {1, term}
+"#
+    ),
+);
+
+/// Renew a leadership: compare-and-`PEXPIRE` of the lock key and the leader record together.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` leader record; `ARGV[1]` token, `ARGV[2]` lease in ms. Reply: as [`EXTEND`].
+pub static ELECTION_RENEW: Script = Script::new(
+    "election-renew",
+    r#"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+elseif value then
+  return -1
+end
+return 0
+"#,
+);
+
+/// Resign: compare-and-delete of the lock key and the leader record; wakes a waiting candidate (only when one
+/// marked the key, as [`RELEASE`]) and always tells observers.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` release channel, `KEYS[4]` release mark, `KEYS[5]` leader
+/// channel; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: as [`RELEASE`].
+pub static RESIGN: Script = Script::new(
+    "resign",
+    r#"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
+  if redis.call('DEL', KEYS[1], KEYS[4]) > 1 then
+    redis.call(publish, KEYS[3], ARGV[2])
+  end
+  redis.call('DEL', KEYS[2])
+  redis.call(publish, KEYS[5], ARGV[2])
+  return 1
+elseif value then
+  return -1
+end
+return 0
+"#,
+);
+
+/// Proclaim: replace the leader's value, only while the lock key holds our token; tells observers.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` leader channel; `ARGV[1]` token, `ARGV[2]` the value,
+/// `ARGV[3]` origin, `ARGV[4]` `"1"` for `SPUBLISH`. Reply: `1` done, `0` not the leader.
+pub static PROCLAIM: Script = Script::new(
+    "proclaim",
+    r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'value', ARGV[2])
+redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[3], ARGV[3])
+return 1
+"#,
+);
+
+/// The current leader, read in one step: its record only while the lock key still holds the record's token (a
+/// plain lock on the same name, or a record outliving its leader, is no leader).
+///
+/// `KEYS[1]` lock key, `KEYS[2]` leader record. Reply: `{id, value, term, pttl}`, or `{}` with no leader.
+pub static LEADER: Script = Script::new(
+    "leader",
+    r#"
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+if not holder then
+  return {}
+end
+local kind = redis.call('TYPE', KEYS[2]).ok
+if kind ~= 'none' and kind ~= 'hash' then
+  return redis.error_reply('WRONGTYPE leader record ' .. KEYS[2] .. ' is not a hash')
+end
+local record = redis.call('HMGET', KEYS[2], 'id', 'value', 'term', 'token')
+if record[4] ~= holder then
+  return {}
+end
+return {record[1], record[2], record[3], redis.call('PTTL', KEYS[1])}
+"#,
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -764,6 +902,11 @@ pub static ALL: &[&Script] = &[
     &FAIR_RELEASE,
     &INSPECT,
     &FORCE_RELEASE,
+    &ELECT,
+    &ELECTION_RENEW,
+    &RESIGN,
+    &PROCLAIM,
+    &LEADER,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

@@ -37,6 +37,8 @@ pub(crate) struct Target {
     label: String,
     /// A job's run ([`JobLock`](crate::JobLock)): started and finished by the job scripts instead of the mutex's.
     job: Option<JobSpec>,
+    /// An election's leadership: elected, renewed and resigned by the election scripts.
+    election: Option<ElectionSpec>,
     /// A fair lock's queue: acquired and released by the fair scripts.
     fair: Option<FairSpec>,
 }
@@ -50,6 +52,20 @@ pub(crate) struct FairSpec {
     heartbeats: String,
     /// The waiter TTL in ms.
     waiter_ttl_ms: String,
+}
+
+/// What an election's scripts need beyond the lock key (see [`Election`](crate::Election)).
+#[derive(Debug)]
+pub(crate) struct ElectionSpec {
+    /// The leader record (`prefix{name}:info`).
+    pub(crate) info: String,
+    /// The channel observers listen on (`prefix{name}:leader`).
+    pub(crate) channel: String,
+    /// The candidate's id and initial value.
+    pub(crate) id: String,
+    pub(crate) value: String,
+    /// How long a leader trusts its leadership after the start of its last successful renewal.
+    pub(crate) renew_deadline: Duration,
 }
 
 /// What a job's start and finish need beyond the lock key.
@@ -110,6 +126,7 @@ impl Target {
             groups: std::iter::once(0..1).collect(),
             label: String::new(),
             job: None,
+            election: None,
             fair: None,
         }
     }
@@ -123,6 +140,23 @@ impl Target {
             waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
         };
         Target { fair: Some(fair), ..Self::one(keys) }
+    }
+
+    /// One leadership of an election.
+    pub(crate) fn election(keys: LockKeys, spec: ElectionSpec) -> Self {
+        Target { election: Some(spec), ..Self::one(keys) }
+    }
+
+    /// Until when a grant (or extension) whose request started at `started` may be trusted: the lease's validity,
+    /// and for a leadership no later than its renew deadline (the leader stops acting before anyone else can win).
+    pub(crate) fn valid_until(&self, started: std::time::Instant, ttl: Duration) -> std::time::Instant {
+        let lease = crate::lease::valid_until(started, ttl);
+        match &self.election {
+            Some(election) => {
+                started.checked_add(election.renew_deadline).map_or(lease, |deadline| deadline.min(lease))
+            }
+            None => lease,
+        }
     }
 
     /// Whether this is a fair lock's target.
@@ -181,7 +215,7 @@ impl Target {
         } else {
             String::new()
         };
-        Ok(Target { resources, groups, label, job: None, fair: None })
+        Ok(Target { resources, groups, label, job: None, election: None, fair: None })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -205,6 +239,9 @@ impl Target {
     /// Acquires every resource on `store`, all or nothing. In ordered mode the groups are taken one after another;
     /// a group found held gives the earlier ones back before this returns, so nobody holds while waiting.
     pub(crate) async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        if let Some(election) = &self.election {
+            return self.elect(election, store, ask).await;
+        }
         if let Some(job) = &self.job {
             return self.start_job(job, store, ask).await;
         }
@@ -275,6 +312,9 @@ impl Target {
 
     /// Compare-and-delete of every resource on `store`: one outcome per resource.
     pub(crate) async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        if let Some(election) = &self.election {
+            return Ok(vec![self.resign(election, store, token).await?]);
+        }
         if let Some(job) = &self.job {
             return Ok(vec![self.finish_job(job, store, token).await?]);
         }
@@ -301,6 +341,9 @@ impl Target {
 
     /// Compare-and-extend of every resource on `store`, all or nothing per group: what each resource held.
     pub(crate) async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        if let Some(election) = &self.election {
+            return Ok(vec![self.renew_leadership(election, store, token, ttl).await?]);
+        }
         if self.is_one() {
             return Ok(vec![store.extend(&self.resources[0], token, ttl).await?]);
         }
@@ -424,6 +467,68 @@ impl Target {
 
 fn unexpected_fair(reply: &Reply) -> LockError {
     LockError::backend(format!("unexpected reply to a fair-lock script: {reply:?}"))
+}
+
+impl Target {
+    /// [`ELECT`](crate::scripts::ELECT) on one store.
+    async fn elect(&self, election: &ElectionSpec, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.resources[0];
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &election.info, &election.channel];
+        let args = [ask.token.as_str(), &ttl, &floor, &election.id, &election.value, origin, sharded];
+        let call = Call::script("acquire", &scripts::ELECT, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let ints = ran.reply.as_ints().unwrap_or_default();
+        let grant = match ints.as_slice() {
+            [1, term] => Grant::Acquired { fences: vec![u64::try_from(*term).ok()] },
+            [0, pttl] => Grant::Held {
+                index: 0,
+                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: None,
+                place: None,
+            },
+            _ => return Err(LockError::backend(format!("unexpected reply to the elect script: {:?}", ran.reply))),
+        };
+        if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(grant)
+    }
+
+    /// [`ELECTION_RENEW`](crate::scripts::ELECTION_RENEW) on one store.
+    async fn renew_leadership(
+        &self,
+        election: &ElectionSpec,
+        store: &dyn LockStore,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<ExtendReply> {
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys = [self.resources[0].lock(), election.info.as_str()];
+        let args = [token.as_str(), &ttl];
+        let ran = store.call(Call::script("extend", &scripts::ELECTION_RENEW, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => scripts::parse_extend(code),
+            None => Err(LockError::backend(format!("unexpected reply to the renew script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`RESIGN`](crate::scripts::RESIGN) on one store.
+    async fn resign(&self, election: &ElectionSpec, store: &dyn LockStore, token: &Token) -> Result<ReleaseOutcome> {
+        let keys = &self.resources[0];
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), &election.info, keys.channel(), keys.awaited(), &election.channel];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::RESIGN, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => scripts::parse_release(code),
+            None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -38,7 +38,8 @@ pub fn instant_nanos(at: Instant) -> u64 {
     }
 }
 
-fn nanos_instant(nanos: u64) -> Instant {
+/// The `Instant` of a monotonic-ns stamp taken by any process on this machine (the inverse of [`instant_nanos`]).
+pub fn nanos_instant(nanos: u64) -> Instant {
     let now = Instant::now();
     let base = monotonic_nanos();
     if nanos <= base {

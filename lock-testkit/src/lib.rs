@@ -47,6 +47,7 @@ mod cluster;
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod cluster_cases;
 pub mod conformance;
+pub mod election_conformance;
 pub mod explorer;
 pub mod fair_conformance;
 #[cfg(unix)]
@@ -191,6 +192,7 @@ macro_rules! conformance_tests {
         $crate::job_tests!($runtime, $subject);
         $crate::fair_tests!($runtime, $subject);
         $crate::admin_tests!($runtime, $subject);
+        $crate::election_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -231,6 +233,36 @@ macro_rules! multi_resource_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::multi_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per election case of [`election_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `election_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! election_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::election_tests!(@cases $runtime, $subject;
+            election_elects_one_and_terms_increase,
+            election_resign_hands_over_at_once,
+            election_observers_see_every_change_and_no_leader,
+            election_lost_leader_cannot_proclaim,
+            election_lead_campaigns_again_after_a_loss,
+            election_cancelled_campaigns_leave_nothing_behind,
+            election_refuses_bad_input_before_io,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::election_conformance::$case(&subject).await;
                 });
             }
         )*

@@ -1,0 +1,617 @@
+//! Leader election: one leader among candidates, with a **term** that fences, a leader that stops trusting itself
+//! before anyone else can win, observers that also see "no leader", and a [`lead`](Election::lead) loop that never
+//! gives up.
+//!
+//! ```
+//! use lock_core::{Election, ElectionOptions, Lock, MemoryStore};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! let election = Election::new(Lock::new(MemoryStore::new()), "compactor", ElectionOptions::default())?;
+//! let leadership = election.campaign("replica-a", "10.0.0.7:9000").await?;
+//! let term = leadership.term(); // pass it with every write the leader makes
+//! let seen = election.leader().await?.expect("a leader");
+//! assert_eq!((seen.id.as_str(), seen.term), ("replica-a", term));
+//! leadership.resign().await?;
+//! assert!(election.leader().await?.is_none());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//! The election is a lock on its name ([`Lock`]'s engine: waiting with release notifications, cancel safety,
+//! Redlock) whose grant also writes the leader's record (`prefix{name}:info`: id, value, term) with the same
+//! lease and announces it on `prefix{name}:leader`. The term is the name's fencing counter, `max(counter + 1,
+//! server µs)`: it strictly increases per election, also across a Redis restart without persistence.
+//!
+//! Timing follows client-go's three knobs ([`ElectionOptions`]): the lease is the key's TTL on the server; the
+//! leader renews every retry period; and its [`LostSignal`] fires when no renewal has succeeded for the renew
+//! deadline, measured on its own monotonic clock from the start of the last successful request. Since
+//! `lease > renew_deadline`, the leader has stopped (by its clock) at least `lease − renew_deadline` before the
+//! server lets anyone else win. Waiting candidates retry at least every retry period, at once when the leader
+//! resigns (a release notification), and when its key expires (they wait for its remaining TTL at most), so a
+//! dead leader is replaced within about `lease + retry_period`.
+//!
+//! Terms do not make a paused leader stop writing; they let the resource it writes reject the writes of a leader
+//! that lost its term. Pass [`Leadership::term`] with every write, and have the resource refuse terms below the
+//! highest it has seen (client-go's elector "does not guarantee that only one client is acting as a leader").
+//!
+//! # Over Redlock
+//! A candidate is elected when a majority of instances grant it, with the term made monotonic across quorums by
+//! the lock's write-back; [`leader`](Election::leader) and [`observe`](Election::observe) name a leader only when a
+//! majority agrees on it. What the quorum does not give: an instance that restarts empty inside the leader's
+//! majority can let a second candidate win while the first still trusts its renew deadline, exactly as for the
+//! lock; the second's term is higher, so fencing still rejects the first one's writes.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{join_all, select, Either};
+use futures_util::stream::Stream;
+use tracing::Instrument;
+
+use crate::error::{LockError, Result};
+use crate::holder::HolderLabel;
+use crate::lock::{Guard, Lock};
+use crate::lost::{LostReason, LostSignal};
+use crate::notify::ReleaseWatch;
+use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
+use crate::resource::LockKeys;
+use crate::store::ReleaseOutcome;
+use crate::target::{ElectionSpec, Target};
+use crate::token::FencingToken;
+use crate::transport::{Call, Reply, Topology};
+use crate::wait::Attempt;
+use crate::{rt, scripts};
+
+/// The largest value a leader may publish ([`Election::campaign`], [`Leadership::proclaim`]): it is read by every
+/// observer on every change.
+pub const MAX_LEADER_VALUE: usize = 64 * 1024;
+
+/// The shortest retry period (the renewal and polling interval).
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(10);
+
+/// An election's timing: lease, renew deadline and retry period (client-go's knobs and defaults: 15 s, 10 s, 2 s).
+///
+/// ```
+/// use lock_core::ElectionOptions;
+/// use std::time::Duration;
+///
+/// let fast = ElectionOptions::default()
+///     .with_lease(Duration::from_secs(3))
+///     .with_renew_deadline(Duration::from_secs(2))
+///     .with_retry_period(Duration::from_millis(500));
+/// assert!(fast.validate().is_ok());
+/// // The leader must stop before its lease ends, and renew several times before it stops.
+/// assert!(ElectionOptions::default().with_renew_deadline(Duration::from_secs(15)).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use = "options do nothing until passed to Election::new"]
+pub struct ElectionOptions {
+    lease: Duration,
+    renew_deadline: Duration,
+    retry_period: Duration,
+}
+
+impl Default for ElectionOptions {
+    fn default() -> Self {
+        ElectionOptions {
+            lease: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ElectionOptions {
+    /// How long the server keeps a leadership without renewal (the key's TTL): a dead leader is replaced after at
+    /// most this plus a retry period.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long the leader trusts its leadership without a successful renewal (its own monotonic clock, from the
+    /// start of the last successful request); then its lost signal fires.
+    pub fn with_renew_deadline(mut self, deadline: Duration) -> Self {
+        self.renew_deadline = deadline;
+        self
+    }
+
+    /// How often the leader renews and a waiting candidate (or an observer) looks again at the latest.
+    pub fn with_retry_period(mut self, period: Duration) -> Self {
+        self.retry_period = period;
+        self
+    }
+
+    /// The lease.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The renew deadline.
+    pub fn renew_deadline(&self) -> Duration {
+        self.renew_deadline
+    }
+
+    /// The retry period.
+    pub fn retry_period(&self) -> Duration {
+        self.retry_period
+    }
+
+    /// Checks `lease > renew_deadline > 1.2 × retry_period ≥` [`MIN_RETRY_PERIOD`], and the lease against the
+    /// lock's TTL bounds.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] naming the rule broken.
+    pub fn validate(&self) -> Result<()> {
+        validate_ttl(self.lease)?;
+        if self.renew_deadline >= self.lease {
+            return Err(LockError::invalid(format!(
+                "the renew deadline {:?} must be shorter than the lease {:?} (the leader stops before anyone can win)",
+                self.renew_deadline, self.lease
+            )));
+        }
+        if self.retry_period < MIN_RETRY_PERIOD {
+            return Err(LockError::invalid(format!("the retry period must be at least {MIN_RETRY_PERIOD:?}")));
+        }
+        // 1.2 × retry period, as client-go's JitterFactor: at least one retry after a failed renewal.
+        if self.retry_period.saturating_mul(6) / 5 >= self.renew_deadline {
+            return Err(LockError::invalid(format!(
+                "the renew deadline {:?} must exceed 1.2 × the retry period {:?}",
+                self.renew_deadline, self.retry_period
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Who leads, as an observer sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// The leader's candidate id.
+    pub id: String,
+    /// The value it published (at its campaign, or its latest [`proclaim`](Leadership::proclaim)).
+    pub value: String,
+    /// Its term.
+    pub term: FencingToken,
+    /// Its lease's remaining time on the server's clock.
+    pub remaining: Duration,
+}
+
+/// What [`Election::lead`]'s work gets: the term to fence its writes with, and the signal that ends it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct LeaderContext {
+    /// This leadership's term.
+    pub term: FencingToken,
+    /// Fires when the leadership is lost (the work is also dropped at its next await point).
+    pub lost: LostSignal,
+}
+
+/// One election, on one name. Cheap to clone.
+#[derive(Clone)]
+pub struct Election {
+    lock: Lock,
+    options: ElectionOptions,
+    keys: LockKeys,
+    info: String,
+    channel: String,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election").field("name", &self.name()).field("options", &self.options).finish()
+    }
+}
+
+impl Election {
+    /// The election `name` on `lock`'s stores (its key prefix applies), with `options`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, a bad prefix or options that
+    /// [`ElectionOptions::validate`] refuses, before any I/O.
+    pub fn new(lock: Lock, name: &str, options: ElectionOptions) -> Result<Self> {
+        options.validate()?;
+        let keys = LockKeys::new(lock.key_prefix(), name)?;
+        let info = format!("{}:info", keys.lock());
+        let channel = format!("{}:leader", keys.lock());
+        Ok(Election { lock, options, keys, info, channel })
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.keys.resource()
+    }
+
+    /// The lock the election runs on (its stores and key prefix; [`Lock::inspect`] and
+    /// [`Lock::force_release`] take the election's name).
+    pub fn lock(&self) -> &Lock {
+        &self.lock
+    }
+
+    /// The timing.
+    pub fn options(&self) -> &ElectionOptions {
+        &self.options
+    }
+
+    fn prepare(&self, id: &str, value: &str, wait: Duration) -> Result<(Arc<Target>, LockOptions)> {
+        let label = HolderLabel::new(id).map_err(|_| {
+            LockError::invalid(format!(
+                "a candidate id must be 1 to {} bytes without control characters",
+                crate::MAX_HOLDER_LABEL
+            ))
+        })?;
+        check_value(value)?;
+        let spec = ElectionSpec {
+            info: self.info.clone(),
+            channel: self.channel.clone(),
+            id: id.to_owned(),
+            value: value.to_owned(),
+            renew_deadline: self.options.renew_deadline,
+        };
+        let retry = RetryPolicy::default().with_max_delay(self.options.retry_period);
+        let options = LockOptions::new(self.options.lease)
+            .with_wait(wait)
+            .with_retry(retry)
+            .with_auto_renew(RenewPolicy::default().with_interval(self.options.retry_period))
+            .with_holder_label(label);
+        self.lock.check(&options)?;
+        Ok((Arc::new(Target::election(self.keys.clone(), spec)), options))
+    }
+
+    /// Campaigns as `id` with `value` until elected: returns the [`Leadership`] only with a grant from the server
+    /// (never because a wait ended), waiting for the leader to resign or expire (a release notification, its
+    /// remaining lease, and at least every retry period). A day without being elected ends in
+    /// [`LockError::Contended`]; [`lead`](Self::lead) campaigns for ever.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty or too long id or value (before any I/O); the lock's errors
+    /// (`Unavailable`, `Timeout`, `WrongType`, `Auth`, `Quorum` …) when the servers fail.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as [`Lock::acquire`]: a grant the dropped future may have made is given back in the background
+    /// (resigned), so a cancelled campaign leaves no leader and no record behind.
+    pub async fn campaign(&self, id: &str, value: &str) -> Result<Leadership> {
+        let (target, options) = self.prepare(id, value, MAX_WAIT)?;
+        let span = tracing::debug_span!("election.campaign", election = self.name(), id);
+        let attempts = AtomicU32::new(0);
+        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        tracing::info!(election = self.name(), id, term = ?guard.fencing_token(), "elected");
+        Ok(Leadership { guard, election: self.clone() })
+    }
+
+    /// Campaigns once: the [`Leadership`] if elected now, `None` if another candidate leads.
+    ///
+    /// # Errors
+    /// As [`campaign`](Self::campaign).
+    ///
+    /// # Cancel safety
+    /// As [`campaign`](Self::campaign).
+    pub async fn try_campaign(&self, id: &str, value: &str) -> Result<Option<Leadership>> {
+        let (target, options) = self.prepare(id, value, Duration::ZERO)?;
+        match self.lock.attempt(&target, &options).await? {
+            Attempt::Acquired(guard) => Ok(Some(Leadership { guard, election: self.clone() })),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// The current leader, `None` when there is none. Over Redlock, the leader a majority of instances agrees on.
+    ///
+    /// # Errors
+    /// The store's error when no instance answered; over Redlock, [`LockError::Quorum`] when fewer than a
+    /// majority answered (too few to say there is no leader).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let call_keys = [self.keys.lock(), self.info.as_str()];
+        let timeout = self.lock.operation_timeout();
+        let reads = self.lock.stores().iter().map(|store| {
+            let call_keys = &call_keys;
+            async move {
+                let call = Call::script("leader", &scripts::LEADER, call_keys, &[]);
+                let ran = rt::timeout("leader", timeout, store.call(call)).await??;
+                parse_leader(&ran.reply)
+            }
+        });
+        let answers = join_all(reads).await;
+        let quorum = self.lock.quorum();
+        let total = answers.len();
+        let (answered, errors): (Vec<_>, Vec<_>) = answers.into_iter().partition(Result::is_ok);
+        let answered: Vec<Option<LeaderInfo>> = answered.into_iter().filter_map(Result::ok).collect();
+        if answered.len() < quorum {
+            return Err(match errors.into_iter().find_map(Result::err) {
+                Some(err) if total == 1 => err,
+                _ => LockError::Quorum { granted: answered.len(), required: quorum, total },
+            });
+        }
+        let leaders: Vec<&LeaderInfo> = answered.iter().filter_map(|a| a.as_ref()).collect();
+        let agreed = leaders.iter().copied().find(|candidate| {
+            leaders.iter().filter(|other| other.id == candidate.id && other.term == candidate.term).count() >= quorum
+        });
+        Ok(agreed.map(|info| {
+            let remaining = leaders
+                .iter()
+                .filter(|other| other.id == info.id && other.term == info.term)
+                .map(|other| other.remaining)
+                .min()
+                .unwrap_or(info.remaining);
+            LeaderInfo { remaining, ..info.clone() }
+        }))
+    }
+
+    /// A stream of leaders: the current one first (or `None`), then each change of leader, term or value, and
+    /// each time there is none, never going back to a lower term. It listens to the election's channel (a grant,
+    /// a proclaim and a resignation announce themselves) and reads again at least every retry period and when the
+    /// leader's lease runs out, so a leader that died without a word shows as `None` within about its remaining
+    /// lease. A failed read is an `Err` item, and the stream goes on after a retry period; it ends only when there
+    /// is no runtime to wait on. No keyspace notifications are needed.
+    pub fn observe(&self) -> impl Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static {
+        let state = Observer { election: self.clone(), watch: None, last: None, last_term: 0, rest: false };
+        futures_util::stream::unfold(state, Observer::next)
+    }
+
+    /// Leads for as long as the caller lets it: campaigns as `id`, runs `work` with the term and the lost signal,
+    /// drops it when the leadership is lost, and campaigns again; when `work` returns, resigns and campaigns again
+    /// after a retry period. Store errors are logged and retried after a retry period: one failed renewal never
+    /// ends the loop (client-go's `Run` stops for good).
+    ///
+    /// ```
+    /// use lock_core::{Election, ElectionOptions, Lock, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let election = Election::new(Lock::new(MemoryStore::new()), "scheduler", ElectionOptions::default()).unwrap();
+    /// let leading = election.lead("replica-b", "", |ctx| async move {
+    ///     // ... act as the leader, passing ctx.term with every write ...
+    ///     ctx.lost.lost().await; // or return to step down
+    /// });
+    /// // Run it alongside the service; dropping the future resigns.
+    /// let _ = tokio::time::timeout(Duration::from_millis(50), leading).await;
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Only what retrying cannot fix: [`LockError::InvalidArgument`] (the id or value) and
+    /// [`LockError::Unsupported`]. It never returns otherwise.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the work at its current await point and resigns in the background.
+    pub async fn lead<F, Fut>(&self, id: &str, value: &str, mut work: F) -> Result<Infallible>
+    where
+        F: FnMut(LeaderContext) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let pause = self.options.retry_period;
+        loop {
+            let leadership = match self.campaign(id, value).await {
+                Ok(leadership) => leadership,
+                Err(err @ (LockError::InvalidArgument(_) | LockError::Unsupported(_) | LockError::NoRuntime(_))) => {
+                    return Err(err)
+                }
+                Err(err) => {
+                    tracing::warn!(election = self.name(), id, error = %err, "campaign failed; campaigning again");
+                    rt::sleep(pause).await?;
+                    continue;
+                }
+            };
+            let lost = leadership.lost_signal();
+            let ctx = LeaderContext { term: leadership.term(), lost: lost.clone() };
+            match lost.guard(work(ctx)).await {
+                Ok(()) => {
+                    if let Err(err) = leadership.resign().await {
+                        tracing::warn!(election = self.name(), id, error = %err, "resigning failed; the lease ends it");
+                    }
+                    rt::sleep(pause).await?;
+                }
+                Err(reason) => {
+                    tracing::warn!(election = self.name(), id, %reason, "leadership lost; work cancelled, campaigning again");
+                    drop(leadership);
+                }
+            }
+        }
+    }
+}
+
+fn check_value(value: &str) -> Result<()> {
+    if value.len() > MAX_LEADER_VALUE {
+        return Err(LockError::invalid(format!("a leader's value is at most {MAX_LEADER_VALUE} bytes")));
+    }
+    Ok(())
+}
+
+fn parse_leader(reply: &Reply) -> Result<Option<LeaderInfo>> {
+    let unexpected = || LockError::backend(format!("unexpected reply to the leader script: {reply:?}"));
+    let Reply::Array(items) = reply else { return Err(unexpected()) };
+    let text = |r: &Reply| match r {
+        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Reply::Status(s) => Some(s.clone()),
+        Reply::Int(n) => Some(n.to_string()),
+        Reply::Nil | Reply::Array(_) => None,
+    };
+    match items.as_slice() {
+        [] => Ok(None),
+        [id, value, term, pttl] => {
+            let term = text(term).and_then(|t| t.parse::<u64>().ok()).ok_or_else(unexpected)?;
+            Ok(Some(LeaderInfo {
+                id: text(id).ok_or_else(unexpected)?,
+                value: text(value).unwrap_or_default(),
+                term: FencingToken::new(term),
+                remaining: pttl
+                    .as_int()
+                    .and_then(|ms| u64::try_from(ms).ok())
+                    .map(Duration::from_millis)
+                    .unwrap_or_default(),
+            }))
+        }
+        _ => Err(unexpected()),
+    }
+}
+
+/// The state of one [`Election::observe`] stream.
+struct Observer {
+    election: Election,
+    watch: Option<ReleaseWatch>,
+    /// What was emitted last: `Some(None)` for "no leader".
+    last: Option<Option<(u64, String, String)>>,
+    last_term: u64,
+    /// Wait a retry period before the next read (after an error).
+    rest: bool,
+}
+
+impl Observer {
+    async fn next(mut self) -> Option<(Result<Option<LeaderInfo>>, Self)> {
+        let period = self.election.options.retry_period;
+        loop {
+            if std::mem::take(&mut self.rest) && rt::sleep(period).await.is_err() {
+                return None;
+            }
+            if self.watch.is_none() {
+                if let Some(hub) = self.election.lock.stores().first().and_then(|store| store.release_hub()) {
+                    self.watch = Some(hub.watch(&self.election.channel).await);
+                }
+            }
+            // Listening before the read: an announcement between the read and the wait is not missed.
+            let listener = self.watch.as_ref().map(ReleaseWatch::listen_any);
+            let info = match self.election.leader().await {
+                Ok(info) => info,
+                Err(err) => {
+                    self.rest = true;
+                    return Some((Err(err), self));
+                }
+            };
+            let seen = info.as_ref().map(|i| (i.term.get(), i.id.clone(), i.value.clone()));
+            let stale = info.as_ref().is_some_and(|i| i.term.get() < self.last_term);
+            if !stale && self.last.as_ref() != Some(&seen) {
+                if let Some(i) = &info {
+                    self.last_term = i.term.get();
+                }
+                self.last = Some(seen);
+                return Some((Ok(info), self));
+            }
+            let mut pause = period;
+            if let Some(i) = &info {
+                // Just past the lease's end: a leader that died shows as gone at once.
+                pause = pause.min(i.remaining.saturating_add(Duration::from_millis(1)));
+            }
+            let sleep = std::pin::pin!(rt::sleep(pause));
+            match listener {
+                Some(listener) => {
+                    if let Either::Left((Err(_), _)) = select(sleep, listener).await {
+                        return None;
+                    }
+                }
+                None => {
+                    if sleep.await.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A won election: the term, the lost signal, and the way out ([`resign`](Self::resign)). Renewed in the
+/// background every retry period while it lives; dropping it resigns in the background.
+#[must_use = "dropping a leadership resigns it"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: Guard,
+    election: Election,
+}
+
+impl Leadership {
+    /// This leadership's term: strictly greater than every earlier leader's of this election. Pass it with every
+    /// write the leader makes.
+    pub fn term(&self) -> FencingToken {
+        // Elections always advance the counter; 0 would only come from a store that returned no term.
+        self.guard.fencing_token().unwrap_or(FencingToken::new(0))
+    }
+
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        self.election.name()
+    }
+
+    /// Fires when the leadership is lost: no renewal succeeded for the renew deadline, or the server no longer
+    /// holds it.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// Whether the leadership is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Until when this leader may act: the start of its last successful renewal plus the renew deadline (earlier
+    /// than the server's lease). Moves forward with each renewal; after a loss it stays where the loss left it.
+    pub fn valid_until(&self) -> std::time::Instant {
+        self.guard.valid_until()
+    }
+
+    /// Replaces the leader's value (what [`Election::leader`] and observers see), only while still the leader.
+    ///
+    /// # Errors
+    /// [`LockError::NotLeader`] when the leadership is lost (then its lost signal fires too);
+    /// [`LockError::InvalidArgument`] for a value over [`MAX_LEADER_VALUE`]; the store's errors otherwise (over
+    /// Redlock, [`LockError::Quorum`] when too few instances answered).
+    ///
+    /// # Cancel safety
+    /// The value may have been replaced on some instances; proclaim again.
+    pub async fn proclaim(&self, value: &str) -> Result<()> {
+        check_value(value)?;
+        let not_leader = || LockError::NotLeader { election: self.election.name().to_owned() };
+        if self.guard.is_lost() {
+            return Err(not_leader());
+        }
+        let election = &self.election;
+        let call_keys = [election.keys.lock(), election.info.as_str(), election.channel.as_str()];
+        let token = self.guard.token().as_str();
+        let timeout = election.lock.operation_timeout();
+        let calls = election.lock.stores().iter().map(|store| {
+            let call_keys = &call_keys;
+            async move {
+                let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+                let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+                let args = [token, value, origin, sharded];
+                let call = Call::script("proclaim", &scripts::PROCLAIM, call_keys, &args);
+                let ran = rt::timeout("proclaim", timeout, store.call(call)).await??;
+                Ok::<bool, LockError>(ran.reply.as_int() == Some(1))
+            }
+        });
+        let replies = join_all(calls).await;
+        let (n, quorum) = (replies.len(), election.lock.quorum());
+        let done = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        let refused = replies.iter().filter(|r| matches!(r, Ok(false))).count();
+        if done >= quorum {
+            return Ok(());
+        }
+        if refused > n - quorum {
+            self.guard.mark_lost(LostReason::NotHeld);
+            return Err(not_leader());
+        }
+        let mut errors = replies.into_iter().filter_map(Result::err);
+        Err(match errors.next() {
+            Some(err) if n == 1 => err,
+            _ => LockError::Quorum { granted: done, required: quorum, total: n },
+        })
+    }
+
+    /// Stops renewing and resigns: observers see the resignation, and a waiting candidate is elected at once.
+    ///
+    /// # Errors
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`Guard::release`].
+    pub async fn resign(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
