@@ -47,6 +47,7 @@ mod cluster;
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod cluster_cases;
 pub mod conformance;
+pub mod election_cases;
 pub mod election_conformance;
 pub mod explorer;
 pub mod fair_conformance;
@@ -86,7 +87,7 @@ pub use checker::{Checker, Hold, Report};
 /// Paths the macros use; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    pub use lock_core::LockStore;
+    pub use lock_core::{LockStore, Result};
 }
 pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
 pub use oracle::{CounterClient, FencedCounter, WriteOutcome};
@@ -263,6 +264,63 @@ macro_rules! election_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::election_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes the cross-process election cases of [`election_cases`] for a backend, and the `election_worker` entry
+/// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
+/// that exact name).
+///
+/// `election_fault_tests!(CONNECT)`: `CONNECT` is an `async fn(&str) -> lock_core::Result<S>` (`S` a
+/// [`LockStore`](lock_core::LockStore)), as for [`server_tests!`]; give it a short command timeout (the cases
+/// partition and pause servers).
+#[macro_export]
+macro_rules! election_fault_tests {
+    ($connect:path) => {
+        fn __election_connect(
+            url: ::std::string::String,
+        ) -> ::std::pin::Pin<
+            ::std::boxed::Box<
+                dyn ::std::future::Future<
+                        Output = $crate::__private::Result<::std::sync::Arc<dyn $crate::__private::LockStore>>,
+                    > + ::std::marker::Send,
+            >,
+        > {
+            ::std::boxed::Box::pin(async move {
+                $connect(&url)
+                    .await
+                    .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
+            })
+        }
+
+        /// The entry point of the cases' worker processes (does nothing in a normal test run).
+        #[test]
+        fn election_worker() {
+            $crate::election_cases::worker(&__election_connect);
+        }
+
+        #[test]
+        fn soak_five_candidates_in_three_processes_under_kills_and_pauses() {
+            $crate::election_cases::soak_five_candidates_in_three_processes_under_kills_and_pauses(&__election_connect);
+        }
+
+        $crate::election_fault_tests!(@cases;
+            resign_hands_over_across_processes_in_about_one_round_trip,
+            a_killed_leader_is_replaced_within_lease_and_retry_period,
+            a_paused_leader_stopped_before_another_was_elected,
+            terms_increase_across_a_restart_without_persistence,
+            a_partitioned_candidate_never_returns_ok_without_the_key,
+        );
+    };
+    (@cases; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::election_cases::$case(&__election_connect).await;
                 });
             }
         )*
