@@ -46,6 +46,7 @@
 //! | the concrete guard with Redlock details | [`Guard`] (what [`Lock::acquire`] returns) |
 //! | work that runs only while the lock is held | [`DistributedLockExt::with_lock`] |
 //! | several resources at once, all or nothing | [`Lock::acquire_all`] → [`MultiGuard`], or [`Lock::with_all`] |
+//! | one leader among replicas, with a fencing term | [`Election::campaign`] / [`Election::lead`] → [`Leadership`] |
 //! | a scheduled job that one replica runs, the others skip | [`JobLock::run`] / [`JobLock::run_tick`] |
 //! | to see who holds a lock, or free a stuck one | [`Lock::inspect`], [`Lock::force_release`] (and `lockctl`, in `lock-redis-rs`); label holders with [`LockOptions::with_holder_label`] |
 //! | traces and metrics | the spans and events listed in [`telemetry`]; its metrics with the `metrics` feature |

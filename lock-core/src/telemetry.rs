@@ -17,6 +17,7 @@
 //! | `lock.release` | [`Guard::release`](crate::Guard::release) and the release of a dropped guard | `outcome` |
 //! | `lock.scoped` | the work of [`with_lock`](crate::DistributedLockExt::with_lock) | `outcome` |
 //! | `lock.inspect`, `lock.force_release` | [`Lock::inspect`](crate::Lock::inspect), [`Lock::force_release`](crate::Lock::force_release) | |
+//! | `election.campaign` | [`Election::campaign`](crate::Election::campaign) (the leadership's own spans are the lock's: `lock.held`, `lock.extend`, `lock.release`) | `election`, `id` |
 //!
 //! `outcome` is `acquired`, `held` (a try that found the lock held), `extended`, `released`, `already_expired`,
 //! `owned_by_other`, `ok`, or an error's [`kind`](crate::LockError::kind) (`contended`, `timeout`, `unavailable`, …).
@@ -29,6 +30,8 @@
 //! | `warn` | `lock force-released` | an administrator freed a lock ([`Lock::force_release`](crate::Lock::force_release)) | `resource`, `owner`, `label`, `ttl_left` |
 //! | `warn` | `lock lost during scoped work` | scoped work was cancelled because its lock was lost | `resource`, `reason` |
 //! | `warn` | `release subscriber disconnected` | a backend's notification connection broke; waiters poll until it is back | `error` |
+//! | `warn` | `leadership lost`, `campaign failed` | [`Election::lead`](crate::Election::lead) campaigns again | `election`, `id`, `reason` or `error` |
+//! | `info` | `elected` | a campaign won | `election`, `id`, `term` |
 //! | `info` | `lock renewal stopped: maximum hold reached` | the watchdog reached the policy's limit | `resource`, `renewals` |
 //! | `debug` | `lock acquired`, `lock released`, `lock wait budget spent`, `lock held by another owner` | routine traffic and contention | `resource`, … |
 //!
