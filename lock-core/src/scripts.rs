@@ -15,12 +15,22 @@ use crate::error::{LockError, Result};
 use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
 pub use crate::transport::Script;
 
-/// What every script that advances a fencing counter starts with: `advance(key, current, floor)` sets the counter
-/// at `key` (whose value was `current`, checked beforehand as `INCRBY` would) to `max(current + 1, floor)` and
-/// returns it. The one copy of the fencing rule (see [`ACQUIRE`]).
+/// What every script that advances a fencing counter starts with: `read_counter(key)` reads the counter and checks
+/// it as `INCRBY` would (returning `nil, error` for a foreign value), and `advance(key, current, floor)` sets it to
+/// `max(current + 1, floor)` and returns it. The one copy of the fencing rule (see [`ACQUIRE`]).
 macro_rules! fencing_prelude {
     () => {
         r#"
+-- The counter at `key` as INCRBY would accept it (a decimal integer, no spaces, no exponent, no hex, within 64
+-- bits), not as Lua's tonumber reads it; nil and a WRONGTYPE reply otherwise. Read before the lock key is set, so a
+-- counter INCRBY would refuse never leaves a lock key behind.
+local function read_counter(key)
+  local current = redis.pcall('GET', key)
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. key .. ' does not hold an integer')
+  end
+  return current
+end
 local function advance(key, current, floor)
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
@@ -51,6 +61,22 @@ local function awaited(key, pttl)
   else
     redis.call('SET', key, '1', 'PX', ttl)
   end
+end
+"#
+    };
+}
+
+/// What every script that reads a lock key of any holder starts with: `lock_value(key)` is the key's value (`false`
+/// when absent), or `nil` and a `WRONGTYPE` reply when the key holds another type, checked before any write.
+macro_rules! lock_prelude {
+    () => {
+        r#"
+local function lock_value(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    return nil, redis.error_reply('WRONGTYPE lock key ' .. key .. ' holds a value that is not a lock')
+  end
+  return value
 end
 "#
     };
@@ -90,11 +116,10 @@ pub static ACQUIRE: Script = Script::new(
 local fencing = ARGV[3] == '1'
 local current = false
 if fencing then
-  current = redis.pcall('GET', KEYS[2])
-  -- What INCRBY accepts (a decimal integer, no spaces, no exponent, no hex, within 64 bits), not what Lua's
-  -- tonumber reads: checked before the SET, so a counter INCRBY would refuse never leaves the lock key behind.
-  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+  local refused
+  current, refused = read_counter(KEYS[2])
+  if refused then
+    return refused
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -257,9 +282,9 @@ for i = 1, n do
   end
   values[i] = value
   if fencing then
-    local current = redis.pcall('GET', KEYS[2 * i])
-    if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-      return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2 * i] .. ' does not hold an integer')
+    local current, refused = read_counter(KEYS[2 * i])
+    if refused then
+      return refused
     end
     counters[i] = current
   end
@@ -398,9 +423,10 @@ if KEYS[4] then
 end
 local current = false
 if fencing then
-  current = redis.pcall('GET', KEYS[2])
-  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+  local refused
+  current, refused = read_counter(KEYS[2])
+  if refused then
+    return refused
   end
 end
 local holder = redis.call('GET', KEYS[1])
@@ -518,23 +544,17 @@ end
 pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
     concat!(
+        lock_prelude!(),
         fair_prelude!(),
         fencing_prelude!(),
         awaited_prelude!(),
         r#"
 local token = ARGV[1]
 local fencing = ARGV[3] == '1'
--- The fencing counter, read (and checked as INCRBY would) only on the paths that grant: before the lock key is set.
-local function counter()
-  local current = redis.pcall('GET', KEYS[2])
-  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
-  end
-  return current
-end
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+-- The fencing counter is read (and checked as INCRBY would) only on the paths that grant: before the lock key is set.
+local holder, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -559,7 +579,7 @@ if holder == token then
   if not fencing then
     return {1}
   end
-  local current, refused = counter()
+  local current, refused = read_counter(KEYS[2])
   if refused then
     return refused
   end
@@ -568,7 +588,7 @@ end
 if not holder and (not first or first == token) then
   local current, refused = false, nil
   if fencing then
-    current, refused = counter()
+    current, refused = read_counter(KEYS[2])
     if refused then
       return refused
     end
@@ -649,11 +669,12 @@ return reply
 pub static FAIR_RELEASE: Script = Script::new(
     "fair-release",
     concat!(
+        lock_prelude!(),
         fair_prelude!(),
         r#"
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+local value, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 local beat = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
 if type(beat) == 'table' then
@@ -697,10 +718,12 @@ return outcome
 /// script; the counter's content is checked by the client.
 pub static INSPECT: Script = Script::new(
     "inspect",
-    r#"
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+    concat!(
+        lock_prelude!(),
+        r#"
+local value, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 local fence = redis.pcall('GET', KEYS[2])
 if type(fence) == 'table' then
@@ -711,7 +734,8 @@ if type(queued) == 'table' then
   return redis.error_reply('WRONGTYPE fair queue ' .. KEYS[4] .. ' is not a sorted set')
 end
 return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL', KEYS[3]), queued}
-"#,
+"#
+    ),
 );
 
 /// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key whoever holds it,
@@ -724,10 +748,12 @@ return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL'
 /// before the delete) or `{0}` when nobody held it. A lock key of another type is `WRONGTYPE` and kept.
 pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
-    r#"
-local value = redis.pcall('GET', KEYS[1])
-if type(value) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+    concat!(
+        lock_prelude!(),
+        r#"
+local value, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 local pttl = -2
 if value then
@@ -745,7 +771,8 @@ if value then
   return {1, value, pttl}
 end
 return {0}
-"#,
+"#
+    ),
 );
 
 /// Elect (see [`Election`](crate::Election)): the mutex's acquire of the election's key, the new term from the
@@ -760,20 +787,21 @@ return {0}
 pub static ELECT: Script = Script::new(
     "elect",
     concat!(
+        lock_prelude!(),
         fencing_prelude!(),
         awaited_prelude!(),
         r#"
-local current = redis.pcall('GET', KEYS[2])
-if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
+local current, refused = read_counter(KEYS[2])
+if refused then
+  return refused
 end
 local kind = redis.call('TYPE', KEYS[4]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE leader record ' .. KEYS[4] .. ' is not a hash')
 end
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+local holder, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 if holder == ARGV[1] then
   return {1, tonumber(current or '0')}
@@ -866,10 +894,12 @@ return 1
 /// `KEYS[1]` lock key, `KEYS[2]` leader record. Reply: `{id, value, term, pttl}`, or `{}` with no leader.
 pub static LEADER: Script = Script::new(
     "leader",
-    r#"
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+    concat!(
+        lock_prelude!(),
+        r#"
+local holder, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
 end
 if not holder then
   return {}
@@ -883,7 +913,8 @@ if record[4] ~= holder then
   return {}
 end
 return {record[1], record[2], record[3], redis.call('PTTL', KEYS[1])}
-"#,
+"#
+    ),
 );
 
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).

@@ -99,3 +99,39 @@ fn the_readme_gives_the_tested_acl_line() {
     let line = format!("ACL SETUSER locker {}", rules.join(" "));
     assert!(readme.contains(&line), "README.md lacks the tested line:\n{line}");
 }
+
+/// The election's and the operator's scripts check every key's type before any write: a foreign lock key, leader
+/// record, fencing counter or queue is `WRONGTYPE`, nothing is written, and the foreign value is kept.
+#[test]
+fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
+    let s = server();
+    let wrongtype = |reply: Reply, what: &str| {
+        assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{what}: {reply:?}");
+    };
+    let elect_keys = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader"];
+    let elect_args = ["token", "30000", "", "id", "value", "origin", "0"];
+    // A string where the leader record (a hash) belongs.
+    s.command(&["SET", "lock:{e}:info", "foreign"]).unwrap();
+    wrongtype(eval(&s, &scripts::ELECT, &elect_keys, &elect_args), "elect over a foreign record");
+    assert!(!exists(&s, "lock:{e}"), "the lock key was written before the record's check");
+    s.command(&["DEL", "lock:{e}:info"]).unwrap();
+    // A counter INCRBY would refuse.
+    s.command(&["SET", "lock:{e}:fence", "1e3"]).unwrap();
+    wrongtype(eval(&s, &scripts::ELECT, &elect_keys, &elect_args), "elect over a foreign counter");
+    assert!(!exists(&s, "lock:{e}") && !exists(&s, "lock:{e}:info"), "elect wrote before the counter's check");
+    s.command(&["DEL", "lock:{e}:fence"]).unwrap();
+    // A hash where the lock key belongs.
+    s.command(&["HSET", "lock:{e}", "f", "v"]).unwrap();
+    wrongtype(eval(&s, &scripts::ELECT, &elect_keys, &elect_args), "elect over a foreign lock key");
+    wrongtype(eval(&s, &scripts::LEADER, &["lock:{e}", "lock:{e}:info"], &[]), "leader");
+    let admin = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:queue"];
+    wrongtype(eval(&s, &scripts::INSPECT, &admin, &[]), "inspect");
+    let forced = ["lock:{e}", "lock:{e}:released", "lock:{e}:awaited", "lock:{e}:queue"];
+    wrongtype(eval(&s, &scripts::FORCE_RELEASE, &forced, &["force-release", "0"]), "force-release");
+    assert_eq!(
+        s.command(&["TYPE", "lock:{e}"]).unwrap().as_text().as_deref(),
+        Some("hash"),
+        "the foreign key was touched"
+    );
+    assert!(!exists(&s, "lock:{e}:info"), "a record was written beside a foreign lock key");
+}
