@@ -343,26 +343,57 @@ pub fn soak_five_candidates_in_three_processes_under_kills_and_pauses(connect: &
     let mut workers: Vec<WorkerProcess> = (1..=3).map(start_worker).collect();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().or_panic();
     let observer = rt.block_on(async { Election::new(lock_at(connect, &server.url()).await, NAME, fast()).or_panic() });
-    let (mut kills, mut pauses) = (0, 0);
+    let (mut kills, mut pauses, mut handovers) = (0, 0, 0);
     let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(secs) {
-        blocking_sleep(ms(rng.random_range(300..800)));
-        // Mostly the leader's process (ids are `w<worker>c<candidate>`), sometimes any.
-        let leader = rt.block_on(observer.leader()).ok().flatten();
-        let leading = leader.and_then(|l| l.id.strip_prefix('w')?.split('c').next()?.parse::<usize>().ok());
-        let i = match leading {
-            Some(worker) if rng.random_bool(0.75) => worker - 1,
-            _ => rng.random_range(0..workers.len()),
-        };
-        if rng.random_bool(0.5) {
+    let leader_now = |what: &str| {
+        let waited = Instant::now();
+        loop {
+            if let Ok(Some(leader)) = rt.block_on(observer.leader()) {
+                return leader;
+            }
+            assert!(waited.elapsed() < ms(5_000), "no leader for 5 s ({what})");
+            blocking_sleep(ms(10));
+        }
+    };
+    // Every round takes the leader's process down (ids are `w<worker>c<candidate>`), killed or paused, and waits
+    // for another leader (which must come within the lease and a retry period, plus slack) before the paused one
+    // resumes; now and then another process is disturbed too. At least three hand-overs, whatever the timing.
+    while started.elapsed() < Duration::from_secs(secs) || handovers < 3 {
+        assert!(started.elapsed() < Duration::from_secs(secs * 4 + 30), "the soak made too little progress");
+        blocking_sleep(ms(rng.random_range(100..400)));
+        if rng.random_bool(0.25) {
+            let i = rng.random_range(0..workers.len());
             workers[i].kill();
             kills += 1;
             workers[i] = start_worker(u32::try_from(i).or_panic() + 1);
+            continue;
+        }
+        let leader = leader_now("before a round");
+        let worker = leader.id.strip_prefix('w').and_then(|w| w.split('c').next()?.parse::<usize>().ok());
+        let i = worker.unwrap_or_else(|| panic!("a leader id this soak never gave: {}", leader.id)) - 1;
+        let kill = rng.random_bool(0.5);
+        if kill {
+            workers[i].kill();
+            kills += 1;
         } else {
             workers[i].pause();
-            blocking_sleep(ms(rng.random_range(400..1_400)));
-            workers[i].resume();
             pauses += 1;
+        }
+        let down = Instant::now();
+        loop {
+            let next = leader_now("after the leader went down");
+            if next.term > leader.term {
+                break;
+            }
+            assert!(down.elapsed() < ms(5_000), "nobody replaced the leader {} within 5 s", leader.id);
+            blocking_sleep(ms(10));
+        }
+        handovers += 1;
+        if kill {
+            workers[i] = start_worker(u32::try_from(i).or_panic() + 1);
+        } else {
+            blocking_sleep(ms(rng.random_range(0..300)));
+            workers[i].resume();
         }
     }
     for worker in &mut workers {
@@ -409,8 +440,8 @@ pub fn soak_five_candidates_in_three_processes_under_kills_and_pauses(connect: &
     let accepted: Vec<u64> = writes.iter().filter(|w| w.2 != "rejected").map(|w| w.1).collect();
     let lost_updates = writes.iter().filter(|w| w.2 == "lost-update").count();
     println!(
-        "election soak: {} terms, {} writes ({} accepted, {} rejected; {stale} by paused leaders that did not check), \
-         {kills} kills, {pauses} pauses",
+        "election soak: {} terms, {handovers} forced hand-overs, {} writes ({} accepted, {} rejected; {stale} by \
+         paused leaders that did not check), {kills} kills, {pauses} pauses",
         beliefs.len(),
         writes.len(),
         accepted.len(),
