@@ -47,6 +47,7 @@
 //! | work that runs only while the lock is held | [`DistributedLockExt::with_lock`] |
 //! | several resources at once, all or nothing | [`Lock::acquire_all`] → [`MultiGuard`], or [`Lock::with_all`] |
 //! | one leader among replicas, with a fencing term | [`Election::campaign`] / [`Election::lead`] → [`Leadership`] |
+//! | at most N holders at once across replicas, each expiring on its own | [`Semaphore::acquire`] → [`Permit`] |
 //! | a scheduled job that one replica runs, the others skip | [`JobLock::run`] / [`JobLock::run_tick`] |
 //! | to see who holds a lock, or free a stuck one | [`Lock::inspect`], [`Lock::force_release`] (and `lockctl`, in `lock-redis-rs`); label holders with [`LockOptions::with_holder_label`] |
 //! | traces and metrics | the spans and events listed in [`telemetry`]; its metrics with the `metrics` feature |
@@ -107,6 +108,7 @@ mod resource;
 pub mod rt;
 mod scoped;
 pub mod scripts;
+pub mod semaphore;
 mod store;
 mod target;
 pub mod telemetry;
@@ -135,6 +137,7 @@ pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use scoped::{DistributedLockExt, LockContext};
+pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
 pub use store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };

@@ -917,6 +917,235 @@ return {record[1], record[2], record[3], redis.call('PTTL', KEYS[1])}
     ),
 );
 
+/// What every semaphore script starts with: `sem_now()` is the server's clock in ms; `purge(now)` drops every permit
+/// whose expiry has passed (its slots, its grant and its expiry), so a dead holder costs at most its TTL whoever
+/// else renews; `gc()` sets every semaphore key to expire a second after the last permit's expiry (the keys never
+/// outlive their permits); `sem_types()` refuses foreign keys before any write. `KEYS[1]` expiries (zset, token →
+/// server ms), `KEYS[2]` slots (hash, slot → token), `KEYS[3]` grants (hash, token → `"fence;s1,s2…"`), `KEYS[4]`
+/// the limit (string).
+macro_rules! semaphore_prelude {
+    () => {
+        r#"
+local function sem_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function sem_types()
+  local want = {'zset', 'hash', 'hash', 'string'}
+  for i = 1, 4 do
+    local kind = redis.call('TYPE', KEYS[i]).ok
+    if kind ~= 'none' and kind ~= want[i] then
+      return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' is not a ' .. want[i])
+    end
+  end
+end
+local function free(token)
+  local grant = redis.call('HGET', KEYS[3], token)
+  if grant then
+    for slot in string.gmatch(string.match(grant, ';(.*)$') or '', '%d+') do
+      if redis.call('HGET', KEYS[2], slot) == token then
+        redis.call('HDEL', KEYS[2], slot)
+      end
+    end
+    redis.call('HDEL', KEYS[3], token)
+  end
+  redis.call('ZREM', KEYS[1], token)
+end
+local function purge(now)
+  for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))) do
+    free(token)
+  end
+end
+local function gc()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if not last[2] then
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    return
+  end
+  local at = string.format('%d', tonumber(last[2]) + 1000)
+  for i = 1, 4 do
+    redis.call('PEXPIREAT', KEYS[i], at)
+  end
+end
+"#
+    };
+}
+
+/// Semaphore acquire (see [`Semaphore`](crate::Semaphore)): `n` of `limit` numbered slots for one token, with its
+/// own expiry on the server clock, in one step.
+///
+/// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string), `KEYS[5]` the fencing counter, `KEYS[6]` the release mark; `ARGV[1]`
+/// token, `ARGV[2]` n, `ARGV[3]` TTL in ms, `ARGV[4]` limit, `ARGV[5]` `"1"` for fencing, `ARGV[6]` (optional) the
+/// counter's floor. Reply: `{1, fence, slot…}` (granted the lowest free slots; fence `-1` without fencing; a retry
+/// with the same token renews and replies the same grant), `{0, wait_ms}` (too few free: the earliest expiry is
+/// `wait_ms` away, `-1` when none; the semaphore is marked as awaited), `{-1, limit}` (another client uses the
+/// semaphore with this other limit: nothing written). The fence follows the lock's rule, so the tokens one slot
+/// sees strictly increase.
+pub static SEM_ACQUIRE: Script = Script::new(
+    "sem-acquire",
+    concat!(
+        semaphore_prelude!(),
+        fencing_prelude!(),
+        awaited_prelude!(),
+        r#"
+local refused = sem_types()
+if refused then
+  return refused
+end
+local fencing = ARGV[5] == '1'
+local current = false
+if fencing then
+  current, refused = read_counter(KEYS[5])
+  if refused then
+    return refused
+  end
+end
+local now = sem_now()
+local ttl = tonumber(ARGV[3])
+purge(now)
+local stored = redis.call('GET', KEYS[4])
+if stored and stored ~= ARGV[4] then
+  return {-1, tonumber(stored)}
+end
+local grant = redis.call('HGET', KEYS[3], ARGV[1])
+if grant then
+  redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + ttl), ARGV[1])
+  gc()
+  local reply = {1, tonumber(string.match(grant, '^(%-?%d+);'))}
+  for slot in string.gmatch(string.match(grant, ';(.*)$') or '', '%d+') do
+    table.insert(reply, tonumber(slot))
+  end
+  return reply
+end
+local n, limit = tonumber(ARGV[2]), tonumber(ARGV[4])
+if redis.call('HLEN', KEYS[2]) + n > limit then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local wait = -1
+  if first[2] then
+    wait = math.max(tonumber(first[2]) - now, 0)
+  end
+  local marked = awaited(KEYS[6], wait)
+  if marked then
+    return marked
+  end
+  return {0, wait}
+end
+local slots = {}
+local slot = 0
+while #slots < n and slot < limit do
+  if not redis.call('HGET', KEYS[2], string.format('%d', slot)) then
+    table.insert(slots, slot)
+  end
+  slot = slot + 1
+end
+local fence = -1
+if fencing then
+  local floor = tonumber(ARGV[6] or '')
+  if not floor then
+    local t = redis.call('TIME')
+    floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  fence = advance(KEYS[5], current, floor)
+end
+for _, s in ipairs(slots) do
+  redis.call('HSET', KEYS[2], string.format('%d', s), ARGV[1])
+end
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', fence) .. ';' .. table.concat(slots, ','))
+redis.call('ZADD', KEYS[1], string.format('%d', now + ttl), ARGV[1])
+redis.call('SET', KEYS[4], ARGV[4])
+gc()
+local reply = {1, fence}
+for _, s in ipairs(slots) do
+  table.insert(reply, s)
+end
+return reply
+"#
+    ),
+);
+
+/// Semaphore extend: pushes the token's own expiry, only while it holds a permit that has not expired.
+///
+/// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string); `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` not held
+/// (expired, purged, or never granted): never recreated.
+pub static SEM_EXTEND: Script = Script::new(
+    "sem-extend",
+    concat!(
+        semaphore_prelude!(),
+        r#"
+local refused = sem_types()
+if refused then
+  return refused
+end
+local now = sem_now()
+purge(now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
+gc()
+return 1
+"#
+    ),
+);
+
+/// Semaphore release: frees the token's slots; announces (only when a try marked the semaphore as awaited).
+///
+/// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string), `KEYS[5]` release channel, `KEYS[6]` the release mark; `ARGV[1]` token,
+/// `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` released though its expiry had passed
+/// (nobody had taken its slots yet), `0` not held: the count is never raised by an unknown or purged token.
+pub static SEM_RELEASE: Script = Script::new(
+    "sem-release",
+    concat!(
+        semaphore_prelude!(),
+        r#"
+local refused = sem_types()
+if refused then
+  return refused
+end
+if not redis.call('HGET', KEYS[3], ARGV[1]) then
+  return 0
+end
+local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+local late = score <= sem_now()
+free(ARGV[1])
+gc()
+if redis.call('DEL', KEYS[6]) > 0 then
+  redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[2])
+end
+if late then
+  return 2
+end
+return 1
+"#
+    ),
+);
+
+/// Semaphore state, read without writing: the limit stored by the holders, and how many slots live permits hold
+/// (expired ones not counted).
+///
+/// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string). Reply: `{limit or -1, held}`.
+pub static SEM_STATE: Script = Script::new(
+    "sem-state",
+    concat!(
+        semaphore_prelude!(),
+        r#"
+local refused = sem_types()
+if refused then
+  return refused
+end
+local now = sem_now()
+local held = 0
+for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf')) do
+  local grant = redis.call('HGET', KEYS[3], token)
+  for _ in string.gmatch(string.match(grant or '', ';(.*)$') or '', '%d+') do
+    held = held + 1
+  end
+end
+return {tonumber(redis.call('GET', KEYS[4]) or '-1'), held}
+"#
+    ),
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -938,6 +1167,10 @@ pub static ALL: &[&Script] = &[
     &RESIGN,
     &PROCLAIM,
     &LEADER,
+    &SEM_ACQUIRE,
+    &SEM_EXTEND,
+    &SEM_RELEASE,
+    &SEM_STATE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

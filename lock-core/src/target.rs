@@ -39,6 +39,8 @@ pub(crate) struct Target {
     job: Option<JobSpec>,
     /// An election's leadership: elected, renewed and resigned by the election scripts.
     election: Option<ElectionSpec>,
+    /// A semaphore's permit: acquired, extended and released by the semaphore scripts.
+    semaphore: Option<SemaphoreSpec>,
     /// A fair lock's queue: acquired and released by the fair scripts.
     fair: Option<FairSpec>,
 }
@@ -66,6 +68,18 @@ pub(crate) struct ElectionSpec {
     pub(crate) value: String,
     /// How long a leader trusts its leadership after the start of its last successful renewal.
     pub(crate) renew_deadline: Duration,
+}
+
+/// What a semaphore's scripts need (see [`Semaphore`](crate::Semaphore)).
+#[derive(Debug)]
+pub(crate) struct SemaphoreSpec {
+    /// Expiries, slots, grants, limit (`prefix{name}:sem:…`).
+    pub(crate) keys: std::sync::Arc<[String; 4]>,
+    pub(crate) limit: String,
+    /// How many slots this permit takes.
+    pub(crate) permits: String,
+    /// The slots granted (set by the grant).
+    pub(crate) granted: Mutex<Vec<u32>>,
 }
 
 /// What a job's start and finish need beyond the lock key.
@@ -127,6 +141,7 @@ impl Target {
             label: String::new(),
             job: None,
             election: None,
+            semaphore: None,
             fair: None,
         }
     }
@@ -140,6 +155,19 @@ impl Target {
             waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
         };
         Target { fair: Some(fair), ..Self::one(keys) }
+    }
+
+    /// One permit of a semaphore.
+    pub(crate) fn semaphore(keys: LockKeys, spec: SemaphoreSpec) -> Self {
+        Target { semaphore: Some(spec), ..Self::one(keys) }
+    }
+
+    /// The slots a semaphore permit was granted (empty for anything else).
+    pub(crate) fn semaphore_slots(&self) -> Vec<u32> {
+        self.semaphore
+            .as_ref()
+            .map(|spec| spec.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone())
+            .unwrap_or_default()
     }
 
     /// One leadership of an election.
@@ -215,7 +243,7 @@ impl Target {
         } else {
             String::new()
         };
-        Ok(Target { resources, groups, label, job: None, election: None, fair: None })
+        Ok(Target { resources, groups, label, job: None, election: None, semaphore: None, fair: None })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -241,6 +269,9 @@ impl Target {
     pub(crate) async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         if let Some(election) = &self.election {
             return self.elect(election, store, ask).await;
+        }
+        if let Some(semaphore) = &self.semaphore {
+            return self.acquire_permit(semaphore, store, ask).await;
         }
         if let Some(job) = &self.job {
             return self.start_job(job, store, ask).await;
@@ -315,6 +346,9 @@ impl Target {
         if let Some(election) = &self.election {
             return Ok(vec![self.resign(election, store, token).await?]);
         }
+        if let Some(semaphore) = &self.semaphore {
+            return Ok(vec![self.release_permit(semaphore, store, token).await?]);
+        }
         if let Some(job) = &self.job {
             return Ok(vec![self.finish_job(job, store, token).await?]);
         }
@@ -343,6 +377,9 @@ impl Target {
     pub(crate) async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         if let Some(election) = &self.election {
             return Ok(vec![self.renew_leadership(election, store, token, ttl).await?]);
+        }
+        if let Some(semaphore) = &self.semaphore {
+            return Ok(vec![self.extend_permit(semaphore, store, token, ttl).await?]);
         }
         if self.is_one() {
             return Ok(vec![store.extend(&self.resources[0], token, ttl).await?]);
@@ -527,6 +564,74 @@ impl Target {
         match ran.reply.as_int() {
             Some(code) => scripts::parse_release(code),
             None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
+        }
+    }
+}
+
+impl Target {
+    /// [`SEM_ACQUIRE`](crate::scripts::SEM_ACQUIRE) on one store.
+    async fn acquire_permit(&self, semaphore: &SemaphoreSpec, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.resources[0];
+        let [exp, slots, grants, limit] = &*semaphore.keys;
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let fencing = if ask.fencing { "1" } else { "0" };
+        let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
+        let call_keys = [exp.as_str(), slots, grants, limit, keys.fence(), keys.awaited()];
+        let args = [ask.token.as_str(), &semaphore.permits, &ttl, &semaphore.limit, fencing, &floor];
+        let call = Call::script("acquire", &scripts::SEM_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let grant = match crate::semaphore::parse_acquire(&ran.reply, keys.resource(), &semaphore.limit)? {
+            crate::semaphore::Try::Granted { fence, slots } => {
+                *semaphore.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = slots;
+                Grant::Acquired { fences: vec![fence.filter(|_| ask.fencing)] }
+            }
+            crate::semaphore::Try::Full { wait } => Grant::Held { index: 0, ttl: wait, holder: None, place: None },
+        };
+        if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(grant)
+    }
+
+    /// [`SEM_EXTEND`](crate::scripts::SEM_EXTEND) on one store.
+    async fn extend_permit(
+        &self,
+        semaphore: &SemaphoreSpec,
+        store: &dyn LockStore,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<ExtendReply> {
+        let [exp, slots, grants, limit] = &*semaphore.keys;
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys = [exp.as_str(), slots, grants, limit];
+        let args = [token.as_str(), &ttl];
+        let ran = store.call(Call::script("extend", &scripts::SEM_EXTEND, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(ExtendReply::Extended),
+            Some(0) => Ok(ExtendReply::Absent),
+            _ => Err(LockError::backend(format!("unexpected reply to the semaphore-extend script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`SEM_RELEASE`](crate::scripts::SEM_RELEASE) on one store.
+    async fn release_permit(
+        &self,
+        semaphore: &SemaphoreSpec,
+        store: &dyn LockStore,
+        token: &Token,
+    ) -> Result<ReleaseOutcome> {
+        let keys = &self.resources[0];
+        let [exp, slots, grants, limit] = &*semaphore.keys;
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [exp.as_str(), slots, grants, limit, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::SEM_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(ReleaseOutcome::Released),
+            // Past its expiry (2), or purged already (0): the holder overran its TTL.
+            Some(0 | 2) => Ok(ReleaseOutcome::AlreadyExpired),
+            _ => Err(LockError::backend(format!("unexpected reply to the semaphore-release script: {:?}", ran.reply))),
         }
     }
 }

@@ -64,6 +64,8 @@ pub mod proxy;
 mod resp;
 pub mod runtime;
 pub mod scripted;
+pub mod semaphore_cases;
+pub mod semaphore_conformance;
 mod sentinel;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
@@ -194,6 +196,7 @@ macro_rules! conformance_tests {
         $crate::fair_tests!($runtime, $subject);
         $crate::admin_tests!($runtime, $subject);
         $crate::election_tests!($runtime, $subject);
+        $crate::semaphore_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -321,6 +324,87 @@ macro_rules! election_fault_tests {
             fn $case() {
                 $crate::runtime::tokio(async {
                     $crate::election_cases::$case(&__election_connect).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes the cross-process semaphore cases of [`semaphore_cases`] for a backend, and the `semaphore_worker` entry
+/// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
+/// that exact name). `semaphore_fault_tests!(CONNECT)`, as [`election_fault_tests!`].
+#[macro_export]
+macro_rules! semaphore_fault_tests {
+    ($connect:path) => {
+        fn __semaphore_connect(
+            url: ::std::string::String,
+        ) -> ::std::pin::Pin<
+            ::std::boxed::Box<
+                dyn ::std::future::Future<
+                        Output = $crate::__private::Result<::std::sync::Arc<dyn $crate::__private::LockStore>>,
+                    > + ::std::marker::Send,
+            >,
+        > {
+            ::std::boxed::Box::pin(async move {
+                $connect(&url)
+                    .await
+                    .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
+            })
+        }
+
+        /// The entry point of the cases' worker processes (does nothing in a normal test run).
+        #[test]
+        fn semaphore_worker() {
+            $crate::semaphore_cases::worker(&__semaphore_connect);
+        }
+
+        #[test]
+        fn soak_holders_in_three_processes_under_kills_and_pauses() {
+            $crate::semaphore_cases::soak_holders_in_three_processes_under_kills_and_pauses(&__semaphore_connect);
+        }
+
+        $crate::semaphore_fault_tests!(@cases;
+            a_killed_holder_s_permits_return_within_its_ttl,
+            a_paused_holder_never_frees_twice,
+            a_retried_acquire_returns_the_same_grant,
+        );
+    };
+    (@cases; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::semaphore_cases::$case(&__semaphore_connect).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per semaphore case of [`semaphore_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `semaphore_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! semaphore_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::semaphore_tests!(@cases $runtime, $subject;
+            semaphore_never_grants_more_than_its_limit,
+            semaphore_slots_are_distinct_and_fence_per_slot,
+            semaphore_expired_holder_never_frees_twice,
+            semaphore_release_wakes_a_waiter,
+            semaphore_limit_mismatch_is_typed,
+            semaphore_cancelled_acquires_leave_nothing_behind,
+            semaphore_is_refused_where_it_cannot_hold,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::semaphore_conformance::$case(&subject).await;
                 });
             }
         )*

@@ -112,7 +112,7 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
 /// migration and `HELLO` for the subscriber's RESP3 connection; behind Sentinel, `ROLE` to confirm the primary.
 pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels &lock:* -@all \
     +ping +info +client|id +role +hello +evalsha +eval +get +set +del +pexpire +incrby +time +type +pttl \
-    +hset +hmget +hgetall +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zcard +pexpireat +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
+    +hset +hget +hmget +hgetall +hdel +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zcard +pexpireat +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
 
 /// A server with the user `locker` (password `secret`) holding exactly [`MINIMAL_ACL_RULES`].
 ///

@@ -244,6 +244,10 @@ impl Keyspace {
                 let field = |f: &Vec<u8>| hash.as_ref().and_then(|h| h.get(f)).cloned().map_or(Reply::Nil, Reply::Bulk);
                 Ok(Reply::Array(rest[1..].iter().map(field).collect()))
             }
+            "HLEN" => {
+                let len = self.hash(arg(0)?, now)?.map_or(0, |h| h.len());
+                Ok(Reply::Int(i64::try_from(len).unwrap_or(i64::MAX)))
+            }
             "HGETALL" => {
                 let hash = self.hash(arg(0)?, now)?.cloned().unwrap_or_default();
                 Ok(Reply::Array(hash.into_iter().flat_map(|(k, v)| [Reply::Bulk(k), Reply::Bulk(v)]).collect()))

@@ -1,0 +1,292 @@
+//! A counting semaphore whose permits expire one by one: at most `limit` permits of one name are held at once, and a
+//! holder that dies costs its permits for one TTL, whoever else renews.
+//!
+//! ```
+//! use lock_core::{Lock, LockOptions, MemoryStore, Semaphore};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! let exports = Semaphore::new(Lock::new(MemoryStore::new()), "exports", 2)?;
+//! let opts = LockOptions::new(Duration::from_secs(30));
+//! let a = exports.acquire(1, &opts).await?;
+//! let b = exports.acquire(1, &opts).await?;
+//! assert!(exports.try_acquire(1, &opts).await?.is_none(), "both permits are held");
+//! assert_ne!(a.slots(), b.slots()); // numbered slots: 0 and 1
+//! a.release().await?;
+//! let c = exports.try_acquire(1, &opts).await?.expect("a permit came back");
+//! assert_eq!(c.slots(), [0]);
+//! # b.release().await?; c.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//! Each permit is a member of a sorted set scored by its own expiry on the server's clock (`prefix{name}:sem:exp`),
+//! and holds numbered slots (`:sem:slot`, slot → token; `:sem:grant`, token → fence and slots). Every script starts by
+//! purging the members whose expiry has passed, so nothing leaks and nobody renews anyone else's permit (Redisson's
+//! `RPermitExpirableSemaphore` model, with the server's clock instead of the client's). The keys themselves expire a
+//! second after the last permit. A retried acquire with the same token returns the same grant. Waiting, cancel
+//! safety, renewal (each holder extends only its own member) and the lost signal are the lock's.
+//!
+//! **Numbered slots and fencing.** A permit holds the lowest free slots, and each grant advances one fencing counter
+//! per name (the lock's rule), so the tokens any one slot sees strictly increase: a resource partitioned by slot
+//! (worker slot 3 owns partition 3) can reject a stale holder of its slot.
+//!
+//! **Fairness.** None: a request for several permits waits until that many are free at once, so a stream of
+//! single-permit requests can starve it.
+//!
+//! **One store only.** A semaphore over Redlock cannot keep its invariant: "entering a semaphore on a majority of
+//! databases does not guarantee that the semaphore's invariant is preserved… on database 1, users A and B have
+//! entered. On database 2, users B and C… On database 3, users A and C… all users believe they have entered"
+//! (madelson's DistributedLock docs). [`Semaphore::new`] refuses a Redlock. Cluster works (every key shares the
+//! name's hash tag).
+
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::error::{LockError, Result};
+use crate::lock::{Guard, Lock};
+use crate::lost::LostSignal;
+use crate::options::LockOptions;
+use crate::resource::LockKeys;
+use crate::store::ReleaseOutcome;
+use crate::target::{SemaphoreSpec, Target};
+use crate::token::FencingToken;
+use crate::transport::{Call, Reply};
+use crate::wait::Attempt;
+use crate::{rt, scripts};
+
+/// The largest `limit` a semaphore takes (an acquire looks for free slots one by one, so it is bounded).
+pub const MAX_PERMITS: u32 = 10_000;
+
+/// A counting semaphore on one name, with `limit` permits. Cheap to clone.
+#[derive(Clone)]
+pub struct Semaphore {
+    lock: Lock,
+    keys: LockKeys,
+    names: Arc<[String; 4]>,
+    limit: u32,
+}
+
+impl std::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semaphore").field("name", &self.name()).field("limit", &self.limit).finish()
+    }
+}
+
+/// What a semaphore looks like now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreState {
+    /// The limit its holders use, `None` when nobody holds a permit.
+    pub limit: Option<u32>,
+    /// Slots held by permits that have not expired.
+    pub held: u32,
+}
+
+impl Semaphore {
+    /// The semaphore `name` with `limit` permits on `lock`'s store (its key prefix applies).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, a bad prefix, a limit of 0 or above [`MAX_PERMITS`], or a
+    /// `lock` over several instances (Redlock; see the module docs), before any I/O.
+    pub fn new(lock: Lock, name: &str, limit: u32) -> Result<Self> {
+        if lock.stores().len() != 1 {
+            return Err(LockError::invalid(
+                "a semaphore needs one store: over Redlock a majority of instances cannot keep the count",
+            ));
+        }
+        if limit == 0 || limit > MAX_PERMITS {
+            return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
+        }
+        let keys = LockKeys::new(lock.key_prefix(), name)?;
+        let base = keys.lock();
+        let names = Arc::new([
+            format!("{base}:sem:exp"),
+            format!("{base}:sem:slot"),
+            format!("{base}:sem:grant"),
+            format!("{base}:sem:limit"),
+        ]);
+        Ok(Semaphore { lock, keys, names, limit })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        self.keys.resource()
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    fn prepare(&self, permits: u32, options: &LockOptions) -> Result<Arc<Target>> {
+        if permits == 0 || permits > self.limit {
+            return Err(LockError::invalid(format!("a permit takes 1 to {} slots of this semaphore", self.limit)));
+        }
+        if options.fair_queue().is_some() {
+            return Err(LockError::invalid("a semaphore has no fair queue"));
+        }
+        self.lock.check(options)?;
+        let spec = SemaphoreSpec {
+            keys: self.names.clone(),
+            limit: self.limit.to_string(),
+            permits: permits.to_string(),
+            granted: Mutex::new(Vec::new()),
+        };
+        Ok(Arc::new(Target::semaphore(self.keys.clone(), spec)))
+    }
+
+    /// Takes `permits` slots, waiting up to the options' budget (woken by releases, and at the earliest expiry of
+    /// a held permit at the latest). The options' TTL is the permit's own expiry; auto-renewal, fencing and the
+    /// retry policy apply as for a lock.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for 0 or more than `limit` permits, a fair-queue option, or bad options (before
+    /// any I/O), and when the holders of this name use another limit (nothing is taken); [`LockError::Contended`]
+    /// when the budget ran out; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as [`Lock::acquire`]: a grant the dropped future may have made is released in the background.
+    pub async fn acquire(&self, permits: u32, options: &LockOptions) -> Result<Permit> {
+        let target = self.prepare(permits, options)?;
+        let span = tracing::debug_span!("semaphore.acquire", semaphore = self.name(), permits);
+        let attempts = AtomicU32::new(0);
+        let guard = Box::pin(self.lock.wait_for(&target, options, &attempts)).instrument(span).await?;
+        Ok(Permit::new(guard, &target))
+    }
+
+    /// Takes `permits` slots if that many are free now.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), without `Contended`.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self, permits: u32, options: &LockOptions) -> Result<Option<Permit>> {
+        let target = self.prepare(permits, options)?;
+        match self.lock.attempt(&target, options).await? {
+            Attempt::Acquired(guard) => Ok(Some(Permit::new(guard, &target))),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// The limit its holders use and how many slots live permits hold, read without writing.
+    ///
+    /// # Errors
+    /// The store's errors ([`LockError::WrongType`] for a foreign key at one of the semaphore's names).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn state(&self) -> Result<SemaphoreState> {
+        let store = self.lock.stores().first().ok_or_else(|| LockError::invalid("no store"))?;
+        let names = &self.names;
+        let call_keys = [names[0].as_str(), &names[1], &names[2], &names[3]];
+        let call = Call::script("semaphore-state", &scripts::SEM_STATE, &call_keys, &[]);
+        let ran = rt::timeout("semaphore-state", self.lock.operation_timeout(), store.call(call)).await??;
+        let ints = ran.reply.as_ints().unwrap_or_default();
+        match ints.as_slice() {
+            [limit, held] => {
+                Ok(SemaphoreState { limit: u32::try_from(*limit).ok(), held: u32::try_from(*held).unwrap_or(0) })
+            }
+            _ => Err(LockError::backend(format!("unexpected reply to the semaphore-state script: {:?}", ran.reply))),
+        }
+    }
+}
+
+/// What one [`SEM_ACQUIRE`](scripts::SEM_ACQUIRE) found.
+pub(crate) enum Try {
+    /// Granted: the fence (when fencing) and the slots.
+    Granted { fence: Option<u64>, slots: Vec<u32> },
+    /// Too few free slots; the earliest held permit expires in this long (when one does).
+    Full { wait: Option<Duration> },
+}
+
+/// Parses [`SEM_ACQUIRE`](scripts::SEM_ACQUIRE)'s reply; another limit is a typed error (nothing was written).
+pub(crate) fn parse_acquire(reply: &Reply, name: &str, limit: &str) -> Result<Try> {
+    let ints = reply.as_ints().unwrap_or_default();
+    match ints.as_slice() {
+        [1, fence, slots @ ..] if !slots.is_empty() => {
+            let slots =
+                slots.iter().map(|s| u32::try_from(*s).map_err(|_| unexpected(reply))).collect::<Result<_>>()?;
+            Ok(Try::Granted { fence: u64::try_from(*fence).ok(), slots })
+        }
+        [0, wait] => Ok(Try::Full { wait: u64::try_from(*wait).ok().map(Duration::from_millis) }),
+        [-1, stored] => Err(LockError::invalid(format!(
+            "semaphore {name:?} is held with a limit of {stored}, and this client says {limit}"
+        ))),
+        _ => Err(unexpected(reply)),
+    }
+}
+
+fn unexpected(reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to the semaphore-acquire script: {reply:?}"))
+}
+
+/// Permits held: released with [`release`](Self::release), or in the background when dropped; renewed by the
+/// watchdog when the options asked for it; lost (its signal fires) when its own expiry passes.
+#[must_use = "dropping a permit releases it in the background"]
+#[derive(Debug)]
+pub struct Permit {
+    guard: Guard,
+    slots: Vec<u32>,
+}
+
+impl Permit {
+    fn new(guard: Guard, target: &Target) -> Self {
+        let slots = target.semaphore_slots();
+        Permit { guard, slots }
+    }
+
+    /// The numbered slots this permit holds (in `0..limit`).
+    pub fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// The grant's fencing token (`None` when fencing was off): the tokens any one slot sees strictly increase.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.guard.fencing_token()
+    }
+
+    /// A cloneable lost signal.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// Whether the permit is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// The local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Sets the permit's own expiry to `ttl` from now, if it still holds.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the permit expired (and its lost signal fires); the store's errors.
+    ///
+    /// # Cancel safety
+    /// As [`Guard::extend`].
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Gives the slots back: `Released`, or `AlreadyExpired` when the permit had expired (its slots may have gone to
+    /// someone else; the count is never raised by a permit it no longer holds).
+    ///
+    /// # Errors
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`Guard::release`].
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
