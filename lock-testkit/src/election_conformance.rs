@@ -22,10 +22,10 @@ fn fresh(case: &str) -> String {
     format!("election:{case}:{:016x}", rand::random::<u64>())
 }
 
-/// Short timings, so that the cases run in well under a second each: lease 600 ms, renew deadline 400 ms, retry
-/// period `retry_ms`.
+/// A short retry period (`retry_ms`: renewals and polling), and a lease (3 s, renew deadline 2 s) long enough that
+/// no leader of these cases loses its term to a loaded machine: the cases that need a loss force it.
 fn timing(retry_ms: u64) -> ElectionOptions {
-    ElectionOptions::default().with_lease(ms(600)).with_renew_deadline(ms(400)).with_retry_period(ms(retry_ms))
+    ElectionOptions::default().with_lease(ms(3_000)).with_renew_deadline(ms(2_000)).with_retry_period(ms(retry_ms))
 }
 
 fn election(s: &Subject, case: &str, options: ElectionOptions) -> Election {

@@ -48,7 +48,7 @@ pub async fn semaphore_never_grants_more_than_its_limit(s: &Subject) {
                 let permit = ok(sem.acquire(1, &opts(5_000, 10_000)).await, "acquire");
                 let now = holding.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
-                sleep(ms(2)).await;
+                sleep(ms(10)).await;
                 holding.fetch_sub(1, Ordering::SeqCst);
                 assert_eq!(ok(permit.release().await, "release"), ReleaseOutcome::Released);
             }
