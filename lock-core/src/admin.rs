@@ -139,9 +139,9 @@ impl Lock {
     /// let opts = LockOptions::new(Duration::from_secs(5)).with_holder_label(HolderLabel::new("cron 1")?);
     /// let guard = lock.acquire("reports", &opts).await?;
     /// let seen = lock.inspect("reports").await?;
-    /// let holder = seen.holder().expect("held");
-    /// assert_eq!(holder.label.as_deref(), Some("cron 1"));
-    /// assert!(holder.ttl.is_some_and(|ttl| ttl <= Duration::from_secs(5)));
+    /// let holder = seen.holder();
+    /// assert_eq!(holder.and_then(|h| h.label.as_deref()), Some("cron 1"));
+    /// assert!(holder.and_then(|h| h.ttl).is_some_and(|ttl| ttl <= Duration::from_secs(5)));
     /// assert_eq!(seen.fence(), guard.fencing_token().map(|f| f.get()));
     /// guard.release().await?;
     /// # Ok(())
@@ -164,7 +164,7 @@ impl Lock {
         let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
             let call = Call::script("inspect", &scripts::INSPECT, &call_keys, &[]);
-            async move { parse_state(&self.run_bounded(store.as_ref(), call).await?) }
+            async move { parse_state(&self.call_bounded(store.as_ref(), call).await?) }
         });
         let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
         Ok(Inspection { resource: resource.to_owned(), instances, quorum: self.quorum() })
@@ -211,7 +211,7 @@ impl Lock {
             async move {
                 let args = [FORCED_ORIGIN, sharded];
                 let call = Call::script("force-release", &scripts::FORCE_RELEASE, call_keys, &args);
-                parse_forced(&self.run_bounded(store.as_ref(), call).await?)
+                parse_forced(&self.call_bounded(store.as_ref(), call).await?)
             }
         });
         let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
@@ -232,7 +232,9 @@ impl Lock {
         Ok(forced)
     }
 
-    async fn run_bounded(&self, store: &dyn LockStore, call: Call<'_>) -> Result<Reply> {
+    /// Runs one call on one store within the operation timeout: what the operator's, the election's and the
+    /// semaphore's reads and writes outside the engine use.
+    pub(crate) async fn call_bounded(&self, store: &dyn LockStore, call: Call<'_>) -> Result<Reply> {
         let operation = call.operation;
         let ran = rt::timeout(operation, self.operation_timeout(), store.call(call)).await??;
         Ok(ran.reply)
@@ -254,16 +256,6 @@ fn unexpected(what: &str, reply: &Reply) -> LockError {
     LockError::backend(format!("unexpected reply to the {what} script: {reply:?}"))
 }
 
-/// A bulk or status reply as text (clients differ in which one a script's string becomes).
-fn text(reply: &Reply) -> Option<String> {
-    match reply {
-        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Reply::Status(text) => Some(text.clone()),
-        Reply::Int(n) => Some(n.to_string()),
-        Reply::Nil | Reply::Array(_) => None,
-    }
-}
-
 fn millis(pttl: i64) -> Option<Duration> {
     u64::try_from(pttl).ok().map(Duration::from_millis)
 }
@@ -276,9 +268,9 @@ fn holder(value: &str, pttl: i64) -> Holder {
 fn parse_state(reply: &Reply) -> Result<LockState> {
     let Reply::Array(items) = reply else { return Err(unexpected("inspect", reply)) };
     let [value, pttl, fence, mark, queued] = items.as_slice() else { return Err(unexpected("inspect", reply)) };
-    let value = text(value).ok_or_else(|| unexpected("inspect", reply))?;
+    let value = value.to_text_lossy().ok_or_else(|| unexpected("inspect", reply))?;
     let pttl = pttl.as_int().ok_or_else(|| unexpected("inspect", reply))?;
-    let fence = text(fence).ok_or_else(|| unexpected("inspect", reply))?;
+    let fence = fence.to_text_lossy().ok_or_else(|| unexpected("inspect", reply))?;
     let fence = match fence.as_str() {
         "" => None,
         digits => Some(digits.parse::<u64>().map_err(|_| LockError::WrongType {
@@ -301,7 +293,7 @@ fn parse_forced(reply: &Reply) -> Result<Option<Holder>> {
     match items.as_slice() {
         [flag] if flag.as_int() == Some(0) => Ok(None),
         [flag, value, pttl] if flag.as_int() == Some(1) => {
-            let value = text(value).ok_or_else(|| unexpected("force-release", reply))?;
+            let value = value.to_text_lossy().ok_or_else(|| unexpected("force-release", reply))?;
             let pttl = pttl.as_int().ok_or_else(|| unexpected("force-release", reply))?;
             Ok(Some(holder(&value, pttl)))
         }

@@ -10,8 +10,8 @@
 //! let election = Election::new(Lock::new(MemoryStore::new()), "compactor", ElectionOptions::default())?;
 //! let leadership = election.campaign("replica-a", "10.0.0.7:9000").await?;
 //! let term = leadership.term(); // pass it with every write the leader makes
-//! let seen = election.leader().await?.expect("a leader");
-//! assert_eq!((seen.id.as_str(), seen.term), ("replica-a", term));
+//! let seen = election.leader().await?;
+//! assert_eq!(seen.map(|l| (l.id, l.term)), Some(("replica-a".to_owned(), term)));
 //! leadership.resign().await?;
 //! assert!(election.leader().await?.is_none());
 //! # Ok(())
@@ -310,14 +310,9 @@ impl Election {
     /// Cancel-safe: it only reads.
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         let call_keys = [self.keys.lock(), self.info.as_str()];
-        let timeout = self.lock.operation_timeout();
         let reads = self.lock.stores().iter().map(|store| {
-            let call_keys = &call_keys;
-            async move {
-                let call = Call::script("leader", &scripts::LEADER, call_keys, &[]);
-                let ran = rt::timeout("leader", timeout, store.call(call)).await??;
-                parse_leader(&ran.reply)
-            }
+            let call = Call::script("leader", &scripts::LEADER, &call_keys, &[]);
+            async move { parse_leader(&self.lock.call_bounded(store.as_ref(), call).await?) }
         });
         let answers = join_all(reads).await;
         let quorum = self.lock.quorum();
@@ -366,14 +361,15 @@ impl Election {
     /// use std::time::Duration;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// let election = Election::new(Lock::new(MemoryStore::new()), "scheduler", ElectionOptions::default()).unwrap();
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let election = Election::new(Lock::new(MemoryStore::new()), "scheduler", ElectionOptions::default())?;
     /// let leading = election.lead("replica-b", "", |ctx| async move {
     ///     // ... act as the leader, passing ctx.term with every write ...
     ///     ctx.lost.lost().await; // or return to step down
     /// });
     /// // Run it alongside the service; dropping the future resigns.
     /// let _ = tokio::time::timeout(Duration::from_millis(50), leading).await;
+    /// # Ok(())
     /// # }
     /// ```
     ///
@@ -429,19 +425,13 @@ fn check_value(value: &str) -> Result<()> {
 fn parse_leader(reply: &Reply) -> Result<Option<LeaderInfo>> {
     let unexpected = || LockError::backend(format!("unexpected reply to the leader script: {reply:?}"));
     let Reply::Array(items) = reply else { return Err(unexpected()) };
-    let text = |r: &Reply| match r {
-        Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-        Reply::Status(s) => Some(s.clone()),
-        Reply::Int(n) => Some(n.to_string()),
-        Reply::Nil | Reply::Array(_) => None,
-    };
     match items.as_slice() {
         [] => Ok(None),
         [id, value, term, pttl] => {
-            let term = text(term).and_then(|t| t.parse::<u64>().ok()).ok_or_else(unexpected)?;
+            let term = term.to_text_lossy().and_then(|t| t.parse::<u64>().ok()).ok_or_else(unexpected)?;
             Ok(Some(LeaderInfo {
-                id: text(id).ok_or_else(unexpected)?,
-                value: text(value).unwrap_or_default(),
+                id: id.to_text_lossy().ok_or_else(unexpected)?,
+                value: value.to_text_lossy().unwrap_or_default(),
                 term: FencingToken::new(term),
                 remaining: pttl
                     .as_int()
@@ -574,7 +564,6 @@ impl Leadership {
         let election = &self.election;
         let call_keys = [election.keys.lock(), election.info.as_str(), election.channel.as_str()];
         let token = self.guard.token().as_str();
-        let timeout = election.lock.operation_timeout();
         let calls = election.lock.stores().iter().map(|store| {
             let call_keys = &call_keys;
             async move {
@@ -582,8 +571,8 @@ impl Leadership {
                 let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
                 let args = [token, value, origin, sharded];
                 let call = Call::script("proclaim", &scripts::PROCLAIM, call_keys, &args);
-                let ran = rt::timeout("proclaim", timeout, store.call(call)).await??;
-                Ok::<bool, LockError>(ran.reply.as_int() == Some(1))
+                let reply = election.lock.call_bounded(store.as_ref(), call).await?;
+                Ok::<bool, LockError>(reply.as_int() == Some(1))
             }
         });
         let replies = join_all(calls).await;

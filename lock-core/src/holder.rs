@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::error::{LockError, Result};
 use crate::job::MAX_HOLDER_LABEL;
+use crate::token::Token;
 
 /// A short, human-readable name of whoever acquires (host, pid, task), stored with the lock so that
 /// [`Lock::inspect`](crate::Lock::inspect) and the `lockctl` tool can say who holds it.
@@ -96,15 +97,11 @@ pub(crate) struct StoredValue {
 impl StoredValue {
     /// Splits `value` (`<32 hex digits>` or `<32 hex digits> <label>`).
     pub(crate) fn parse(value: &str) -> Self {
-        let (token, label) = match value.split_once(' ') {
-            Some((token, label)) => (token, Some(label)),
-            None => (value, None),
-        };
-        let ours = token.len() == 32 && token.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !ours {
+        if Token::from_hex(value).is_none() {
             return StoredValue { owner: None, label: None };
         }
-        StoredValue { owner: token.get(..OWNER_ID_LEN).map(str::to_owned), label: label.map(str::to_owned) }
+        let label = value.split_once(' ').map(|(_, label)| label.to_owned());
+        StoredValue { owner: value.get(..OWNER_ID_LEN).map(str::to_owned), label }
     }
 }
 

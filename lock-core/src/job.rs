@@ -126,10 +126,7 @@ impl JobOptions {
 
     /// The holder label of this run.
     pub fn holder(&self) -> String {
-        self.holder.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
-            format!("{host} pid {}", std::process::id())
-        })
+        self.holder.clone().unwrap_or_else(|| crate::HolderLabel::process().as_str().to_owned())
     }
 
     fn tick_retention(&self) -> Duration {

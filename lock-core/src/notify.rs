@@ -243,17 +243,20 @@ impl ReleaseHub {
     /// whichever process released; a payload `<origin>` wakes the longest-waiting local waiter unless the release
     /// was our own (already woken locally).
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
-        if let Some(state) = self.channels().get(channel).cloned() {
-            lock(&state).any.notify(usize::MAX);
-        }
+        // One lookup per message: nobody on this channel in this process, nothing to wake.
+        let Some(state) = self.channels().get(channel).cloned() else { return };
+        let mut ch = lock(&state);
+        ch.any.notify(usize::MAX);
         if let Some(space) = payload.iter().position(|b| *b == b' ') {
-            self.wake_token(channel, &payload[space + 1..]);
+            let token = std::str::from_utf8(&payload[space + 1..]).ok();
+            if let Some(place) = token.and_then(|token| ch.tokens.get(token)) {
+                place.event.notify(1);
+            }
             return;
         }
-        if payload == self.origin.as_bytes() {
-            return;
+        if payload != self.origin.as_bytes() {
+            ch.wake_one();
         }
-        self.wake_one(channel);
     }
 
     /// A try found that the place of our fair-lock waiter `token` on `channel` was gone (it expired while the
@@ -264,16 +267,6 @@ impl ReleaseHub {
         if let Some(place) = ch.tokens.get_mut(token) {
             place.renewed = None;
             place.event.notify(1);
-        }
-    }
-
-    /// Wakes the fair-lock waiter holding `token` on `channel`, if it is one of ours.
-    fn wake_token(&self, channel: &str, token: &[u8]) {
-        let Some(state) = self.channels().get(channel).cloned() else { return };
-        let event =
-            std::str::from_utf8(token).ok().and_then(|token| lock(&state).tokens.get(token).map(|p| p.event.clone()));
-        if let Some(event) = event {
-            event.notify(1);
         }
     }
 

@@ -74,8 +74,8 @@ impl Token {
         std::str::from_utf8(&self.hex).unwrap_or_default()
     }
 
-    /// The token a server holds as `text`, if it is one (32 lowercase hex digits).
-    #[cfg_attr(not(feature = "memory"), allow(dead_code))]
+    /// The token a server holds as `text`, if it is one (32 lowercase hex digits, then optionally a space and a
+    /// holder label).
     pub(crate) fn from_hex(text: &str) -> Option<Self> {
         let (hex, label) = match text.split_once(' ') {
             Some((hex, label)) => (hex, Some(label)),

@@ -176,6 +176,17 @@ impl Reply {
             _ => None,
         }
     }
+
+    /// A string, status or integer reply as text, invalid UTF-8 replaced (a value another client wrote is shown,
+    /// not refused): clients differ in which of these a script's string becomes.
+    pub fn to_text_lossy(&self) -> Option<String> {
+        match self {
+            Reply::Bulk(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Reply::Status(text) => Some(text.clone()),
+            Reply::Int(n) => Some(n.to_string()),
+            Reply::Nil | Reply::Array(_) => None,
+        }
+    }
 }
 
 /// What a backend ran: the reply, and how many replicas acknowledged the write when the call asked for it.

@@ -9,7 +9,6 @@
 #![allow(clippy::print_stdout)] // each case reports what it measured
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,14 +19,11 @@ use rand::{RngExt, SeedableRng};
 
 use crate::checker::{Checker, Hold};
 use crate::history::{instant_nanos, monotonic_nanos, nanos_instant};
+use crate::or_panic::ms;
 use crate::or_panic::OrPanic;
 use crate::server_cases::UrlFactory;
-use crate::worker::{worker_id, WorkerProcess};
+use crate::worker::{append_line, blocking_sleep, wait_for_line, worker_id, worker_var, WorkerProcess};
 use crate::{CounterClient, FaultProxy, FencedCounter, RedisServer, WriteOutcome};
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
 
 async fn lock_at(connect: &UrlFactory, url: &str) -> Lock {
     Lock::from_arc(connect(url.to_owned()).await.or_panic())
@@ -40,21 +36,6 @@ fn fast() -> ElectionOptions {
 
 const NAME: &str = "election:faults";
 
-/// A sleep of the test's own thread (the soak's chaos loop and the file waits run outside any runtime).
-#[allow(clippy::disallowed_methods)]
-fn blocking_sleep(d: Duration) {
-    std::thread::sleep(d);
-}
-
-fn var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
-}
-
-fn append(path: &Path, line: &str) {
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).or_panic();
-    writeln!(file, "{line}").or_panic();
-}
-
 /// The worker processes' entry: call it from a `#[test] fn election_worker()` at the root of the test binary (what
 /// [`election_fault_tests!`](crate::election_fault_tests) writes); it does nothing in a normal test run.
 ///
@@ -62,9 +43,9 @@ fn append(path: &Path, line: &str) {
 /// When the worker's environment is incomplete or a call fails (the worker's failure shows in the case).
 pub fn worker(connect: &UrlFactory) {
     let Some(id) = worker_id() else { return };
-    let dir = PathBuf::from(var("ELECTION_DIR"));
-    let url = var("ELECTION_URL");
-    let role = var("ELECTION_ROLE");
+    let dir = PathBuf::from(worker_var("ELECTION_DIR"));
+    let url = worker_var("ELECTION_URL");
+    let role = worker_var("ELECTION_ROLE");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().or_panic();
     rt.block_on(async move {
         let election = Election::new(lock_at(connect, &url).await, NAME, fast()).or_panic();
@@ -72,7 +53,7 @@ pub fn worker(connect: &UrlFactory) {
             // Elected, then hangs until killed or paused; after a pause, reports what it finds.
             "lead-and-wait" => {
                 let leadership = election.campaign(&format!("worker-{id}"), "").await.or_panic();
-                append(&dir.join("elected"), &format!("{} {}", leadership.term().get(), monotonic_nanos()));
+                append_line(&dir.join("elected"), &format!("{} {}", leadership.term().get(), monotonic_nanos()));
                 tokio::time::sleep(ms(3_000)).await;
                 let lost = leadership.is_lost();
                 let until = instant_nanos(leadership.valid_until());
@@ -81,12 +62,12 @@ pub fn worker(connect: &UrlFactory) {
                     Err(LockError::NotLeader { .. }) => "not_leader".to_owned(),
                     Err(other) => format!("{other}"),
                 };
-                append(&dir.join("after"), &format!("{lost} {until} {proclaim}"));
+                append_line(&dir.join("after"), &format!("{lost} {until} {proclaim}"));
             }
             // The soak: candidates that lead for ever, writing to the fenced counter with their term.
             "soak" => {
-                let oracle: SocketAddr = var("ELECTION_ORACLE").parse().or_panic();
-                let candidates = var("ELECTION_CANDIDATES").parse::<u32>().or_panic();
+                let oracle: SocketAddr = worker_var("ELECTION_ORACLE").parse().or_panic();
+                let candidates = worker_var("ELECTION_CANDIDATES").parse::<u32>().or_panic();
                 let runs = (0..candidates).map(|c| {
                     let (election, dir) = (election.clone(), dir.clone());
                     async move {
@@ -116,7 +97,7 @@ async fn soak_term(log: &Path, oracle: SocketAddr, ctx: lock_core::LeaderContext
     let mut last = Instant::now();
     loop {
         let until = ctx.lost.valid_until();
-        append(log, &format!("belief {term} {start} {}", instant_nanos(until)));
+        append_line(log, &format!("belief {term} {start} {}", instant_nanos(until)));
         // A gap this long between two turns of a 20 ms loop: the process was paused.
         let paused = last.elapsed() > ms(300);
         last = Instant::now();
@@ -125,12 +106,12 @@ async fn soak_term(log: &Path, oracle: SocketAddr, ctx: lock_core::LeaderContext
                 // What a leader that does not check before writing would do after a pause (the bug fencing is
                 // for): the resource must refuse it whenever a newer term has written.
                 let outcome = write(&mut counter, term);
-                append(log, &format!("stale {term} {} {outcome}", monotonic_nanos()));
+                append_line(log, &format!("stale {term} {} {outcome}", monotonic_nanos()));
             }
             return;
         }
         let outcome = write(&mut counter, term);
-        append(log, &format!("write {term} {} {outcome}", monotonic_nanos()));
+        append_line(log, &format!("write {term} {} {outcome}", monotonic_nanos()));
         tokio::time::sleep(ms(20)).await;
     }
 }
@@ -153,19 +134,6 @@ fn spawn(role: &str, id: u32, url: &str, dir: &Path, extra: &[(&str, String)]) -
     ];
     vars.extend(extra.iter().cloned());
     WorkerProcess::spawn("election_worker", id, &vars).or_panic()
-}
-
-fn wait_for_file(path: &Path, what: &str) -> String {
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text;
-            }
-        }
-        assert!(started.elapsed() < ms(20_000), "{what} never happened");
-        blocking_sleep(ms(2));
-    }
 }
 
 /// Test 3 across connections: a resignation elects a candidate that only the server connects (its own client
@@ -216,7 +184,7 @@ pub async fn a_killed_leader_is_replaced_within_lease_and_retry_period(connect: 
     let server = RedisServer::start().or_panic();
     let dir = tempfile::tempdir().or_panic();
     let mut worker = spawn("lead-and-wait", 1, &server.url(), dir.path(), &[]);
-    let elected = wait_for_file(&dir.path().join("elected"), "the worker's election");
+    let elected = wait_for_line(&dir.path().join("elected"), "the worker's election").await;
     let old_term: u64 = elected.split_whitespace().next().or_panic().parse().or_panic();
     let election = Election::new(lock_at(connect, &server.url()).await, NAME, fast()).or_panic();
     let candidate = tokio::spawn(async move {
@@ -245,14 +213,14 @@ pub async fn a_paused_leader_stopped_before_another_was_elected(connect: &UrlFac
     let server = RedisServer::start().or_panic();
     let dir = tempfile::tempdir().or_panic();
     let mut worker = spawn("lead-and-wait", 1, &server.url(), dir.path(), &[]);
-    wait_for_file(&dir.path().join("elected"), "the worker's election");
+    wait_for_line(&dir.path().join("elected"), "the worker's election").await;
     let election = Election::new(lock_at(connect, &server.url()).await, NAME, fast()).or_panic();
     worker.pause();
     let paused = Instant::now();
     let leadership = tokio::time::timeout(ms(5_000), election.campaign("while-paused", "")).await.or_panic().or_panic();
     let elected = Instant::now();
     worker.resume();
-    let after = wait_for_file(&dir.path().join("after"), "the resumed worker's report");
+    let after = wait_for_line(&dir.path().join("after"), "the resumed worker's report").await;
     let mut fields = after.split_whitespace();
     let (lost, until, proclaim) = (fields.next().or_panic(), fields.next().or_panic(), fields.next().or_panic());
     let old_deadline = nanos_instant(until.parse().or_panic());

@@ -273,17 +273,13 @@ macro_rules! election_tests {
     };
 }
 
-/// Writes the cross-process election cases of [`election_cases`] for a backend, and the `election_worker` entry
-/// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
-/// that exact name).
-///
-/// `election_fault_tests!(CONNECT)`: `CONNECT` is an `async fn(&str) -> lock_core::Result<S>` (`S` a
-/// [`LockStore`](lock_core::LockStore)), as for [`server_tests!`]; give it a short command timeout (the cases
-/// partition and pause servers).
+/// Defines `fn $name(url)`, a [`server_cases::UrlFactory`] over `$connect` (an `async fn(&str) ->
+/// lock_core::Result<S>`, `S` a store): what the process-case macros hand their cases.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! election_fault_tests {
-    ($connect:path) => {
-        fn __election_connect(
+macro_rules! __url_factory {
+    ($name:ident, $connect:path) => {
+        fn $name(
             url: ::std::string::String,
         ) -> ::std::pin::Pin<
             ::std::boxed::Box<
@@ -298,6 +294,20 @@ macro_rules! election_fault_tests {
                     .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
             })
         }
+    };
+}
+
+/// Writes the cross-process election cases of [`election_cases`] for a backend, and the `election_worker` entry
+/// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
+/// that exact name).
+///
+/// `election_fault_tests!(CONNECT)`: `CONNECT` is an `async fn(&str) -> lock_core::Result<S>` (`S` a
+/// [`LockStore`](lock_core::LockStore)), as for [`server_tests!`]; give it a short command timeout (the cases
+/// partition and pause servers).
+#[macro_export]
+macro_rules! election_fault_tests {
+    ($connect:path) => {
+        $crate::__url_factory!(__election_connect, $connect);
 
         /// The entry point of the cases' worker processes (does nothing in a normal test run).
         #[test]
@@ -336,21 +346,7 @@ macro_rules! election_fault_tests {
 #[macro_export]
 macro_rules! semaphore_fault_tests {
     ($connect:path) => {
-        fn __semaphore_connect(
-            url: ::std::string::String,
-        ) -> ::std::pin::Pin<
-            ::std::boxed::Box<
-                dyn ::std::future::Future<
-                        Output = $crate::__private::Result<::std::sync::Arc<dyn $crate::__private::LockStore>>,
-                    > + ::std::marker::Send,
-            >,
-        > {
-            ::std::boxed::Box::pin(async move {
-                $connect(&url)
-                    .await
-                    .map(|store| ::std::sync::Arc::new(store) as ::std::sync::Arc<dyn $crate::__private::LockStore>)
-            })
-        }
+        $crate::__url_factory!(__semaphore_connect, $connect);
 
         /// The entry point of the cases' worker processes (does nothing in a normal test run).
         #[test]

@@ -8,7 +8,6 @@
 #![allow(clippy::print_stdout)] // each case reports what it measured
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -17,20 +16,11 @@ use rand::{RngExt, SeedableRng};
 
 use crate::checker::{Checker, Hold};
 use crate::history::{instant_nanos, monotonic_nanos, nanos_instant};
+use crate::or_panic::ms;
 use crate::or_panic::OrPanic;
 use crate::server_cases::UrlFactory;
-use crate::worker::{worker_id, WorkerProcess};
+use crate::worker::{append_line, blocking_sleep, wait_for_line, worker_id, worker_var, WorkerProcess};
 use crate::RedisServer;
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// A sleep of the test's own thread (the soak's chaos loop and the file waits run outside any runtime).
-#[allow(clippy::disallowed_methods)]
-fn blocking_sleep(d: Duration) {
-    std::thread::sleep(d);
-}
 
 const NAME: &str = "sem:faults";
 const TTL_MS: u64 = 600;
@@ -44,15 +34,6 @@ fn renewed() -> LockOptions {
     LockOptions::new(ms(TTL_MS)).with_wait(ms(10_000)).with_auto_renew(RenewPolicy::default())
 }
 
-fn var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
-}
-
-fn append(path: &Path, line: &str) {
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path).or_panic();
-    writeln!(file, "{line}").or_panic();
-}
-
 /// The worker processes' entry: call it from a `#[test] fn semaphore_worker()` at the root of the test binary (what
 /// [`semaphore_fault_tests!`](crate::semaphore_fault_tests) writes); it does nothing in a normal test run.
 ///
@@ -60,9 +41,9 @@ fn append(path: &Path, line: &str) {
 /// When the worker's environment is incomplete or a call fails (the worker's failure shows in the case).
 pub fn worker(connect: &UrlFactory) {
     let Some(id) = worker_id() else { return };
-    let dir = PathBuf::from(var("SEMAPHORE_DIR"));
-    let url = var("SEMAPHORE_URL");
-    let role = var("SEMAPHORE_ROLE");
+    let dir = PathBuf::from(worker_var("SEMAPHORE_DIR"));
+    let url = worker_var("SEMAPHORE_URL");
+    let role = worker_var("SEMAPHORE_ROLE");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().or_panic();
     rt.block_on(async move {
         // The hold cases use a limit of 3, the soak 2.
@@ -72,7 +53,7 @@ pub fn worker(connect: &UrlFactory) {
             // Holds 2 of 3 (renewed), then waits to be killed or paused; after a pause, reports what it finds.
             "hold" => {
                 let permit = sem.acquire(2, &renewed()).await.or_panic();
-                append(&dir.join("held"), &format!("{}", monotonic_nanos()));
+                append_line(&dir.join("held"), &format!("{}", monotonic_nanos()));
                 tokio::time::sleep(ms(3_000)).await;
                 let lost = permit.is_lost();
                 let extend = match permit.extend(ms(TTL_MS)).await {
@@ -85,7 +66,7 @@ pub fn worker(connect: &UrlFactory) {
                     Ok(ReleaseOutcome::AlreadyExpired) => "expired".to_owned(),
                     other => format!("{other:?}"),
                 };
-                append(&dir.join("after"), &format!("{lost} {extend} {release}"));
+                append_line(&dir.join("after"), &format!("{lost} {extend} {release}"));
             }
             // The soak: two tasks take one permit at a time, record what they believe per slot, and give it back.
             "soak" => {
@@ -100,14 +81,14 @@ pub fn worker(connect: &UrlFactory) {
                             let slot = permit.slots().first().copied().unwrap_or(u32::MAX);
                             for _ in 0..3 {
                                 let until = instant_nanos(permit.valid_until());
-                                append(&log, &format!("belief {slot} {fence} {start} {until}"));
+                                append_line(&log, &format!("belief {slot} {fence} {start} {until}"));
                                 if permit.is_lost() {
                                     break;
                                 }
                                 tokio::time::sleep(ms(15)).await;
                             }
                             // Stops believing before the release is sent.
-                            append(&log, &format!("end {slot} {fence} {}", monotonic_nanos()));
+                            append_line(&log, &format!("end {slot} {fence} {}", monotonic_nanos()));
                             let _ = permit.release().await;
                         }
                     }
@@ -128,26 +109,13 @@ fn spawn(role: &str, id: u32, url: &str, dir: &Path) -> WorkerProcess {
     WorkerProcess::spawn("semaphore_worker", id, &vars).or_panic()
 }
 
-fn wait_for_file(path: &Path, what: &str) -> String {
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if text.ends_with('\n') {
-                return text;
-            }
-        }
-        assert!(started.elapsed() < ms(20_000), "{what} never happened");
-        blocking_sleep(ms(2));
-    }
-}
-
 /// Test 2: a process holding 2 of 3 permits (renewed) is SIGKILLed; an acquirer here waiting for 2 gets them
 /// within the TTL (+ slack for a loaded machine), and never more than the limit is held meanwhile.
 pub async fn a_killed_holder_s_permits_return_within_its_ttl(connect: &UrlFactory) {
     let server = RedisServer::start().or_panic();
     let dir = tempfile::tempdir().or_panic();
     let mut worker = spawn("hold", 1, &server.url(), dir.path());
-    wait_for_file(&dir.path().join("held"), "the worker's acquire");
+    wait_for_line(&dir.path().join("held"), "the worker's acquire").await;
     let sem = semaphore(connect, &server.url(), 3).await;
     assert!(sem.try_acquire(2, &renewed()).await.or_panic().is_none(), "2 more of 3 while 2 are held");
     let one = sem.try_acquire(1, &renewed()).await.or_panic().or_panic();
@@ -180,14 +148,14 @@ pub async fn a_paused_holder_never_frees_twice(connect: &UrlFactory) {
     let server = RedisServer::start().or_panic();
     let dir = tempfile::tempdir().or_panic();
     let mut worker = spawn("hold", 1, &server.url(), dir.path());
-    wait_for_file(&dir.path().join("held"), "the worker's acquire");
+    wait_for_line(&dir.path().join("held"), "the worker's acquire").await;
     let sem = semaphore(connect, &server.url(), 3).await;
     worker.pause();
     let paused = Instant::now();
     let taken = tokio::time::timeout(ms(5_000), sem.acquire(3, &renewed())).await.or_panic().or_panic();
     println!("SIGSTOP of a holder → all 3 permits re-granted after {:.0} ms", paused.elapsed().as_secs_f64() * 1e3);
     worker.resume();
-    let after = wait_for_file(&dir.path().join("after"), "the resumed worker's report");
+    let after = wait_for_line(&dir.path().join("after"), "the resumed worker's report").await;
     assert_eq!(after.trim(), "true lost expired", "what the resumed holder found");
     assert_eq!(sem.state().await.or_panic().held, 3, "the stale release changed the count");
     worker.kill();

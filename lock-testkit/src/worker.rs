@@ -102,3 +102,46 @@ impl Drop for WorkerProcess {
         self.kill();
     }
 }
+
+/// A variable of this worker's environment.
+///
+/// # Panics
+/// When it is not set (the case that spawned the worker forgot it).
+pub(crate) fn worker_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
+}
+
+/// Appends `line` to the file at `path`, one write per line, so a reader never sees half of one (what workers
+/// report through; a killed worker loses only what it had not written).
+///
+/// # Panics
+/// When the file cannot be written.
+pub(crate) fn append_line(path: &std::path::Path, line: &str) {
+    use std::io::Write as _;
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+    let written = file.and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+    written.unwrap_or_else(|err| panic!("writing {}: {err}", path.display()));
+}
+
+/// The text of the file at `path` once a worker has written a whole line to it (bounded: 20 s).
+///
+/// # Panics
+/// When no line arrives in time; `what` names what was awaited.
+pub(crate) async fn wait_for_line(path: &std::path::Path, what: &str) -> String {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            if text.ends_with('\n') {
+                return text;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{what} never happened");
+        crate::runtime::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A sleep of the calling thread, for the soaks' chaos loops, which run on a test's own thread outside any runtime.
+#[allow(clippy::disallowed_methods)]
+pub(crate) fn blocking_sleep(d: Duration) {
+    std::thread::sleep(d);
+}

@@ -142,6 +142,7 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    // The binary's root: the only place it blocks, never inside async code.
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
