@@ -48,6 +48,7 @@
 //! | several resources at once, all or nothing | [`Lock::acquire_all`] → [`MultiGuard`], or [`Lock::with_all`] |
 //! | one leader among replicas, with a fencing term | [`Election::campaign`] / [`Election::lead`] → [`Leadership`] |
 //! | at most N holders at once across replicas, each expiring on its own | [`Semaphore::acquire`] → [`Permit`] |
+//! | many readers or one writer, writers first, a dead reader costing one TTL | [`RwLock::read`] / [`RwLock::write`] → [`ReadGuard`] / [`WriteGuard`] |
 //! | a scheduled job that one replica runs, the others skip | [`JobLock::run`] / [`JobLock::run_tick`] |
 //! | to see who holds a lock, or free a stuck one | [`Lock::inspect`], [`Lock::force_release`] (and `lockctl`, in `lock-redis-rs`); label holders with [`LockOptions::with_holder_label`] |
 //! | traces and metrics | the spans and events listed in [`telemetry`]; its metrics with the `metrics` feature |
@@ -106,6 +107,7 @@ mod options;
 pub mod redlock;
 mod resource;
 pub mod rt;
+pub mod rwlock;
 mod scoped;
 pub mod scripts;
 pub mod semaphore;
@@ -136,6 +138,7 @@ pub use options::{
 pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
+pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};
 pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
 pub use store::{

@@ -825,7 +825,7 @@ impl GuardState {
             let reply = match resources {
                 // A fair lock's release names the head of its queue, which the hub wakes wherever it waits; another
                 // local waiter woken here would only be refused.
-                [keys] if single && store.orders_commands() && !self.target.is_fair() => {
+                [keys] if single && store.orders_commands() && !self.target.wakes_head_only() => {
                     match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
                         // The release command is queued once its call is pending: wake the next local waiter now, so
                         // its acquire is executed right behind the release (see `LockStore::orders_commands`).
@@ -849,7 +849,7 @@ impl GuardState {
                 _ => call.await,
             }
             .and_then(|r| r);
-            if let (Ok(outcomes), false) = (&reply, self.target.is_fair()) {
+            if let (Ok(outcomes), false) = (&reply, self.target.wakes_head_only()) {
                 for ((keys, outcome), freed) in resources.iter().zip(outcomes).zip(freed) {
                     if *outcome != ReleaseOutcome::OwnedByOther && freed.fetch_add(1, Ordering::SeqCst) + 1 == quorum {
                         hub.wake_one(keys.channel());
@@ -879,7 +879,7 @@ impl GuardState {
                 }
             }
         }
-        if !self.target.is_fair() {
+        if !self.target.wakes_head_only() {
             // Fewer instances than a quorum answered "free" (the others failed): wake a local waiter anyway, as the
             // first answer would have; its try finds out.
             let hub = self.instances.stores.iter().find_map(|store| store.release_hub());

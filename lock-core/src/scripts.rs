@@ -527,7 +527,9 @@ end
 /// `"1"` to take or keep a place (a waiting acquire; also its heartbeat), `"0"` for a try, `ARGV[7]` the caller's
 /// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`, `ARGV[9…]` (waiting only) the tokens of the caller's peers:
 /// other waiters of its process with the same waiter TTL, whose places this call renews too (one heartbeat per
-/// process and resource), never re-creating a place that is gone.
+/// process and resource), never re-creating a place that is gone. `KEYS[7]` (optional) a read-write lock's readers
+/// (zset: token → expiry in server ms): the lock is then also busy while a reader's expiry lies ahead (a
+/// [`RwLock`](crate::RwLock) writer; see [`RW_READ`]).
 ///
 /// Reply: `{1, fence}` / `{1}` acquired (as [`ACQUIRE`]); `{0, pttl, place, lost…}` not acquired: the holder's PTTL
 /// (-2 when the lock is free but someone is queued ahead), our 0-based place in the queue (-1 for a try), and the
@@ -567,6 +569,19 @@ if head.err then
   return refused(head, 'queue', KEYS[3])
 end
 local before = head[1]
+-- A read-write lock's writer: live readers keep it busy (read only; expired readers are purged by the readers'
+-- scripts), and their last expiry is how long.
+local readers_ttl = false
+if KEYS[7] then
+  local last = redis.pcall('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
+  if last.err then
+    return refused(last, 'readers', KEYS[7])
+  end
+  if last[2] and tonumber(last[2]) > now then
+    readers_ttl = tonumber(last[2]) - now
+  end
+end
+local busy = holder or readers_ttl
 if #dead > 0 then
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', KEYS[3], waiter)
@@ -585,7 +600,7 @@ if holder == token then
   end
   return {1, tonumber(current)}
 end
-if not holder and (not first or first == token) then
+if not busy and (not first or first == token) then
   local current, refused = false, nil
   if fencing then
     current, refused = read_counter(KEYS[2])
@@ -604,7 +619,7 @@ if not holder and (not first or first == token) then
   local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
   return {1, advance(KEYS[2], current, floor)}
 end
-local tell = not holder and first and first ~= before
+local tell = not busy and first and first ~= before
 local function announce()
   redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. first)
 end
@@ -615,6 +630,8 @@ if holder then
   if refused then
     return refused
   end
+elseif readers_ttl then
+  pttl = readers_ttl
 end
 if ARGV[6] ~= '1' then
   if tell then
@@ -636,7 +653,7 @@ local reply = {0, pttl, 0}
 for i = 9, #ARGV do
   if redis.call('ZSCORE', KEYS[4], ARGV[i]) then
     redis.call('ZADD', KEYS[4], expiry, ARGV[i])
-    if not holder and ARGV[i] == first then
+    if not busy and ARGV[i] == first then
       tell = true
     end
   else
@@ -1146,6 +1163,274 @@ return {tonumber(redis.call('GET', KEYS[4]) or '-1'), held}
     ),
 );
 
+/// What every read-write lock script starts with (see [`RwLock`](crate::RwLock)): `rw_now()` is the server's clock in
+/// ms; `rw_read(command, what, key, …)` runs a read that doubles as the type check of `key` (a key of another type
+/// gets our `WRONGTYPE` message; anything else, an ACL refusal say, goes back as it came), so every check precedes
+/// the first write; `rw_expire_readers()` sets the readers' set to expire with its last reader. The keys, in every
+/// script: `KEYS[1]` the writer (string, token, PX), `KEYS[2]` readers (zset: token → expiry, server ms), `KEYS[3]`
+/// waiting writers (zset: token → ticket), `KEYS[4]` their heartbeats (zset: token → expiry of the place).
+macro_rules! rw_prelude {
+    () => {
+        r#"
+local function rw_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function rw_read(command, what, key, ...)
+  local reply = redis.pcall(command, key, ...)
+  if type(reply) == 'table' and reply.err then
+    if string.find(reply.err, 'WRONGTYPE', 1, true) then
+      return nil, redis.error_reply('WRONGTYPE read-write lock ' .. what .. ' ' .. key .. ' has another type')
+    end
+    return nil, reply
+  end
+  return reply
+end
+local function rw_expire_readers()
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', KEYS[2], last[2])
+  end
+end
+"#
+    };
+}
+
+/// Read acquire (see [`RwLock::read`](crate::RwLock::read)): join the readers when no writer holds and no live writer
+/// waits (writer preference), with this reader's own expiry on the server clock.
+///
+/// `KEYS[1..4]` as in every read-write lock script (writer, readers, waiting writers, their heartbeats), `KEYS[5]`
+/// the writers' fencing counter, `KEYS[6]` the release mark; `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"`
+/// to return the epoch. Reply: `{1, epoch}` / `{1}` joined (the epoch is the counter now, the last writer's token, 0
+/// before any; not advanced); `{0, wait_ms}` not joined: a writer holds for `wait_ms` (its PTTL), or a writer waits
+/// and the earliest waiting writer's place expires in `wait_ms` unless renewed (the mark is set, so the release that
+/// lets readers in announces itself). A retry with the same token renews and replies the same epoch (no writer can
+/// be granted while a live reader holds). Expired readers and dead waiting writers are purged, after every check.
+pub static RW_READ: Script = Script::new(
+    "rw-read",
+    concat!(
+        rw_prelude!(),
+        lock_prelude!(),
+        fencing_prelude!(),
+        awaited_prelude!(),
+        r#"
+local token = ARGV[1]
+local writer, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+local now = rw_now()
+local mine, dead, queued, current
+mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
+if refused then
+  return refused
+end
+dead, refused = rw_read('ZRANGEBYSCORE', 'writer heartbeats', KEYS[4], '-inf', string.format('%d', now))
+if refused then
+  return refused
+end
+queued, refused = rw_read('ZCARD', 'writer queue', KEYS[3])
+if refused then
+  return refused
+end
+if ARGV[3] == '1' then
+  current, refused = read_counter(KEYS[5])
+  if refused then
+    return refused
+  end
+end
+local function purge()
+  if #dead > 0 then
+    for _, waiter in ipairs(dead) do
+      redis.call('ZREM', KEYS[3], waiter)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now))
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
+end
+local wait = false
+if mine and tonumber(mine) > now then
+  wait = false
+elseif writer then
+  wait = redis.call('PTTL', KEYS[1])
+elseif queued > #dead then
+  local next = redis.call('ZRANGE', KEYS[4], #dead, #dead, 'WITHSCORES')
+  wait = next[2] and math.max(tonumber(next[2]) - now, 0) or -1
+end
+if wait then
+  local marked = awaited(KEYS[6], wait)
+  if marked then
+    return marked
+  end
+  purge()
+  return {0, wait}
+end
+purge()
+redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), token)
+rw_expire_readers()
+if ARGV[3] ~= '1' then
+  return {1}
+end
+return {1, tonumber(current) or 0}
+"#
+    ),
+);
+
+/// Read-write lock release, whatever the token holds: the write lock (compare-and-delete), a read hold, or a
+/// waiting writer's place (a writer that stops waiting). Announces when that lets someone in: `<origin> <head>`
+/// to the head waiting writer when neither a writer nor a live reader holds any more, `<origin>` to waiting
+/// readers when no writer waits (only when a try marked the lock as awaited).
+///
+/// `KEYS[1..4]` as in every read-write lock script, `KEYS[5]` release channel, `KEYS[6]` the release mark;
+/// `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` a read hold released
+/// after its expiry had passed (not purged yet), `0` nothing of ours held (a waiting writer's place may have been
+/// given back), `-1` another writer holds.
+pub static RW_RELEASE: Script = Script::new(
+    "rw-release",
+    concat!(
+        rw_prelude!(),
+        lock_prelude!(),
+        r#"
+local token = ARGV[1]
+local writer, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+local mine, beat, head
+mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
+if refused then
+  return refused
+end
+beat, refused = rw_read('ZSCORE', 'writer heartbeats', KEYS[4], token)
+if refused then
+  return refused
+end
+head, refused = rw_read('ZRANGE', 'writer queue', KEYS[3], 0, 1)
+if refused then
+  return refused
+end
+local now = rw_now()
+local outcome = 0
+if writer == token then
+  redis.call('DEL', KEYS[1])
+  writer = false
+  outcome = 1
+elseif mine then
+  redis.call('ZREM', KEYS[2], token)
+  outcome = tonumber(mine) > now and 1 or 2
+elseif writer then
+  outcome = -1
+end
+local left = redis.call('ZREM', KEYS[3], token)
+if beat then
+  redis.call('ZREM', KEYS[4], token)
+end
+if (outcome == 1 or outcome == 2 or left == 1) and not writer then
+  local first = head[1]
+  if first == token then
+    first = head[2]
+  end
+  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
+  if first then
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if not (last[2] and tonumber(last[2]) > now) then
+      redis.call(publish, KEYS[5], ARGV[2] .. ' ' .. first)
+    end
+  elseif redis.call('DEL', KEYS[6]) > 0 then
+    redis.call(publish, KEYS[5], ARGV[2])
+  end
+end
+return outcome
+"#
+    ),
+);
+
+/// Read-write lock extend, and the writer's atomic downgrade: pushes the token's own expiry (the writer key's PTTL,
+/// or its reader expiry while that lies ahead); never recreates a hold that is gone. With `ARGV[3]` `"1"`, a writer
+/// becomes a reader in the same step (no other writer can be granted in between) and waiting readers are told when
+/// no writer waits.
+///
+/// `KEYS[1..4]` as in every read-write lock script, `KEYS[5]` release channel, `KEYS[6]` the release mark;
+/// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` to downgrade, `ARGV[4]` origin, `ARGV[5]` `"1"` for
+/// `SPUBLISH`. Reply: `1` extended (or downgraded; a retried downgrade finds the reader and renews it), `0` not held.
+pub static RW_EXTEND: Script = Script::new(
+    "rw-extend",
+    concat!(
+        rw_prelude!(),
+        lock_prelude!(),
+        r#"
+local token = ARGV[1]
+local writer, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+local mine, head
+mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
+if refused then
+  return refused
+end
+head, refused = rw_read('ZRANGE', 'writer queue', KEYS[3], 0, 0)
+if refused then
+  return refused
+end
+local now = rw_now()
+local expiry = string.format('%d', now + tonumber(ARGV[2]))
+if writer == token then
+  if ARGV[3] ~= '1' then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 1
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call('ZADD', KEYS[2], expiry, token)
+  rw_expire_readers()
+  if not head[1] and redis.call('DEL', KEYS[6]) > 0 then
+    redis.call(ARGV[5] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[4])
+  end
+  return 1
+end
+if mine and tonumber(mine) > now then
+  redis.call('ZADD', KEYS[2], 'XX', expiry, token)
+  rw_expire_readers()
+  return 1
+end
+return 0
+"#
+    ),
+);
+
+/// Read-write lock state, read without writing: `{writer, readers, waiting}`: `1` when a writer holds, the readers
+/// whose expiry lies ahead, and the waiting writers whose place has not expired.
+///
+/// `KEYS[1..4]` as in every read-write lock script.
+pub static RW_STATE: Script = Script::new(
+    "rw-state",
+    concat!(
+        rw_prelude!(),
+        lock_prelude!(),
+        r#"
+local writer, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+local now = string.format('%d', rw_now())
+local readers, waiting
+readers, refused = rw_read('ZRANGEBYSCORE', 'readers', KEYS[2], '(' .. now, '+inf')
+if refused then
+  return refused
+end
+waiting, refused = rw_read('ZRANGEBYSCORE', 'writer heartbeats', KEYS[4], '(' .. now, '+inf')
+if refused then
+  return refused
+end
+local _, refused_queue = rw_read('ZCARD', 'writer queue', KEYS[3])
+if refused_queue then
+  return refused_queue
+end
+return {writer and 1 or 0, #readers, #waiting}
+"#
+    ),
+);
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -1171,6 +1456,10 @@ pub static ALL: &[&Script] = &[
     &SEM_EXTEND,
     &SEM_RELEASE,
     &SEM_STATE,
+    &RW_READ,
+    &RW_RELEASE,
+    &RW_EXTEND,
+    &RW_STATE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

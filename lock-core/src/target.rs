@@ -41,8 +41,25 @@ pub(crate) struct Target {
     election: Option<ElectionSpec>,
     /// A semaphore's permit: acquired, extended and released by the semaphore scripts.
     semaphore: Option<SemaphoreSpec>,
-    /// A fair lock's queue: acquired and released by the fair scripts.
+    /// A fair lock's queue: acquired and released by the fair scripts (and a read-write lock's writers' queue).
     fair: Option<FairSpec>,
+    /// A read-write lock's hold: read by the read scripts, written by the fair ones with the readers' key; extended
+    /// and released by the read-write lock's own.
+    rw: Option<RwSpec>,
+}
+
+/// What a read-write lock's scripts need beyond the writer's keys (see [`RwLock`](crate::RwLock)).
+#[derive(Debug)]
+pub(crate) struct RwSpec {
+    /// `prefix:rw:{name}:readers`: token → expiry, server ms.
+    pub(crate) readers: String,
+    /// The writers' queue and its heartbeats (as a fair lock's).
+    pub(crate) queue: String,
+    pub(crate) heartbeats: String,
+    /// A reader's hold (the writer's goes through the fair scripts).
+    pub(crate) reader: bool,
+    /// Set by a downgrade: the next extension turns the write hold into a read hold in one step.
+    pub(crate) downgrade: std::sync::atomic::AtomicBool,
 }
 
 /// The queue of a fair lock (see [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)).
@@ -143,6 +160,7 @@ impl Target {
             election: None,
             semaphore: None,
             fair: None,
+            rw: None,
         }
     }
 
@@ -187,9 +205,42 @@ impl Target {
         }
     }
 
-    /// Whether this is a fair lock's target.
+    /// Whether this is a fair lock's target (a read-write lock's writer is one too).
     pub(crate) fn is_fair(&self) -> bool {
         self.fair.is_some()
+    }
+
+    /// Whether a release tells only the head of a queue, so a release must not wake a local waiter itself (a fair
+    /// lock's). A read-write lock's release may let readers in, which its announcement (an echo the local hub skips)
+    /// would not wake in this process.
+    pub(crate) fn wakes_head_only(&self) -> bool {
+        self.fair.is_some() && self.rw.is_none()
+    }
+
+    /// A read-write lock's reader (`reader`) or writer, whose writers queue with `waiter_ttl` per heartbeat.
+    pub(crate) fn rw(keys: LockKeys, reader: bool, waiter_ttl: Duration) -> Self {
+        let queue = crate::fair::queue_key(&keys);
+        let heartbeats = crate::fair::heartbeats_key(&keys);
+        let rw = RwSpec {
+            readers: format!("{}:readers", keys.lock()),
+            queue: queue.clone(),
+            heartbeats: heartbeats.clone(),
+            reader,
+            downgrade: std::sync::atomic::AtomicBool::new(false),
+        };
+        let fair = (!reader).then(|| FairSpec {
+            queue,
+            heartbeats,
+            waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
+        });
+        Target { rw: Some(rw), fair, ..Self::one(keys) }
+    }
+
+    /// Makes the next extension of a read-write lock's write hold a downgrade (no effect on anything else).
+    pub(crate) fn downgrade_next_extension(&self) {
+        if let Some(rw) = &self.rw {
+            rw.downgrade.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     /// One run of a job.
@@ -243,7 +294,7 @@ impl Target {
         } else {
             String::new()
         };
-        Ok(Target { resources, groups, label, job: None, election: None, semaphore: None, fair: None })
+        Ok(Target { resources, groups, label, job: None, election: None, semaphore: None, fair: None, rw: None })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -275,6 +326,9 @@ impl Target {
         }
         if let Some(job) = &self.job {
             return self.start_job(job, store, ask).await;
+        }
+        if let Some(rw) = self.rw.as_ref().filter(|rw| rw.reader) {
+            return self.acquire_read(rw, store, ask).await;
         }
         if let Some(fair) = &self.fair {
             return self.acquire_fair(fair, store, ask).await;
@@ -352,6 +406,9 @@ impl Target {
         if let Some(job) = &self.job {
             return Ok(vec![self.finish_job(job, store, token).await?]);
         }
+        if let Some(rw) = &self.rw {
+            return Ok(vec![self.release_rw(rw, store, token).await?]);
+        }
         if let Some(fair) = &self.fair {
             return Ok(vec![self.release_fair(fair, store, token).await?]);
         }
@@ -380,6 +437,9 @@ impl Target {
         }
         if let Some(semaphore) = &self.semaphore {
             return Ok(vec![self.extend_permit(semaphore, store, token, ttl).await?]);
+        }
+        if let Some(rw) = &self.rw {
+            return Ok(vec![self.extend_rw(rw, store, token, ttl).await?]);
         }
         if self.is_one() {
             return Ok(vec![store.extend(&self.resources[0], token, ttl).await?]);
@@ -453,7 +513,9 @@ impl Target {
         let hub = store.release_hub();
         let origin = hub.map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
+        let mut call_keys =
+            vec![keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
+        call_keys.extend(self.rw.as_ref().map(|rw| rw.readers.as_str()));
         let mut args = vec![ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
         args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
         let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
@@ -632,6 +694,76 @@ impl Target {
             // Past its expiry (2), or purged already (0): the holder overran its TTL.
             Some(0 | 2) => Ok(ReleaseOutcome::AlreadyExpired),
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-release script: {:?}", ran.reply))),
+        }
+    }
+}
+
+impl Target {
+    /// The keys every read-write lock script takes first: writer, readers, waiting writers, their heartbeats.
+    fn rw_keys<'a>(&'a self, rw: &'a RwSpec) -> [&'a str; 4] {
+        [self.resources[0].lock(), &rw.readers, &rw.queue, &rw.heartbeats]
+    }
+
+    /// [`RW_READ`](crate::scripts::RW_READ) on one store.
+    async fn acquire_read(&self, rw: &RwSpec, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.resources[0];
+        let [writer, readers, queue, heartbeats] = self.rw_keys(rw);
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let fencing = if ask.fencing { "1" } else { "0" };
+        let call_keys = [writer, readers, queue, heartbeats, keys.fence(), keys.awaited()];
+        let args = [ask.token.as_str(), &ttl, fencing];
+        let call = Call::script("acquire", &scripts::RW_READ, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let ints = ran.reply.as_ints().unwrap_or_default();
+        let grant = match (ints.as_slice(), ask.fencing) {
+            ([1, epoch], true) => Grant::Acquired { fences: vec![u64::try_from(*epoch).ok()] },
+            ([1], false) => Grant::Acquired { fences: vec![None] },
+            ([0, wait], _) => Grant::Held {
+                index: 0,
+                ttl: u64::try_from(*wait).ok().map(Duration::from_millis),
+                holder: None,
+                place: None,
+            },
+            _ => return Err(LockError::backend(format!("unexpected reply to the rw-read script: {:?}", ran.reply))),
+        };
+        if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
+            ack.check(ran.replicas.unwrap_or(0))?;
+        }
+        Ok(grant)
+    }
+
+    /// [`RW_EXTEND`](crate::scripts::RW_EXTEND) on one store (a downgrade when one was asked for).
+    async fn extend_rw(&self, rw: &RwSpec, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<ExtendReply> {
+        let keys = &self.resources[0];
+        let [writer, readers, queue, heartbeats] = self.rw_keys(rw);
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let downgrade = if rw.downgrade.load(std::sync::atomic::Ordering::SeqCst) { "1" } else { "0" };
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [writer, readers, queue, heartbeats, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), &ttl, downgrade, origin, sharded];
+        let ran = store.call(Call::script("extend", &scripts::RW_EXTEND, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(ExtendReply::Extended),
+            Some(0) => Ok(ExtendReply::Absent),
+            _ => Err(LockError::backend(format!("unexpected reply to the rw-extend script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`RW_RELEASE`](crate::scripts::RW_RELEASE) on one store: a read or write hold, or a waiting writer's place.
+    async fn release_rw(&self, rw: &RwSpec, store: &dyn LockStore, token: &Token) -> Result<ReleaseOutcome> {
+        let keys = &self.resources[0];
+        let [writer, readers, queue, heartbeats] = self.rw_keys(rw);
+        let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [writer, readers, queue, heartbeats, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::RW_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(ReleaseOutcome::Released),
+            Some(0 | 2) => Ok(ReleaseOutcome::AlreadyExpired),
+            Some(-1) => Ok(ReleaseOutcome::OwnedByOther),
+            _ => Err(LockError::backend(format!("unexpected reply to the rw-release script: {:?}", ran.reply))),
         }
     }
 }

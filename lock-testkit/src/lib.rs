@@ -63,6 +63,8 @@ mod oracle;
 pub mod proxy;
 mod resp;
 pub mod runtime;
+pub mod rwlock_cases;
+pub mod rwlock_conformance;
 pub mod scripted;
 pub mod semaphore_cases;
 pub mod semaphore_conformance;
@@ -197,6 +199,7 @@ macro_rules! conformance_tests {
         $crate::admin_tests!($runtime, $subject);
         $crate::election_tests!($runtime, $subject);
         $crate::semaphore_tests!($runtime, $subject);
+        $crate::rwlock_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -297,6 +300,34 @@ macro_rules! __url_factory {
     };
 }
 
+/// Writes a primitive's cross-process cases for a backend: the worker entry `$worker` (which does nothing in a
+/// normal test run), the blocking cases and the async ones (on tokio), each calling `$module::case(&$connect)`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __process_cases {
+    ($module:ident, $connect:ident, $worker:ident; blocking: $($blocking:ident),*; async: $($case:ident),* $(,)?) => {
+        /// The entry point of the cases' worker processes (does nothing in a normal test run).
+        #[test]
+        fn $worker() {
+            $crate::$module::worker(&$connect);
+        }
+        $(
+            #[test]
+            fn $blocking() {
+                $crate::$module::$blocking(&$connect);
+            }
+        )*
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::tokio(async {
+                    $crate::$module::$case(&$connect).await;
+                });
+            }
+        )*
+    };
+}
+
 /// Writes the cross-process election cases of [`election_cases`] for a backend, and the `election_worker` entry
 /// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
 /// that exact name).
@@ -308,35 +339,15 @@ macro_rules! __url_factory {
 macro_rules! election_fault_tests {
     ($connect:path) => {
         $crate::__url_factory!(__election_connect, $connect);
-
-        /// The entry point of the cases' worker processes (does nothing in a normal test run).
-        #[test]
-        fn election_worker() {
-            $crate::election_cases::worker(&__election_connect);
-        }
-
-        #[test]
-        fn soak_five_candidates_in_three_processes_under_kills_and_pauses() {
-            $crate::election_cases::soak_five_candidates_in_three_processes_under_kills_and_pauses(&__election_connect);
-        }
-
-        $crate::election_fault_tests!(@cases;
+        $crate::__process_cases!(election_cases, __election_connect, election_worker;
+            blocking: soak_five_candidates_in_three_processes_under_kills_and_pauses;
+            async:
             resign_hands_over_across_processes_in_about_one_round_trip,
             a_killed_leader_is_replaced_within_lease_and_retry_period,
             a_paused_leader_stopped_before_another_was_elected,
             terms_increase_across_a_restart_without_persistence,
             a_partitioned_candidate_never_returns_ok_without_the_key,
         );
-    };
-    (@cases; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::tokio(async {
-                    $crate::election_cases::$case(&__election_connect).await;
-                });
-            }
-        )*
     };
 }
 
@@ -347,33 +358,32 @@ macro_rules! election_fault_tests {
 macro_rules! semaphore_fault_tests {
     ($connect:path) => {
         $crate::__url_factory!(__semaphore_connect, $connect);
-
-        /// The entry point of the cases' worker processes (does nothing in a normal test run).
-        #[test]
-        fn semaphore_worker() {
-            $crate::semaphore_cases::worker(&__semaphore_connect);
-        }
-
-        #[test]
-        fn soak_holders_in_three_processes_under_kills_and_pauses() {
-            $crate::semaphore_cases::soak_holders_in_three_processes_under_kills_and_pauses(&__semaphore_connect);
-        }
-
-        $crate::semaphore_fault_tests!(@cases;
+        $crate::__process_cases!(semaphore_cases, __semaphore_connect, semaphore_worker;
+            blocking: soak_holders_in_three_processes_under_kills_and_pauses;
+            async:
             a_killed_holder_s_permits_return_within_its_ttl,
             a_paused_holder_never_frees_twice,
             a_retried_acquire_returns_the_same_grant,
         );
     };
-    (@cases; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::tokio(async {
-                    $crate::semaphore_cases::$case(&__semaphore_connect).await;
-                });
-            }
-        )*
+}
+
+/// Writes the cross-process read-write lock cases of [`rwlock_cases`] for a backend, and the `rwlock_worker` entry
+/// their worker processes run. Invoke it at the root of its own test binary (the workers select their entry by
+/// that exact name). `rwlock_fault_tests!(CONNECT)`, as [`election_fault_tests!`].
+#[macro_export]
+macro_rules! rwlock_fault_tests {
+    ($connect:path) => {
+        $crate::__url_factory!(__rwlock_connect, $connect);
+        $crate::__process_cases!(rwlock_cases, __rwlock_connect, rwlock_worker;
+            blocking: soak_readers_and_writers_in_three_processes_under_kills_and_pauses;
+            async:
+            a_killed_reader_costs_its_own_ttl_while_others_renew,
+            a_killed_waiting_writer_stops_blocking_readers,
+            a_paused_writer_never_frees_others,
+            a_retried_acquire_returns_the_same_grant,
+            ten_thousand_cancelled_acquires_leave_nothing_behind,
+        );
     };
 }
 
@@ -401,6 +411,38 @@ macro_rules! semaphore_tests {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
                     $crate::semaphore_conformance::$case(&subject).await;
+                });
+            }
+        )*
+    };
+}
+
+/// Writes one `#[test]` per read-write lock case of [`rwlock_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `rwlock_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! rwlock_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::rwlock_tests!(@cases $runtime, $subject;
+            rw_never_mixes_readers_and_a_writer,
+            rw_waiting_writer_is_not_starved_by_readers,
+            rw_dead_reader_costs_its_own_ttl_while_others_renew,
+            rw_downgrade_is_atomic_and_lets_readers_in,
+            rw_writers_are_fenced_and_readers_get_the_epoch,
+            rw_write_release_lets_every_waiting_reader_in,
+            rw_expired_holds_are_lost_and_never_free_others,
+            rw_cancelled_acquires_leave_nothing_behind,
+            rw_is_refused_where_it_cannot_hold,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    $crate::rwlock_conformance::$case(&subject).await;
                 });
             }
         )*

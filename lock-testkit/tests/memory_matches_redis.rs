@@ -1,6 +1,6 @@
 //! The in-memory store runs lock-core's scripts in an embedded Lua over its own keyspace; this differential test
 //! proves that keyspace answers as Redis does. Seeded random sequences of every lock-core script and plain command
-//! (grants, releases, extensions, fence raises, holders) interleaved with what a foreign client can do to the keys
+//! (grants, releases, extensions, fence raises, holders, read-write holds) interleaved with what a foreign client can do to the keys
 //! (a hash where a lock should be, fencing counters Lua reads as numbers but `INCRBY` refuses, deletions, expiry)
 //! run on a `MemoryStore` and on a real redis-server; every reply must agree.
 //!
@@ -119,14 +119,37 @@ fn random_step(rng: &mut StdRng) -> Step {
     let info = format!("lock:{{r{r}}}:info");
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
-    match rng.random_range(0..175) {
+    let readers = format!("lock:{{r{r}}}:readers");
+    match rng.random_range(0..195) {
         150..=161 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let waits = if rng.random_bool(0.7) { "1" } else { "0" };
-            let keys = vec![lock, fence, queue, beats, channel, mark];
-            let args = vec![token, s(TTL_MS), s(fencing), String::new(), s("60000"), s(waits), s("origin"), s("0")];
+            let mut keys = vec![lock, fence, queue, beats, channel, mark];
+            // Half of them as a read-write lock's writer, which live readers keep out.
+            if rng.random_bool(0.5) {
+                keys.push(readers);
+            }
+            let args = vec![token, s(TTL_MS), s(fencing), String::new(), s(TTL_MS), s(waits), s("origin"), s("0")];
             call(&scripts::FAIR_ACQUIRE, keys, args)
         }
+        175..=181 => {
+            let epoch = if rng.random_bool(0.7) { "1" } else { "0" };
+            let keys = vec![lock, readers, queue, beats, fence, mark];
+            call(&scripts::RW_READ, keys, vec![token, s(TTL_MS), s(epoch)])
+        }
+        182..=185 => {
+            let keys = vec![lock, readers, queue, beats, channel, mark];
+            call(&scripts::RW_RELEASE, keys, vec![token, s("origin"), s("0")])
+        }
+        186..=189 => {
+            let downgrade = if rng.random_bool(0.5) { "1" } else { "0" };
+            let keys = vec![lock, readers, queue, beats, channel, mark];
+            call(&scripts::RW_EXTEND, keys, vec![token, s(TTL_MS), s(downgrade), s("origin"), s("0")])
+        }
+        190 => call(&scripts::RW_STATE, vec![lock, readers, queue, beats], vec![]),
+        191 => Step::Foreign(vec![s("SET"), readers, s("not a set")]),
+        192 => Step::Foreign(vec![s("DEL"), readers]),
+        193..=194 => Step::Expire(readers),
         162..=168 => {
             call(&scripts::FAIR_RELEASE, vec![lock, queue, beats, channel, mark], vec![token, s("origin"), s("0")])
         }

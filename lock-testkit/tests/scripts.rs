@@ -135,3 +135,80 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
     );
     assert!(!exists(&s, "lock:{e}:info"), "a record was written beside a foreign lock key");
 }
+
+/// The read-write lock's scripts check every key's type before any write: a foreign readers' set, writer queue,
+/// heartbeat set or fencing counter is `WRONGTYPE` from each script, nothing is written (a reader is not added, an
+/// expired reader is not purged, a writer is not set), and the foreign value is kept.
+#[test]
+fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
+    let s = server();
+    let wrongtype = |reply: Reply, what: &str| {
+        assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{what}: {reply:?}");
+    };
+    let (writer, readers, queue, beats) =
+        ("lock:rw:{n}", "lock:rw:{n}:readers", "lock:rw:{n}:queue", "lock:rw:{n}:heartbeats");
+    let (fence, channel, mark) = ("lock:rw:{n}:fence", "lock:rw:{n}:released", "lock:rw:{n}:awaited");
+    let read = |s: &RedisServer| {
+        eval(s, &scripts::RW_READ, &[writer, readers, queue, beats, fence, mark], &["t", "30000", "1"])
+    };
+    let write = |s: &RedisServer| {
+        let keys = [writer, fence, queue, beats, channel, mark, readers];
+        eval(s, &scripts::FAIR_ACQUIRE, &keys, &["t", "30000", "1", "", "3000", "1", "origin", "0"])
+    };
+    let common = [writer, readers, queue, beats, channel, mark];
+    let release = |s: &RedisServer| eval(s, &scripts::RW_RELEASE, &common, &["t", "origin", "0"]);
+    let extend = |s: &RedisServer| eval(s, &scripts::RW_EXTEND, &common, &["t", "30000", "1", "origin", "0"]);
+    let state = |s: &RedisServer| eval(s, &scripts::RW_STATE, &[writer, readers, queue, beats], &[]);
+    // An expired reader that a purge would remove, and a queued writer whose place has expired.
+    s.command(&["ZADD", readers, "1", "old-reader"]).unwrap();
+    for (foreign, setup) in [(queue, ["SET", queue, "x"]), (beats, ["SET", beats, "x"])] {
+        s.command(&setup).unwrap();
+        wrongtype(read(&s), &format!("read over a foreign {foreign}"));
+        wrongtype(release(&s), &format!("release over a foreign {foreign}"));
+        if foreign == queue {
+            wrongtype(extend(&s), "extend over a foreign queue");
+        }
+        wrongtype(write(&s), &format!("write over a foreign {foreign}"));
+        wrongtype(state(&s), &format!("state over a foreign {foreign}"));
+        assert_eq!(
+            s.command(&["ZCARD", readers]).unwrap().as_int(),
+            Some(1),
+            "{foreign}: a reader was purged or added"
+        );
+        assert!(!exists(&s, writer), "{foreign}: a writer was set");
+        assert_eq!(
+            s.command(&["GET", foreign]).unwrap().as_text().as_deref(),
+            Some("x"),
+            "the foreign value was touched"
+        );
+        s.command(&["DEL", foreign]).unwrap();
+    }
+    s.command(&["SET", fence, "1e3"]).unwrap();
+    wrongtype(read(&s), "read over a foreign counter");
+    wrongtype(write(&s), "write over a foreign counter");
+    assert_eq!(s.command(&["ZCARD", readers]).unwrap().as_int(), Some(1), "a reader was purged or added");
+    s.command(&["DEL", fence, readers]).unwrap();
+    s.command(&["SET", readers, "x"]).unwrap();
+    for (reply, what) in [
+        (read(&s), "read"),
+        (write(&s), "write"),
+        (release(&s), "release"),
+        (extend(&s), "extend"),
+        (state(&s), "state"),
+    ] {
+        wrongtype(reply, &format!("{what} over a foreign readers' set"));
+    }
+    assert!(!exists(&s, writer) && !exists(&s, queue), "a script wrote beside a foreign readers' set");
+    s.command(&["DEL", readers]).unwrap();
+    s.command(&["HSET", writer, "f", "v"]).unwrap();
+    for (reply, what) in [
+        (read(&s), "read"),
+        (write(&s), "write"),
+        (release(&s), "release"),
+        (extend(&s), "extend"),
+        (state(&s), "state"),
+    ] {
+        wrongtype(reply, &format!("{what} over a foreign writer key"));
+    }
+    assert!(!exists(&s, readers) && !exists(&s, queue), "a script wrote beside a foreign writer key");
+}

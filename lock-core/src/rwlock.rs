@@ -1,0 +1,410 @@
+//! A writer-preferring read-write lock: many readers or one writer per name, each holder with its own expiry on the
+//! server clock, writers served in arrival order and fenced, readers told the epoch of the last write.
+//!
+//! ```
+//! use lock_core::{Lock, LockOptions, MemoryStore, RwLock};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! let config = RwLock::new(Lock::new(MemoryStore::new()), "config")?;
+//! let opts = LockOptions::new(Duration::from_secs(30));
+//! let a = config.read(&opts).await?;
+//! let b = config.read(&opts).await?;
+//! assert!(config.try_write(&opts).await?.is_none(), "readers hold");
+//! a.release().await?;
+//! b.release().await?;
+//! let w = config.write(&opts).await?;
+//! let token = w.fencing_token();
+//! let r = w.downgrade().await?; // atomically: no writer gets in between
+//! assert_eq!(r.epoch(), token, "a reader's epoch is the last write's token");
+//! # r.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # How it works
+//! The writer holds a string key (`prefix:rw:{name}`, `SET … PX` semantics, compare-and-delete release). Readers
+//! are members of a sorted set scored by their own expiry on the server's clock (`…:readers`); every script drops
+//! the members whose expiry has passed, so a dead reader costs at most its TTL however often the others renew
+//! (Redisson's read lock kept a crashed reader alive through another reader's renewal: PR #7098). Waiting writers
+//! hold a place in a queue kept by heartbeats, exactly as in a fair lock
+//! ([`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)): one heartbeat per process, a dead
+//! waiting writer's place lapses after the waiter TTL ([`RwLock::with_waiter_ttl`]), a release wakes only the head
+//! writer. Each step is one script with `now` from `TIME`; a retried acquire with the same token gets the same
+//! grant. Waiting, cancel safety, renewal and the lost signal are the lock's.
+//!
+//! The keys use the prefix `prefix` + `rw:`, so `RwLock` and [`Lock`] on the same name are independent; they share
+//! the name's hash tag, so a read-write lock works on Redis Cluster.
+//!
+//! # Fairness
+//! **Writer-preferring.** A writer that waits (its place in the queue is live) blocks new readers; readers that hold
+//! keep holding until they release or expire, then the head writer gets the lock; writers are served in arrival
+//! order. So a steady stream of readers cannot starve a writer, but **readers can starve under an endless stream of
+//! writers** (each waiting writer keeps new readers out). A reader that renews forever keeps a writer out forever:
+//! bound readers' holds with [`RenewPolicy::max_hold`](crate::RenewPolicy::max_hold) when writers must get in.
+//!
+//! # Downgrade, and why there is no upgrade
+//! [`WriteGuard::downgrade`] turns the write hold into a read hold in one script, so no writer can be granted in
+//! between. There is no upgrade from read to write: two readers that both wait to upgrade each wait for the other
+//! to leave, and neither does (a deadlock no timeout resolves well). Release the read hold and acquire the write
+//! lock instead, and re-check what you read.
+//!
+//! # Fencing
+//! Writers get a fencing token from a counter per name (the lock's rule: strictly increasing, also across a restart
+//! without persistence). A reader gets the **epoch**: the counter's current value, the token of the last write (0
+//! before any). No writer can be granted while a reader holds, so a write stamped with a token above a reader's
+//! epoch proves that reader's hold has ended: a resource can reject a stale reader's result.
+//!
+//! # One store only
+//! [`RwLock::new`] refuses a Redlock: instances that order waiting writers differently, or that each saw a different
+//! subset of readers, give no majority argument that excludes a writer from readers (the semaphore's problem), and
+//! no test here shows one. Single server, Sentinel and Cluster work.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use crate::error::{LockError, Result};
+use crate::lock::{Guard, Lock};
+use crate::lost::LostSignal;
+use crate::options::{LockOptions, MIN_WAITER_TTL};
+use crate::resource::LockKeys;
+use crate::scripts;
+use crate::store::ReleaseOutcome;
+use crate::target::Target;
+use crate::token::FencingToken;
+use crate::transport::Call;
+use crate::wait::Attempt;
+
+/// How long a waiting writer's place lasts without a heartbeat, unless [`RwLock::with_waiter_ttl`] says otherwise:
+/// a writer that died while waiting keeps new readers out for at most this plus one heartbeat (a third of it).
+pub const DEFAULT_WAITER_TTL: Duration = Duration::from_secs(5);
+
+/// A read-write lock on one name. Cheap to clone.
+#[derive(Clone)]
+pub struct RwLock {
+    lock: Lock,
+    keys: LockKeys,
+    waiter_ttl: Duration,
+}
+
+impl std::fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RwLock").field("name", &self.name()).field("waiter_ttl", &self.waiter_ttl).finish()
+    }
+}
+
+/// What a read-write lock looks like now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwState {
+    /// Whether a writer holds it.
+    pub writer: bool,
+    /// Readers whose expiry lies ahead.
+    pub readers: u32,
+    /// Waiting writers whose place has not expired.
+    pub waiting_writers: u32,
+}
+
+impl RwLock {
+    /// The read-write lock `name` on `lock`'s store (its key prefix, followed by `rw:`, applies).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, a bad prefix, or a `lock` over several instances (Redlock;
+    /// see the module docs), before any I/O.
+    pub fn new(lock: Lock, name: &str) -> Result<Self> {
+        if lock.stores().len() != 1 {
+            return Err(LockError::invalid(
+                "a read-write lock needs one store: over Redlock no majority keeps readers and writers apart",
+            ));
+        }
+        let keys = LockKeys::new(&format!("{}rw:", lock.key_prefix()), name)?;
+        Ok(RwLock { lock, keys, waiter_ttl: DEFAULT_WAITER_TTL })
+    }
+
+    /// How long a waiting writer's place lasts without a heartbeat (default [`DEFAULT_WAITER_TTL`]; heartbeats come
+    /// every third of it). Every process using the name should use the same.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] below [`MIN_WAITER_TTL`] or above [`MAX_TTL`](crate::MAX_TTL).
+    pub fn with_waiter_ttl(mut self, waiter_ttl: Duration) -> Result<Self> {
+        if waiter_ttl < MIN_WAITER_TTL {
+            return Err(LockError::invalid(format!("waiter TTL {waiter_ttl:?} is below {MIN_WAITER_TTL:?}")));
+        }
+        crate::options::validate_ttl(waiter_ttl)?;
+        self.waiter_ttl = waiter_ttl;
+        Ok(self)
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.keys.resource()
+    }
+
+    /// The keys: the writer's key, fencing counter, channel and release mark (the readers' set and the writers'
+    /// queue are named after the writer's key: `:readers`, `:queue`, `:heartbeats`).
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
+    }
+
+    fn prepare(&self, reader: bool, options: &LockOptions) -> Result<(Arc<Target>, LockOptions)> {
+        if options.fair_queue().is_some() {
+            return Err(LockError::invalid(
+                "a read-write lock queues its writers itself: set the waiter TTL with RwLock::with_waiter_ttl",
+            ));
+        }
+        self.lock.check(options)?;
+        let target = Arc::new(Target::rw(self.keys.clone(), reader, self.waiter_ttl));
+        let options = if reader { options.clone() } else { options.clone().with_fair_queue(self.waiter_ttl) };
+        Ok((target, options))
+    }
+
+    /// Joins the readers, waiting up to the options' budget while a writer holds or waits (woken by the release that
+    /// lets readers in, and at the writer's expiry at the latest). The options' TTL is this reader's own expiry.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for bad options or a fair-queue option (before any I/O);
+    /// [`LockError::Contended`] when the budget ran out; the store's errors ([`LockError::WrongType`] for a foreign
+    /// key at one of the lock's names, nothing written).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as [`Lock::acquire`]: a read hold the dropped future may have taken is given back in the
+    /// background.
+    pub async fn read(&self, options: &LockOptions) -> Result<ReadGuard> {
+        let (target, options) = self.prepare(true, options)?;
+        let span = tracing::debug_span!("rwlock.read", resource = self.name());
+        let attempts = AtomicU32::new(0);
+        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        self.pass_wake_up_on();
+        Ok(ReadGuard { guard })
+    }
+
+    /// Joins the readers if no writer holds or waits now.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), without `Contended`.
+    ///
+    /// # Cancel safety
+    /// As [`read`](Self::read).
+    pub async fn try_read(&self, options: &LockOptions) -> Result<Option<ReadGuard>> {
+        let (target, options) = self.prepare(true, options)?;
+        match self.lock.attempt(&target, &options).await? {
+            Attempt::Acquired(guard) => Ok(Some(ReadGuard { guard })),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Takes the write lock, waiting up to the options' budget in the writers' queue: new readers stay out from now
+    /// on, the readers that hold finish (or expire), writers before this one go first.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe, as [`Lock::acquire`]: the dropped future's place in the queue (or its grant) is given back in
+    /// the background, which lets waiting readers in when no other writer waits.
+    pub async fn write(&self, options: &LockOptions) -> Result<WriteGuard> {
+        let (target, options) = self.prepare(false, options)?;
+        let span = tracing::debug_span!("rwlock.write", resource = self.name());
+        let attempts = AtomicU32::new(0);
+        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        Ok(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() })
+    }
+
+    /// Takes the write lock if nobody holds it and no writer waits (a try takes no place in the queue).
+    ///
+    /// # Errors
+    /// As [`write`](Self::write), without `Contended`.
+    ///
+    /// # Cancel safety
+    /// As [`write`](Self::write).
+    pub async fn try_write(&self, options: &LockOptions) -> Result<Option<WriteGuard>> {
+        let (target, options) = self.prepare(false, options)?;
+        match self.lock.attempt(&target, &options).await? {
+            Attempt::Acquired(guard) => {
+                Ok(Some(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() }))
+            }
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Whether a writer holds, how many readers hold, and how many writers wait, read without writing.
+    ///
+    /// # Errors
+    /// The store's errors ([`LockError::WrongType`] for a foreign key at one of the lock's names).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn state(&self) -> Result<RwState> {
+        let store = self.lock.stores().first().ok_or_else(|| LockError::invalid("no store"))?;
+        let writer = self.keys.lock();
+        let (readers, queue, heartbeats) =
+            (format!("{writer}:readers"), crate::fair::queue_key(&self.keys), crate::fair::heartbeats_key(&self.keys));
+        let call_keys = [writer, readers.as_str(), &queue, &heartbeats];
+        let call = Call::script("rw-state", &scripts::RW_STATE, &call_keys, &[]);
+        let reply = self.lock.call_bounded(store.as_ref(), call).await?;
+        let ints = reply.as_ints().unwrap_or_default();
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        match ints.as_slice() {
+            [writer, readers, waiting] => {
+                Ok(RwState { writer: *writer == 1, readers: count(*readers), waiting_writers: count(*waiting) })
+            }
+            _ => Err(LockError::backend(format!("unexpected reply to the rw-state script: {reply:?}"))),
+        }
+    }
+
+    /// The hub and channel a grant that lets readers in wakes the next local waiter on.
+    fn wake_up_target(&self) -> Option<(Arc<crate::notify::ReleaseHub>, String)> {
+        let hub = self.lock.stores().first()?.release_hub()?.clone();
+        Some((hub, self.keys.channel().to_owned()))
+    }
+
+    /// A reader got in: the next local waiter may too (the hub wakes one waiter per release, and one release can
+    /// let every waiting reader in), so it is woken to try; a writer among them finds the lock held and sleeps on.
+    fn pass_wake_up_on(&self) {
+        if let Some((hub, channel)) = self.wake_up_target() {
+            if hub.waiters(&channel) > 0 {
+                hub.wake_one(&channel);
+            }
+        }
+    }
+}
+
+/// A read hold: released with [`release`](Self::release), or in the background when dropped; renewed by the
+/// watchdog when the options asked for it; lost (its signal fires) when its own expiry passes.
+#[must_use = "dropping a read guard releases it in the background"]
+#[derive(Debug)]
+pub struct ReadGuard {
+    guard: Guard,
+}
+
+impl ReadGuard {
+    /// The epoch: the token of the last write before this read (0 before any), `None` when fencing was off. A write
+    /// with a higher token proves this hold has ended.
+    pub fn epoch(&self) -> Option<FencingToken> {
+        self.guard.fencing_token()
+    }
+
+    /// A cloneable lost signal.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// Whether the hold is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// The local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Sets this reader's own expiry to `ttl` from now, if it still holds.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the hold expired (and its lost signal fires); the store's errors.
+    ///
+    /// # Cancel safety
+    /// As [`Guard::extend`].
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Leaves the readers: `Released`, or `AlreadyExpired` when the hold had expired. The last reader out tells the
+    /// head waiting writer.
+    ///
+    /// # Errors
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`Guard::release`].
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
+
+/// The write hold: released with [`release`](Self::release), or in the background when dropped; renewed by the
+/// watchdog when the options asked for it; lost (its signal fires) when its expiry passes.
+#[must_use = "dropping a write guard releases it in the background"]
+#[derive(Debug)]
+pub struct WriteGuard {
+    guard: Guard,
+    target: Arc<Target>,
+    ttl: Duration,
+    hub_channel: Option<(Arc<crate::notify::ReleaseHub>, String)>,
+}
+
+impl WriteGuard {
+    /// The fencing token (`None` when fencing was off): strictly increasing per name.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.guard.fencing_token()
+    }
+
+    /// A cloneable lost signal.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.guard.lost_signal()
+    }
+
+    /// Whether the hold is lost.
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// The local validity deadline.
+    pub fn valid_until(&self) -> Instant {
+        self.guard.valid_until()
+    }
+
+    /// Sets the write lock's TTL to `ttl` from now, if still held.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the lock expired (and its lost signal fires); the store's errors.
+    ///
+    /// # Cancel safety
+    /// As [`Guard::extend`].
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
+        self.guard.extend(ttl).await
+    }
+
+    /// Turns the write hold into a read hold in one atomic step (no writer can be granted in between), with the
+    /// acquire's TTL from now; waiting readers come in when no writer waits. The read guard's epoch is this write's
+    /// fencing token. The renewal watchdog, if any, carries on for the read hold.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] when the write lock had expired; the store's errors. On an error the guard is dropped,
+    /// so whatever the server holds for it (the write lock, or the read hold if the downgrade applied) is released
+    /// in the background.
+    ///
+    /// # Cancel safety
+    /// Not resumable: a dropped downgrade drops the guard, which releases whichever hold the server has in the
+    /// background.
+    pub async fn downgrade(self) -> Result<ReadGuard> {
+        // The extension serialises with the watchdog's: whichever runs first downgrades, and the other finds the
+        // read hold and renews it.
+        self.target.downgrade_next_extension();
+        self.guard.extend(self.ttl).await?;
+        if let Some((hub, channel)) = &self.hub_channel {
+            // The announcement is our own echo, which this process's hub skips: wake a local reader here.
+            if hub.waiters(channel) > 0 {
+                hub.wake_one(channel);
+            }
+        }
+        Ok(ReadGuard { guard: self.guard })
+    }
+
+    /// Releases the write lock: `Released`, or `AlreadyExpired` / `OwnedByOther` when it had expired (and been
+    /// taken). Tells the head waiting writer, or the waiting readers when no writer waits.
+    ///
+    /// # Errors
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    /// As [`Guard::release`].
+    pub async fn release(self) -> Result<ReleaseOutcome> {
+        self.guard.release().await
+    }
+}
