@@ -55,7 +55,7 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
-    async fn store(self, url: &str) -> anyhow::Result<Arc<dyn LockStore>> {
+    pub(crate) async fn store(self, url: &str) -> anyhow::Result<Arc<dyn LockStore>> {
         Ok(match self {
             Backend::RedisRs => Arc::new(lock_redis_rs::RedisStore::connect(url).await.context("redis-rs store")?),
             Backend::Fred => Arc::new(lock_fred::FredStore::connect(url).await.context("fred store")?),

@@ -4,6 +4,7 @@ mod cycles;
 mod handoff;
 mod redlock;
 mod renewal;
+mod shared;
 
 use std::time::Instant;
 
@@ -79,6 +80,12 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     if ctx.settings.wants("renewal") {
         renewal::run(&mut ctx).await.context("scenario renewal")?;
     }
+    if ctx.settings.wants("primitives") {
+        shared::primitives(&mut ctx).await.context("scenario primitives")?;
+    }
+    if ctx.settings.wants("semaphore") || ctx.settings.wants("rwlock") {
+        shared::run(&mut ctx).await.context("scenarios semaphore and rwlock")?;
+    }
     targets(&ctx.report);
     println!("info elapsed_s={:.1} loadavg_end={}", started.elapsed().as_secs_f64(), loadavg());
     Ok(())
@@ -142,6 +149,13 @@ fn targets(report: &Report) {
     report.target("procs-8", "server_cmds_per_acq", "redis-rs", None, Bar::AtMost(12.0));
     report.ratio("procs-8", "gap_p50_us", "redis-rs-fair", "redis-rs");
     report.ratio("procs-32", "server_cmds_per_acq", "redis-rs-fair", "rslock");
+    // Issue 18: the semaphore and the read-write lock against a hand-written floor (no bar: the floor does less).
+    for scenario in ["semaphore-4x16", "rwlock-9to1"] {
+        for backend in ["redis-rs", "fred"] {
+            report.ratio(scenario, "ops_per_s", backend, "floor");
+            report.ratio(scenario, "server_cmds_per_op", backend, "floor");
+        }
+    }
     // For context (no bar): the peer against the floor, as issue 8 quotes it.
     report.ratio("uncontended", "cycles_per_s", "rslock", "floor");
     report.ratio("concurrent-distinct", "cycles_per_s", "rslock", "floor");
