@@ -18,6 +18,8 @@
 //! | `lock.scoped` | the work of [`with_lock`](crate::DistributedLockExt::with_lock) | `outcome` |
 //! | `lock.inspect`, `lock.force_release` | [`Lock::inspect`](crate::Lock::inspect), [`Lock::force_release`](crate::Lock::force_release) | |
 //! | `election.campaign` | [`Election::campaign`](crate::Election::campaign) (the leadership's own spans are the lock's: `lock.held`, `lock.extend`, `lock.release`) | `election`, `id` |
+//! | `semaphore.acquire` | [`Semaphore::acquire`](crate::Semaphore::acquire) (a permit's own spans are the lock's) | `semaphore`, `permits` |
+//! | `rwlock.read`, `rwlock.write` | [`RwLock::read`](crate::RwLock::read), [`RwLock::write`](crate::RwLock::write) (a hold's own spans are the lock's) | |
 //!
 //! `outcome` is `acquired`, `held` (a try that found the lock held), `extended`, `released`, `already_expired`,
 //! `owned_by_other`, `ok`, or an error's [`kind`](crate::LockError::kind) (`contended`, `timeout`, `unavailable`, …).

@@ -364,6 +364,7 @@ macro_rules! semaphore_fault_tests {
             a_killed_holder_s_permits_return_within_its_ttl,
             a_paused_holder_never_frees_twice,
             a_retried_acquire_returns_the_same_grant,
+            ten_thousand_cancelled_acquires_leave_nothing_behind,
         );
     };
 }

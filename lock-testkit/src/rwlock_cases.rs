@@ -25,6 +25,7 @@ use crate::worker::{append_line, blocking_sleep, wait_for_line, worker_id, worke
 use crate::RedisServer;
 
 const NAME: &str = "rw:faults";
+
 const TTL_MS: u64 = 600;
 /// A waiting writer's place lasts this long without a heartbeat (heartbeats every 200 ms).
 const WAITER_TTL_MS: u64 = 600;
@@ -315,7 +316,7 @@ pub async fn ten_thousand_cancelled_acquires_leave_nothing_behind(connect: &UrlF
     .await;
     loop {
         // The fencing counter stays (one small string per name, as the lock's).
-        let left = server.command(&["EVAL", "local k = redis.call('KEYS', 'lock:rw:*') local n = {} for _, x in ipairs(k) do if not string.find(x, ':fence$') then table.insert(n, x) end end return n", "0"]).or_panic();
+        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "lock:rw:*"]).or_panic();
         if matches!(&left, crate::Reply::Array(items) if items.is_empty()) {
             break;
         }

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use futures_util::future::select;
 use lock_core::{Call, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, Semaphore};
 use rand::{RngExt, SeedableRng};
 
@@ -18,6 +19,7 @@ use crate::checker::{Checker, Hold};
 use crate::history::{instant_nanos, monotonic_nanos, nanos_instant};
 use crate::or_panic::ms;
 use crate::or_panic::OrPanic;
+use crate::scripted::CancelAfter;
 use crate::server_cases::UrlFactory;
 use crate::worker::{append_line, blocking_sleep, wait_for_line, worker_id, worker_var, WorkerProcess};
 use crate::RedisServer;
@@ -187,6 +189,44 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     assert_eq!(replies[0], replies[1], "a retry with the same token granted again");
     let sem = semaphore(connect, &server.url(), 3).await;
     assert_eq!(sem.state().await.or_panic().held, 2, "a retry took more slots");
+}
+
+/// Test 7 at full size: 10 000 acquires of 1 or 2 permits cancelled at every point (after 1 to 6 polls, or 2 ms)
+/// while another holder keeps the semaphore nearly full leave no permit behind once their TTL has passed, and no key
+/// but the fencing counter once the last permit is released.
+pub async fn ten_thousand_cancelled_acquires_leave_nothing_behind(connect: &UrlFactory) {
+    let server = RedisServer::start().or_panic();
+    let sem = semaphore(connect, &server.url(), 3).await;
+    let options = LockOptions::new(ms(300)).with_wait(ms(50));
+    let holder = sem.acquire(1, &LockOptions::new(ms(5_000))).await.or_panic();
+    let started = Instant::now();
+    for i in 0..10_000u32 {
+        let acquire = CancelAfter::new(sem.acquire(1 + i % 2, &options), 1 + i % 6);
+        let _ = select(Box::pin(acquire), Box::pin(tokio::time::sleep(ms(2)))).await;
+    }
+    let stormed = started.elapsed();
+    holder.release().await.or_panic();
+    let released = Instant::now();
+    while sem.state().await.or_panic().held > 0 {
+        assert!(released.elapsed() < ms(3_000), "cancelled acquires left permits behind past their TTL");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let free = released.elapsed();
+    loop {
+        // The fencing counter stays (one small string per name, as the lock's).
+        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "lock:*"]).or_panic();
+        if matches!(&left, crate::Reply::Array(items) if items.is_empty()) {
+            break;
+        }
+        assert!(released.elapsed() < ms(5_000), "keys outlived the storm: {left:?}");
+        tokio::time::sleep(ms(20)).await;
+    }
+    println!(
+        "10 000 cancelled acquires in {:.1} s → no permit held {:.0} ms after the last release, no key left {:.0} ms after",
+        stormed.as_secs_f64(),
+        free.as_secs_f64() * 1e3,
+        released.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 /// Tests 1 and 8: 6 holders in 3 processes take one permit of 2 at a time for a bounded

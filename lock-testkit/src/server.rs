@@ -596,3 +596,7 @@ fn set_parent_death_signal(cmd: &mut Command) {
 
 #[cfg(not(target_os = "linux"))]
 fn set_parent_death_signal(_cmd: &mut Command) {}
+
+/// A script listing the keys matching `ARGV[1]` but fencing counters (which have no TTL by design).
+pub(crate) const KEYS_BUT_COUNTERS: &str = "local left = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+     if not string.find(k, ':fence$') then table.insert(left, k) end end return left";
