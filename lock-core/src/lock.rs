@@ -914,6 +914,40 @@ impl Renewable for GuardState {
     }
 }
 
+/// The accessors every wrapper of a [`Guard`] in a field `guard` shares (a permit, a read or write hold):
+/// `lost_signal`, `is_lost`, `valid_until` and `extend`, documented for `$what` ("permit", "hold").
+macro_rules! guard_accessors {
+    ($what:literal) => {
+        /// A cloneable lost signal.
+        pub fn lost_signal(&self) -> $crate::LostSignal {
+            self.guard.lost_signal()
+        }
+
+        #[doc = concat!("Whether the ", $what, " is lost.")]
+        pub fn is_lost(&self) -> bool {
+            self.guard.is_lost()
+        }
+
+        /// The local validity deadline.
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.guard.valid_until()
+        }
+
+        #[doc = concat!("Sets the ", $what, "'s own expiry to `ttl` from now, if it still holds.")]
+        ///
+        /// # Errors
+        #[doc = concat!("[`LockError::Lost`](crate::LockError::Lost) when the ", $what, " expired (and its lost signal")]
+        /// fires); the store's errors.
+        ///
+        /// # Cancel safety
+        /// As [`Guard::extend`](crate::Guard::extend).
+        pub async fn extend(&self, ttl: std::time::Duration) -> $crate::Result<std::time::Instant> {
+            self.guard.extend(ttl).await
+        }
+    };
+}
+pub(crate) use guard_accessors;
+
 /// A held lock.
 ///
 /// Release it with [`release`](Self::release). Dropping it instead releases in the background when a runtime is

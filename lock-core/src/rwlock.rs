@@ -63,13 +63,12 @@
 
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
-use crate::lost::LostSignal;
 use crate::options::{LockOptions, MIN_WAITER_TTL};
 use crate::resource::LockKeys;
 use crate::scripts;
@@ -288,31 +287,7 @@ impl ReadGuard {
         self.guard.fencing_token()
     }
 
-    /// A cloneable lost signal.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.guard.lost_signal()
-    }
-
-    /// Whether the hold is lost.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// The local validity deadline.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Sets this reader's own expiry to `ttl` from now, if it still holds.
-    ///
-    /// # Errors
-    /// [`LockError::Lost`] when the hold expired (and its lost signal fires); the store's errors.
-    ///
-    /// # Cancel safety
-    /// As [`Guard::extend`].
-    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
-        self.guard.extend(ttl).await
-    }
+    crate::lock::guard_accessors!("hold");
 
     /// Leaves the readers: `Released`, or `AlreadyExpired` when the hold had expired. The last reader out tells the
     /// head waiting writer.
@@ -344,31 +319,7 @@ impl WriteGuard {
         self.guard.fencing_token()
     }
 
-    /// A cloneable lost signal.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.guard.lost_signal()
-    }
-
-    /// Whether the hold is lost.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// The local validity deadline.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Sets the write lock's TTL to `ttl` from now, if still held.
-    ///
-    /// # Errors
-    /// [`LockError::Lost`] when the lock expired (and its lost signal fires); the store's errors.
-    ///
-    /// # Cancel safety
-    /// As [`Guard::extend`].
-    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
-        self.guard.extend(ttl).await
-    }
+    crate::lock::guard_accessors!("hold");
 
     /// Turns the write hold into a read hold in one atomic step (no writer can be granted in between), with the
     /// acquire's TTL from now; waiting readers come in when no writer waits. The read guard's epoch is this write's

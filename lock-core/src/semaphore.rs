@@ -44,13 +44,12 @@
 
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
-use crate::lost::LostSignal;
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
 use crate::scripts;
@@ -252,31 +251,7 @@ impl Permit {
         self.guard.fencing_token()
     }
 
-    /// A cloneable lost signal.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.guard.lost_signal()
-    }
-
-    /// Whether the permit is lost.
-    pub fn is_lost(&self) -> bool {
-        self.guard.is_lost()
-    }
-
-    /// The local validity deadline.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// Sets the permit's own expiry to `ttl` from now, if it still holds.
-    ///
-    /// # Errors
-    /// [`LockError::Lost`] when the permit expired (and its lost signal fires); the store's errors.
-    ///
-    /// # Cancel safety
-    /// As [`Guard::extend`].
-    pub async fn extend(&self, ttl: Duration) -> Result<Instant> {
-        self.guard.extend(ttl).await
-    }
+    crate::lock::guard_accessors!("permit");
 
     /// Gives the slots back: `Released`, or `AlreadyExpired` when the permit had expired (its slots may have gone to
     /// someone else; the count is never raised by a permit it no longer holds).

@@ -9,11 +9,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::future::select;
 use lock_core::{Call, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RwLock};
-use rand::{RngExt, SeedableRng};
+use rand::SeedableRng;
 
 use crate::checker::{Checker, Hold};
 use crate::history::{instant_nanos, monotonic_nanos, nanos_instant};
@@ -21,7 +21,7 @@ use crate::or_panic::ms;
 use crate::or_panic::OrPanic;
 use crate::scripted::CancelAfter;
 use crate::server_cases::UrlFactory;
-use crate::worker::{append_line, blocking_sleep, wait_for_line, worker_id, worker_var, WorkerProcess};
+use crate::worker::{append_line, kill_and_pause_at_random, wait_for_line, worker_id, worker_var, WorkerProcess};
 use crate::RedisServer;
 
 const NAME: &str = "rw:faults";
@@ -343,25 +343,9 @@ pub fn soak_readers_and_writers_in_three_processes_under_kills_and_pauses(connec
     let server = RedisServer::start().or_panic();
     let dir = tempfile::tempdir().or_panic();
     let mut workers: Vec<WorkerProcess> = (1..=3).map(|id| spawn("soak", id, &server.url(), dir.path())).collect();
-    let (mut kills, mut pauses) = (0, 0);
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(secs) {
-        blocking_sleep(ms(rng.random_range(200..600)));
-        let i = rng.random_range(0..workers.len());
-        if rng.random_bool(0.5) {
-            workers[i].kill();
-            kills += 1;
-            workers[i] = spawn("soak", u32::try_from(i).or_panic() + 1, &server.url(), dir.path());
-        } else {
-            workers[i].pause();
-            blocking_sleep(ms(rng.random_range(300..1_200)));
-            workers[i].resume();
-            pauses += 1;
-        }
-    }
-    for worker in &mut workers {
-        worker.kill();
-    }
+    let url = server.url();
+    let (kills, pauses) =
+        kill_and_pause_at_random(&mut workers, secs, &mut rng, |id| spawn("soak", id, &url, dir.path()));
     // Per hold: kind, fence (epoch for a reader), believed from `start` until the earlier of its last deadline and
     // its end.
     let mut holds: BTreeMap<String, (bool, u64, u64, u64, Option<u64>)> = BTreeMap::new();

@@ -145,3 +145,35 @@ pub(crate) async fn wait_for_line(path: &std::path::Path, what: &str) -> String 
 pub(crate) fn blocking_sleep(d: Duration) {
     std::thread::sleep(d);
 }
+
+/// The chaos of a soak whose workers all do the same thing: every 200–600 ms one worker, picked at random, is
+/// SIGKILLed and started again (`respawn(id)`, ids from 1) or SIGSTOPped for 300–1 200 ms, until `secs` have passed;
+/// then every worker is killed. Returns the kills and the pauses.
+pub(crate) fn kill_and_pause_at_random(
+    workers: &mut [WorkerProcess],
+    secs: u64,
+    rng: &mut impl rand::Rng,
+    respawn: impl Fn(u32) -> WorkerProcess,
+) -> (u32, u32) {
+    use rand::RngExt as _;
+    let (mut kills, mut pauses) = (0, 0);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(secs) && !workers.is_empty() {
+        blocking_sleep(Duration::from_millis(rng.random_range(200..600)));
+        let i = rng.random_range(0..workers.len());
+        if rng.random_bool(0.5) {
+            workers[i].kill();
+            kills += 1;
+            workers[i] = respawn(u32::try_from(i + 1).unwrap_or(u32::MAX));
+        } else {
+            workers[i].pause();
+            blocking_sleep(Duration::from_millis(rng.random_range(300..1_200)));
+            workers[i].resume();
+            pauses += 1;
+        }
+    }
+    for worker in workers.iter_mut() {
+        worker.kill();
+    }
+    (kills, pauses)
+}
