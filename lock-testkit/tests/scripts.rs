@@ -159,6 +159,12 @@ fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
     let release = |s: &RedisServer| eval(s, &scripts::RW_RELEASE, &common, &["t", "origin", "0"]);
     let extend = |s: &RedisServer| eval(s, &scripts::RW_EXTEND, &common, &["t", "30000", "1", "origin", "0"]);
     let state = |s: &RedisServer| eval(s, &scripts::RW_STATE, &[writer, readers, queue, beats], &[]);
+    let every_script_refuses = |s: &RedisServer, foreign: &str| {
+        let replies = [(read(s), "read"), (write(s), "write"), (release(s), "release"), (extend(s), "extend")];
+        for (reply, what) in replies.into_iter().chain([(state(s), "state")]) {
+            wrongtype(reply, &format!("{what} over {foreign}"));
+        }
+    };
     // An expired reader that a purge would remove, and a queued writer whose place has expired.
     s.command(&["ZADD", readers, "1", "old-reader"]).unwrap();
     for (foreign, setup) in [(queue, ["SET", queue, "x"]), (beats, ["SET", beats, "x"])] {
@@ -189,26 +195,10 @@ fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
     assert_eq!(s.command(&["ZCARD", readers]).unwrap().as_int(), Some(1), "a reader was purged or added");
     s.command(&["DEL", fence, readers]).unwrap();
     s.command(&["SET", readers, "x"]).unwrap();
-    for (reply, what) in [
-        (read(&s), "read"),
-        (write(&s), "write"),
-        (release(&s), "release"),
-        (extend(&s), "extend"),
-        (state(&s), "state"),
-    ] {
-        wrongtype(reply, &format!("{what} over a foreign readers' set"));
-    }
+    every_script_refuses(&s, "a foreign readers' set");
     assert!(!exists(&s, writer) && !exists(&s, queue), "a script wrote beside a foreign readers' set");
     s.command(&["DEL", readers]).unwrap();
     s.command(&["HSET", writer, "f", "v"]).unwrap();
-    for (reply, what) in [
-        (read(&s), "read"),
-        (write(&s), "write"),
-        (release(&s), "release"),
-        (extend(&s), "extend"),
-        (state(&s), "state"),
-    ] {
-        wrongtype(reply, &format!("{what} over a foreign writer key"));
-    }
+    every_script_refuses(&s, "a foreign writer key");
     assert!(!exists(&s, readers) && !exists(&s, queue), "a script wrote beside a foreign writer key");
 }
