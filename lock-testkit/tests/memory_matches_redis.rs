@@ -120,7 +120,26 @@ fn random_step(rng: &mut StdRng) -> Step {
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
     let readers = format!("lock:{{r{r}}}:readers");
-    match rng.random_range(0..195) {
+    let sem: Vec<String> = ["exp", "slot", "grant", "limit"].iter().map(|k| format!("lock:{{r{r}}}:sem:{k}")).collect();
+    match rng.random_range(0..215) {
+        195..=201 => {
+            let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
+            let limit = if rng.random_bool(0.9) { "3" } else { "4" };
+            let permits = s(["1", "2"][rng.random_range(0..2)]);
+            let mut keys = sem.clone();
+            keys.extend([fence, mark]);
+            call(&scripts::SEM_ACQUIRE, keys, vec![token, permits, s(TTL_MS), s(limit), s(fencing), String::new()])
+        }
+        202..=205 => {
+            let mut keys = sem.clone();
+            keys.extend([channel, mark]);
+            call(&scripts::SEM_RELEASE, keys, vec![token, s("origin"), s("0")])
+        }
+        206..=207 => call(&scripts::SEM_EXTEND, sem.clone(), vec![token, s(TTL_MS)]),
+        208 => call(&scripts::SEM_STATE, sem.clone(), vec![]),
+        209..=210 => Step::Foreign(vec![s("SET"), sem[rng.random_range(0..3)].clone(), s("not a semaphore")]),
+        211..=212 => Step::Foreign(vec![s("DEL"), sem[rng.random_range(0..4)].clone()]),
+        213..=214 => Step::Expire(sem[rng.random_range(0..4)].clone()),
         150..=161 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let waits = if rng.random_bool(0.7) { "1" } else { "0" };
