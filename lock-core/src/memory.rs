@@ -14,7 +14,7 @@ use crate::error::{LockError, Result};
 use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
 use crate::token::Token;
-use crate::transport::{Call, Command, Ran, ScriptStore};
+use crate::transport::{Call, Command, Ran, Reply, ScriptStore};
 
 use lua::Engine;
 
@@ -96,15 +96,30 @@ impl MemoryStore {
     pub fn ttl_of(&self, keys: &LockKeys) -> Option<Duration> {
         self.inspect(|keyspace, now| keyspace.ttl(keys.lock().as_bytes(), now))
     }
-}
 
-#[async_trait]
-impl ScriptStore for MemoryStore {
-    async fn run(&self, call: Call<'_>) -> Result<Ran> {
+    /// Runs `call` like [`ScriptStore::run`], but hands back the messages its scripts published instead of
+    /// delivering them to this store's hub: for a test store that routes them to clients of its own (with faults).
+    ///
+    /// # Errors
+    /// As [`ScriptStore::run`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it runs to completion before its first await point.
+    #[doc(hidden)]
+    pub async fn run_observed(&self, call: Call<'_>) -> Result<(Ran, Vec<(String, Vec<u8>)>)> {
+        let (ran, published) = self.execute(call);
+        Ok((ran?, published))
+    }
+
+    /// One call under the engine's lock: its reply and the messages it published.
+    fn execute(&self, call: Call<'_>) -> (Result<Ran>, Vec<(String, Vec<u8>)>) {
         let now = Instant::now();
         let (reply, published) = {
             let mut engine = self.engine();
-            let engine = engine.as_mut().map_err(|err| LockError::backend(ServerError(err.clone())))?;
+            let engine = match engine.as_mut() {
+                Ok(engine) => engine,
+                Err(err) => return (Err(LockError::backend(ServerError(err.clone()))), Vec::new()),
+            };
             let reply = match call.command {
                 Command::Script(script) => engine.eval(script, call.keys, call.args, now),
                 Command::Plain(name) => {
@@ -121,11 +136,7 @@ impl ScriptStore for MemoryStore {
             let published = engine.with_keyspace(keyspace::Keyspace::take_published).unwrap_or_default();
             (reply, published)
         };
-        // Outside the engine's lock: a woken waiter may call straight back in.
-        for (channel, payload) in published {
-            self.hub.deliver(&channel, &payload);
-        }
-        match reply {
+        let ran = match reply {
             // An in-process store has no replicas: a grant that asked for some counts none.
             Ok(reply) => {
                 let replicas = call.wait_after(&reply).map(|_| 0);
@@ -136,7 +147,28 @@ impl ScriptStore for MemoryStore {
                 Err(LockError::WrongType { key, source: Box::new(ServerError(message)) })
             }
             Err(message) => Err(LockError::backend(ServerError(message))),
+        };
+        (ran, published)
+    }
+
+    /// Runs one command on the keyspace now (for tests and monitors that look at a primitive's keys): its reply, or
+    /// `None` when the command failed.
+    #[doc(hidden)]
+    pub fn command(&self, args: &[&str]) -> Option<Reply> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        self.inspect(|keyspace, now| keyspace.exec(&args, now).ok())
+    }
+}
+
+#[async_trait]
+impl ScriptStore for MemoryStore {
+    async fn run(&self, call: Call<'_>) -> Result<Ran> {
+        let (ran, published) = self.execute(call);
+        // Outside the engine's lock: a woken waiter may call straight back in.
+        for (channel, payload) in published {
+            self.hub.deliver(&channel, &payload);
         }
+        ran
     }
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

@@ -431,6 +431,8 @@ if fencing then
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
+  -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local started = redis.call('HMGET', KEYS[3], 'started_ms')
   return {1, fencing and tonumber(current or '-1') or -1, tonumber(started[1] or '0')}
 end
@@ -539,7 +541,8 @@ end
 /// Steps, all on the server clock (`TIME`): (1) type checks, reads only; (2) waiters whose heartbeat expired are
 /// removed from both sets, so a dead waiter costs at most its waiter TTL; when that leaves a free lock with a new
 /// head, the head is told (`<origin> <token>` on the channel); (3) a retry of a grant whose reply was lost finds
-/// its own token and gets the same grant (the counter has not moved while we held); (4) a free lock goes to the
+/// its own token and gets the same grant (the counter has not moved while we held), its TTL set again from now (the
+/// caller's validity runs from the retry); (4) a free lock goes to the
 /// head of the queue, or to anyone when the queue is empty; (5) a waiter that did not get it takes a ticket once
 /// (`max(now µs, last ticket + 1)`, so a clock step back never reorders the queue) and refreshes its heartbeat. Both
 /// sets expire with their last heartbeat, so nothing outlives the last waiter by more than its waiter TTL.
@@ -591,6 +594,9 @@ if #dead > 0 then
 end
 local first = head[1]
 if holder == token then
+  -- A retry of a grant whose reply was lost: the caller's validity runs from this request, so the key must live at
+  -- least as long from now (the first grant's PX may have run partly down while the caller waited to retry).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if not fencing then
     return {1}
   end
@@ -821,6 +827,9 @@ if refused_lock then
   return refused_lock
 end
 if holder == ARGV[1] then
+  -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[2])
   return {1, tonumber(current or '0')}
 end
 if holder then
@@ -1286,9 +1295,9 @@ return {1, tonumber(current) or 0}
 /// readers when no writer waits (only when a try marked the lock as awaited).
 ///
 /// `KEYS[1..4]` as in every read-write lock script, `KEYS[5]` release channel, `KEYS[6]` the release mark;
-/// `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` a read hold released
-/// after its expiry had passed (not purged yet), `0` nothing of ours held (a waiting writer's place may have been
-/// given back), `-1` another writer holds.
+/// `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released (a hold, or a waiting
+/// writer's place), `2` a read hold released after its expiry had passed (not purged yet), `0` nothing of ours held,
+/// `-1` another writer holds.
 pub static RW_RELEASE: Script = Script::new(
     "rw-release",
     concat!(
@@ -1329,7 +1338,11 @@ local left = redis.call('ZREM', KEYS[3], token)
 if beat then
   redis.call('ZREM', KEYS[4], token)
 end
-if (outcome == 1 or outcome == 2 or left == 1) and not writer then
+if outcome == 0 and left == 1 then
+  -- A waiting writer's place, given back: released (so the caller wakes a reader of its own process it held back).
+  outcome = 1
+end
+if (outcome == 1 or outcome == 2) and not writer then
   local first = head[1]
   if first == token then
     first = head[2]

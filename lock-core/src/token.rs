@@ -75,7 +75,18 @@ impl Token {
     }
 
     /// The token a server holds as `text`, if it is one (32 lowercase hex digits, then optionally a space and a
-    /// holder label).
+    /// holder label): what a script's argument or a lock key holds, read back (by test stores that watch calls, say).
+    ///
+    /// ```
+    /// use lock_core::Token;
+    /// let token = Token::generate();
+    /// assert_eq!(Token::parse(token.as_str()), Some(token));
+    /// assert_eq!(Token::parse("not a token"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::from_hex(text)
+    }
+
     pub(crate) fn from_hex(text: &str) -> Option<Self> {
         let (hex, label) = match text.split_once(' ') {
             Some((hex, label)) => (hex, Some(label)),

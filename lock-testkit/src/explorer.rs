@@ -16,18 +16,26 @@
 //! - **subscriptions match waiters**: a channel with local waiters is subscribed at the server, and nothing stays
 //!   subscribed at the end.
 //!
+//! About a third of the schedules exercise the read-write lock ([`RwLock`]) instead of the mutex: sessions read or
+//! write (a writer may downgrade), and the checks become: no writer's hold beside any other hold, writers' tokens
+//! increasing, no reader that started after a write ended with an older epoch, no read hold, write hold or waiting
+//! writer's place left behind, and no waiter asleep while neither a writer nor a live reader holds.
+//!
 //! A failing schedule is reported with its seed; [`Explorer::replay`] runs that seed alone. See
 //! `lock-testkit/tests/explore.rs` for the environment variables that run millions.
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::{select, Either};
 use futures_util::stream::{self, StreamExt};
-use lock_core::{Guard, Lock, LockError, LockKeys, LockOptions, LockStore, RenewPolicy, RetryPolicy, DEFAULT_PREFIX};
+use lock_core::{
+    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock, WriteGuard,
+    DEFAULT_PREFIX,
+};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
@@ -88,6 +96,19 @@ struct Session {
     cancel: Cancel,
     work: Vec<Work>,
     end: End,
+    /// In a read-write schedule: whether this session writes, and (a writer) downgrades after its work.
+    role: Role,
+}
+
+/// What a session of a read-write schedule takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// The mutex (a schedule of the lock).
+    Lock,
+    Read,
+    Write {
+        downgrade: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -131,6 +152,8 @@ pub struct Schedule {
     fencing: bool,
     faults: Faults,
     actors: Vec<Actor>,
+    /// A schedule of the read-write lock ([`RwLock`]) instead of the mutex, on one instance.
+    rw: bool,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -152,7 +175,12 @@ impl Schedule {
     /// The schedule for `seed`.
     pub fn generate(seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
+        // Drawn from a stream of its own, so the mutex schedules of every seed stay what they were.
+        let mut roles = StdRng::seed_from_u64(seed ^ 0x7277_6c6f_636b);
+        let rw = chance(&mut roles, 0.3);
         let instances = if chance(&mut rng, 0.2) { 3 } else { 1 };
+        // A read-write lock is refused over Redlock.
+        let instances = if rw { 1 } else { instances };
         let processes = rng.random_range(1..=3);
         let ordered = (0..processes).map(|_| chance(&mut rng, 0.5)).collect();
         let fencing = chance(&mut rng, 0.7);
@@ -204,13 +232,18 @@ impl Schedule {
                         } else {
                             End::Drop
                         };
-                        Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end }
+                        let role = match (rw, chance(&mut roles, 0.4)) {
+                            (false, _) => Role::Lock,
+                            (true, false) => Role::Read,
+                            (true, true) => Role::Write { downgrade: chance(&mut roles, 0.3) },
+                        };
+                        Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end, role }
                     })
                     .collect();
                 Actor { process, start_micros, sessions }
             })
             .collect();
-        Schedule { seed, instances, processes, ordered, fencing, faults, actors }
+        Schedule { seed, instances, processes, ordered, fencing, faults, actors, rw }
     }
 
     fn expiring(&self) -> bool {
@@ -339,16 +372,80 @@ struct World {
     checker: Checker,
     /// Actors inside a waiting acquire right now.
     waiting: AtomicUsize,
+    /// A read-write schedule: each process's read-write lock, its keys, and the holds its actors believed in.
+    rw: Vec<RwLock>,
+    rw_keys: LockKeys,
+    rw_holds: Mutex<Vec<RwHold>>,
 }
+
+/// One read or write hold of a read-write schedule, as its actor believed it.
+#[derive(Clone, Debug)]
+struct RwHold {
+    write: bool,
+    /// A writer's fencing token, a reader's epoch.
+    fence: Option<u64>,
+    start: Instant,
+    end: Instant,
+    owner: String,
+}
+
+/// A read-write lock's waiting writer TTL in these schedules (heartbeats every 50 ms).
+const RW_WAITER_TTL: Duration = Duration::from_millis(150);
 
 impl World {
     fn free(&self) -> bool {
+        if self.schedule.rw {
+            return self.servers.iter().all(|s| {
+                let memory = s.memory();
+                memory.ttl_of(&self.rw_keys).is_none()
+                    && live_members(memory, &format!("{}:readers", self.rw_keys.lock())) == 0
+            });
+        }
         self.servers.iter().all(|s| s.memory().ttl_of(&self.keys).is_none())
     }
 
     /// Whether every key still held is one the schedule excuses (see [`excused`]).
     fn settled(&self) -> bool {
+        if self.schedule.rw {
+            return self.servers.iter().all(|s| self.rw_left(s).is_empty());
+        }
         self.servers.iter().all(|s| s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)))
+    }
+
+    /// The read-write lock's holders and waiting writers still on `server` that the schedule does not excuse.
+    fn rw_left(&self, server: &ScriptedServer) -> Vec<String> {
+        let memory = server.memory();
+        let writer = self.rw_keys.lock();
+        let mut left: Vec<String> = memory.holder(&self.rw_keys).map(|t| t.as_str().to_owned()).into_iter().collect();
+        for set in ["readers", "queue", "heartbeats"] {
+            left.extend(members(memory, &format!("{writer}:{set}")));
+        }
+        left.retain(|member| !lock_core::Token::parse(member).is_some_and(|token| excused(server, &token)));
+        left
+    }
+}
+
+/// The members of the sorted set `key` on `memory`.
+fn members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> {
+    match memory.command(&["ZRANGE", key, "0", "-1"]) {
+        Some(lock_core::Reply::Array(items)) => items.iter().filter_map(|i| i.as_text().map(str::to_owned)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How many members of the sorted set `key` on `memory` are scored past the server's clock now (live holds).
+fn live_members(memory: &lock_core::MemoryStore, key: &str) -> usize {
+    let now_ms = match memory.command(&["TIME"]) {
+        Some(lock_core::Reply::Array(t)) => {
+            let secs = t.first().and_then(|v| v.as_text()?.parse::<u64>().ok()).unwrap_or(0);
+            let micros = t.get(1).and_then(|v| v.as_text()?.parse::<u64>().ok()).unwrap_or(0);
+            secs * 1_000 + micros / 1_000
+        }
+        _ => 0,
+    };
+    match memory.command(&["ZRANGEBYSCORE", key, &format!("({now_ms}"), "+inf"]) {
+        Some(lock_core::Reply::Array(items)) => items.len(),
+        _ => 0,
     }
 }
 
@@ -393,7 +490,7 @@ fn build(schedule: Schedule) -> World {
             }
         });
     }
-    let processes = (0..schedule.processes)
+    let processes: Vec<(Vec<ScriptedStore>, Lock)> = (0..schedule.processes)
         .map(|p| {
             let ordered = schedule.ordered.get(p).copied().unwrap_or(false);
             let clients: Vec<ScriptedStore> = servers.iter().map(|s| s.client().ordered(ordered)).collect();
@@ -413,7 +510,34 @@ fn build(schedule: Schedule) -> World {
         Ok(keys) => keys,
         Err(err) => panic!("keys: {err}"),
     };
-    World { schedule, servers, processes, keys, checker: Checker::new(), waiting: AtomicUsize::new(0) }
+    let rw: Vec<RwLock> = if schedule.rw {
+        processes
+            .iter()
+            .map(|(_, lock)| {
+                match RwLock::new(lock.clone(), RESOURCE).and_then(|rw| rw.with_waiter_ttl(RW_WAITER_TTL)) {
+                    Ok(rw) => rw,
+                    Err(err) => panic!("a valid read-write lock: {err}"),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let rw_keys = match LockKeys::new(&format!("{DEFAULT_PREFIX}rw:"), RESOURCE) {
+        Ok(keys) => keys,
+        Err(err) => panic!("keys: {err}"),
+    };
+    World {
+        schedule,
+        servers,
+        processes,
+        keys,
+        checker: Checker::new(),
+        waiting: AtomicUsize::new(0),
+        rw,
+        rw_keys,
+        rw_holds: Mutex::new(Vec::new()),
+    }
 }
 
 fn pick_error(rng: &mut StdRng) -> Injected {
@@ -503,7 +627,12 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
             seen.unexplained.push(format!("{what}: {err:?}"));
         }
     };
-    for session in &actor.sessions {
+    for (n, session) in actor.sessions.iter().enumerate() {
+        if session.role != Role::Lock {
+            let owner = format!("p{}a{}s{n}", actor.process, actor.start_micros);
+            act_rw(&world, actor.process, session, owner, &mut seen).await;
+            continue;
+        }
         let opts = options(session, world.schedule.fencing);
         let got: Option<Guard> = match session.take {
             Take::Try => match cut(lock.try_acquire(RESOURCE, &opts), session.cancel).await {
@@ -560,6 +689,144 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
     seen
 }
 
+/// A read or write hold of a read-write schedule.
+enum RwHeld {
+    Read(ReadGuard),
+    Write(WriteGuard),
+}
+
+impl RwHeld {
+    fn fence(&self) -> Option<u64> {
+        match self {
+            RwHeld::Read(r) => r.epoch().map(|e| e.get()),
+            RwHeld::Write(w) => w.fencing_token().map(|f| f.get()),
+        }
+    }
+    fn valid_until(&self) -> Instant {
+        match self {
+            RwHeld::Read(r) => r.valid_until(),
+            RwHeld::Write(w) => w.valid_until(),
+        }
+    }
+    async fn extend(&self, ttl: Duration) -> Result<Instant, LockError> {
+        match self {
+            RwHeld::Read(r) => r.extend(ttl).await,
+            RwHeld::Write(w) => w.extend(ttl).await,
+        }
+    }
+    async fn release(self) -> Result<lock_core::ReleaseOutcome, LockError> {
+        match self {
+            RwHeld::Read(r) => r.release().await,
+            RwHeld::Write(w) => w.release().await,
+        }
+    }
+}
+
+/// One session of a read-write schedule: take (read or write, try or wait, cut off at its cancel point), work,
+/// maybe downgrade, end; every hold it believed in is recorded.
+async fn act_rw(world: &World, process: usize, session: &Session, owner: String, seen: &mut Seen) {
+    let Some(rw) = world.rw.get(process) else { return };
+    let note = |seen: &mut Seen, what: &str, err: &LockError| {
+        seen.errors += 1;
+        if !explained(err, world) {
+            seen.unexplained.push(format!("{what}: {err:?}"));
+        }
+    };
+    let opts = options(session, world.schedule.fencing);
+    let write = matches!(session.role, Role::Write { .. });
+    let waits = !matches!(session.take, Take::Try);
+    let waiting = waits.then(|| Waiting::new(&world.waiting));
+    let taken: Option<Result<Option<RwHeld>, LockError>> = match (write, waits) {
+        (true, true) => cut(rw.write(&opts), session.cancel).await.map(|r| r.map(|w| Some(RwHeld::Write(w)))),
+        (true, false) => cut(rw.try_write(&opts), session.cancel).await.map(|r| r.map(|w| w.map(RwHeld::Write))),
+        (false, true) => cut(rw.read(&opts), session.cancel).await.map(|r| r.map(|g| Some(RwHeld::Read(g)))),
+        (false, false) => cut(rw.try_read(&opts), session.cancel).await.map(|r| r.map(|g| g.map(RwHeld::Read))),
+    };
+    drop(waiting);
+    let mut held = match taken {
+        None => {
+            seen.cancelled += 1;
+            return;
+        }
+        Some(Err(err)) => {
+            note(seen, if write { "write" } else { "read" }, &err);
+            return;
+        }
+        Some(Ok(None)) => return,
+        Some(Ok(Some(held))) => held,
+    };
+    seen.acquired += 1;
+    let mut start = Instant::now();
+    for work in &session.work {
+        match work {
+            Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
+            Work::Extend { ttl_ms } => {
+                if let Err(err) = held.extend(Duration::from_millis(*ttl_ms)).await {
+                    note(seen, "extend", &err);
+                }
+            }
+        }
+    }
+    let record = |held: &RwHeld, start: Instant, write: bool| {
+        let hold = RwHold {
+            write,
+            fence: held.fence(),
+            start,
+            end: Instant::now().min(held.valid_until()),
+            owner: owner.clone(),
+        };
+        world.rw_holds.lock().unwrap_or_else(|p| p.into_inner()).push(hold);
+    };
+    let downgrade = matches!(session.role, Role::Write { downgrade: true }) && matches!(held, RwHeld::Write(_));
+    if downgrade {
+        record(&held, start, true);
+        let RwHeld::Write(w) = held else { return };
+        match w.downgrade().await {
+            Ok(r) => {
+                held = RwHeld::Read(r);
+                start = Instant::now();
+            }
+            Err(err) => {
+                note(seen, "downgrade", &err);
+                return;
+            }
+        }
+        record(&held, start, false);
+    } else {
+        record(&held, start, write);
+    }
+    match session.end {
+        End::Drop => drop(held),
+        End::Release { cancel } => match cut(held.release(), cancel).await {
+            None => seen.cancelled += 1,
+            Some(Ok(_)) => {}
+            Some(Err(err)) => note(seen, "release", &err),
+        },
+    }
+}
+
+/// What the holds of a read-write schedule broke: a writer beside anyone, writers' tokens going back, a reader
+/// that started after a write ended with an older epoch.
+fn rw_violations(world: &World) -> Vec<String> {
+    let holds = world.rw_holds.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut problems = Vec::new();
+    for w in holds.iter().filter(|h| h.write) {
+        world.checker.record(Hold { owner: w.owner.clone(), fence: w.fence, start: w.start, end: w.end });
+        for r in holds.iter().filter(|h| !h.write) {
+            if r.start < w.end && w.start < r.end && r.owner != w.owner {
+                problems.push(format!("writer {} held with reader {}", w.owner, r.owner));
+            }
+            if let (Some(epoch), Some(fence), true) = (r.fence, w.fence, w.end < r.start) {
+                if epoch < fence {
+                    problems
+                        .push(format!("reader {} (epoch {epoch}) started after write {} ({fence})", r.owner, w.owner));
+                }
+            }
+        }
+    }
+    problems
+}
+
 /// How often the monitor looks.
 const TICK: Duration = Duration::from_millis(3);
 
@@ -603,7 +870,7 @@ async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
 /// A channel a hub keeps subscribed (it has waiters, or lingers idle) but its server has not subscribed (or the
 /// reverse), if any; and a hub with waiters on a channel it does not keep.
 fn subscription_mismatch(world: &World) -> Option<String> {
-    let channel = world.keys.channel();
+    let channel = if world.schedule.rw { world.rw_keys.channel() } else { world.keys.channel() };
     for (process, (clients, _)) in world.processes.iter().enumerate() {
         for (instance, client) in clients.iter().enumerate() {
             let Some(hub) = client.hub() else { continue };
@@ -666,6 +933,12 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
                 problems.push(format!("instance {instance}: key of {token} left behind after every guard was gone"));
             }
         }
+        if world.schedule.rw {
+            let left = world.rw_left(server);
+            if !left.is_empty() {
+                problems.push(format!("instance {instance}: read-write holds or places left behind: {left:?}"));
+            }
+        }
         if let Some(late) = log.iter().find(|c| c.call.op == Op::Extend && c.at > finished + Duration::from_millis(20))
         {
             problems.push(format!("instance {instance}: an extension after the actors finished: {late:?}"));
@@ -685,6 +958,7 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
             }
         }
     }
+    problems.extend(rw_violations(&world));
     let report = world.checker.report();
     if !report.overlaps.is_empty() {
         problems.push(format!("overlapping holds: {:?}", report.overlaps));

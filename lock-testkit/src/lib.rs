@@ -432,6 +432,7 @@ macro_rules! rwlock_tests {
             rw_downgrade_is_atomic_and_lets_readers_in,
             rw_writers_are_fenced_and_readers_get_the_epoch,
             rw_write_release_lets_every_waiting_reader_in,
+            rw_cancelled_waiting_writer_lets_held_back_readers_in,
             rw_expired_holds_are_lost_and_never_free_others,
             rw_cancelled_acquires_leave_nothing_behind,
             rw_is_refused_where_it_cannot_hold,

@@ -332,6 +332,36 @@ pub async fn rw_write_release_lets_every_waiting_reader_in(s: &Subject) {
     }
 }
 
+/// A waiting writer that is cancelled gives its place back and wakes the readers it held back in its own process
+/// (their retries are 5 s apart): found by the schedule explorer, where such a reader slept its whole backoff.
+pub async fn rw_cancelled_waiting_writer_lets_held_back_readers_in(s: &Subject) {
+    let Some(rw) = rwlock(s, "cancelled-writer") else { return };
+    let holder = ok(rw.read(&opts(30_000, 0)).await, "a reader that makes the writer queue");
+    let wait = opts(30_000, 30_000);
+    let mut writer = Box::pin(rw.write(&wait));
+    if let Either::Left((w, _)) =
+        select(writer.as_mut(), Box::pin(until(&rw, "the writer queued", |st| st.waiting_writers == 1))).await
+    {
+        panic!("the writer was granted beside a reader: {:?}", w.map(drop));
+    }
+    let reader = async {
+        let r = ok(rw.read(&slow(30_000, 20_000, 5_000)).await, "the held-back reader");
+        (Instant::now(), r)
+    };
+    let cancel = async {
+        // The reader's first try finds the writer queued; its next retry is 5 s away.
+        sleep(ms(100)).await;
+        let at = Instant::now();
+        drop(writer);
+        at
+    };
+    let ((joined, r), cancelled) = join(Box::pin(reader), Box::pin(cancel)).await;
+    let gap = joined.saturating_duration_since(cancelled);
+    assert!(gap < ms(2_000), "the cancelled writer's give-back did not wake the reader ({gap:?})");
+    ok(r.release().await, "release");
+    ok(holder.release().await, "release");
+}
+
 /// An expired hold cannot be extended (lost), and its release says so without touching the next holder.
 pub async fn rw_expired_holds_are_lost_and_never_free_others(s: &Subject) {
     let Some(rw) = rwlock(s, "expired") else { return };

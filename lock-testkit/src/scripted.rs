@@ -463,6 +463,12 @@ impl ScriptedServer {
     /// Publishes a release of `channel` by client `from` to every subscribed client (the releasing one included:
     /// its hub skips its own echo, as with a real server).
     fn publish(&self, channel: &str, from: usize) {
+        self.publish_payload(channel, None, from);
+    }
+
+    /// Notifies the clients subscribed to `channel` of a message from client `from`: `payload` as a script
+    /// published it, or (`None`) the sender's origin, as a release announces itself.
+    fn publish_payload(&self, channel: &str, payload: Option<Vec<u8>>, from: usize) {
         let targets: Vec<(usize, Arc<ReleaseHub>, Delivery)> = {
             let mut st = self.state();
             let subscribed: Vec<(usize, Arc<ReleaseHub>)> = st
@@ -481,10 +487,12 @@ impl ScriptedServer {
                 })
                 .collect()
         };
-        let origin = {
+        let origin = payload.unwrap_or_else(|| {
             let st = self.state();
-            st.clients.get(from).and_then(|c| c.hub.upgrade()).map(|hub| hub.origin().to_owned()).unwrap_or_default()
-        };
+            let origin = st.clients.get(from).and_then(|c| c.hub.upgrade()).map(|hub| hub.origin().to_owned());
+            origin.unwrap_or_default().into_bytes()
+        });
+        let origin = String::from_utf8_lossy(&origin).into_owned();
         for (_, hub, delivery) in targets {
             let channel = channel.to_owned();
             let origin = origin.clone();
@@ -623,10 +631,18 @@ impl ScriptedStore {
     where
         F: Future<Output = Result<T>>,
     {
+        self.run_as(op, keys.resource(), token, apply).await
+    }
+
+    /// [`run`](Self::run) for a call named by `resource` (a primitive's first key).
+    async fn run_as<T, F>(&self, op: Op, resource: &str, token: &Token, apply: F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
         let call = Call {
             client: self.id,
             op,
-            resource: keys.resource().to_owned(),
+            resource: resource.to_owned(),
             token: token.clone(),
             seq: self.server.shared.seq.fetch_add(1, Ordering::SeqCst),
         };
@@ -747,8 +763,31 @@ impl LockStore for ScriptedStore {
     }
 
     /// The primitives beyond the mutex (a job's start and finish) reach the server unscripted.
+    /// The calls of the other primitives (a fair lock's, a read-write lock's, …): an `acquire`, `release` or
+    /// `extend` of a token (the first argument) gets the same faults as the mutex's calls, and the messages its
+    /// script publishes reach the subscribed clients through the notification rules, as a `RELEASE`'s do. Other
+    /// calls (reads: `inspect`, states) run as they are.
     async fn call(&self, call: lock_core::Call<'_>) -> Result<lock_core::Ran> {
-        self.server.shared.data.call(call).await
+        let op = match call.operation {
+            "acquire" => Some(Op::Acquire),
+            "release" => Some(Op::Release),
+            "extend" => Some(Op::Extend),
+            _ => None,
+        };
+        let token = call.args.first().and_then(|arg| Token::parse(arg));
+        let (Some(op), Some(token), Some(memory), Some(first)) =
+            (op, token, &self.server.shared.memory, call.keys.first().copied())
+        else {
+            return self.server.shared.data.call(call).await;
+        };
+        let apply = async {
+            let (ran, published) = memory.run_observed(call).await?;
+            for (channel, payload) in published {
+                self.server.publish_payload(&channel, Some(payload), self.id);
+            }
+            Ok(ran)
+        };
+        self.run_as(op, first, &token, apply).await
     }
 
     fn topology(&self) -> lock_core::Topology {

@@ -202,3 +202,44 @@ fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
     every_script_refuses(&s, "a foreign writer key");
     assert!(!exists(&s, readers) && !exists(&s, queue), "a script wrote beside a foreign writer key");
 }
+
+/// A retried grant (the first reply lost, the same token sent again) gets the same grant with its TTL set again from
+/// the retry: the caller's validity runs from the retry's request, so a key left with the first grant's remaining
+/// PX would expire before the holder stops trusting it. Found by the schedule explorer on a fair writer whose grant
+/// failed after it applied and was retried a heartbeat later; the job's and the election's retries likewise.
+#[test]
+fn a_retried_grant_lives_its_ttl_from_the_retry() {
+    let s = server();
+    let pttl = |key: &str| s.command(&["PTTL", key]).unwrap().as_int().unwrap_or(-2);
+    let fair_keys = [
+        "lock:{f}",
+        "lock:{f}:fence",
+        "lock:{f}:queue",
+        "lock:{f}:heartbeats",
+        "lock:{f}:released",
+        "lock:{f}:awaited",
+    ];
+    let fair_args = ["t", "30000", "1", "", "3000", "1", "origin", "0"];
+    let job_keys = ["lock:{j}", "lock:{j}:fence", "lock:{j}:info"];
+    let job_args = ["t", "30000", "1", "holder", "0"];
+    let elect_keys = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader"];
+    let elect_args = ["t", "30000", "", "id", "value", "origin", "0"];
+    for (script, keys, args) in [
+        (&scripts::FAIR_ACQUIRE, &fair_keys[..], &fair_args[..]),
+        (&scripts::JOB_START, &job_keys[..], &job_args[..]),
+        (&scripts::ELECT, &elect_keys[..], &elect_args[..]),
+    ] {
+        let first = eval(&s, script, keys, args);
+        // The first grant's PX has run down to 50 ms when the retry comes.
+        s.command(&["PEXPIRE", keys[0], "50"]).unwrap();
+        let retried = eval(&s, script, keys, args);
+        let ints = |reply: &Reply| match reply {
+            Reply::Array(items) => items.iter().map(Reply::as_int).collect::<Vec<_>>(),
+            other => panic!("{}: {other:?}", script.name()),
+        };
+        assert_eq!(ints(&first).first(), Some(&Some(1)), "{}: {first:?}", script.name());
+        assert_eq!(ints(&first).get(1), ints(&retried).get(1), "{}: another grant on retry", script.name());
+        assert!(pttl(keys[0]) > 29_000, "{}: the retried grant kept {} ms", script.name(), pttl(keys[0]));
+    }
+    assert!(pttl("lock:{e}:info") > 29_000, "the retried election's record kept its old TTL");
+}
