@@ -21,6 +21,10 @@
 //! increasing, no reader that started after a write ended with an older epoch, no read hold, write hold or waiting
 //! writer's place left behind, and no waiter asleep while neither a writer nor a live reader holds.
 //!
+//! A fifth run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
+//! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
+//! waiter asleep while no permit is held.
+//!
 //! A failing schedule is reported with its seed; [`Explorer::replay`] runs that seed alone. See
 //! `lock-testkit/tests/explore.rs` for the environment variables that run millions.
 
@@ -33,8 +37,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::{select, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{
-    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock, WriteGuard,
-    DEFAULT_PREFIX,
+    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock, Semaphore,
+    WriteGuard, DEFAULT_PREFIX,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -100,7 +104,7 @@ struct Session {
     role: Role,
 }
 
-/// What a session of a read-write schedule takes.
+/// What a session takes: the mutex, a read or write hold, or permits of the semaphore.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     /// The mutex (a schedule of the lock).
@@ -109,7 +113,12 @@ enum Role {
     Write {
         downgrade: bool,
     },
+    /// This many permits of the semaphore.
+    Permits(u32),
 }
+
+/// The semaphore's limit in these schedules.
+const SEM_LIMIT: u32 = 2;
 
 #[derive(Clone, Debug)]
 struct Actor {
@@ -154,6 +163,8 @@ pub struct Schedule {
     actors: Vec<Actor>,
     /// A schedule of the read-write lock ([`RwLock`]) instead of the mutex, on one instance.
     rw: bool,
+    /// A schedule of a semaphore of [`SEM_LIMIT`] permits ([`Semaphore`]) instead, on one instance.
+    sem: bool,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -177,10 +188,14 @@ impl Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
         // Drawn from a stream of its own, so the mutex schedules of every seed stay what they were.
         let mut roles = StdRng::seed_from_u64(seed ^ 0x7277_6c6f_636b);
-        let rw = chance(&mut roles, 0.3);
+        let (rw, sem) = match roles.random_range(0..10) {
+            0..=2 => (true, false),
+            3..=4 => (false, true),
+            _ => (false, false),
+        };
         let instances = if chance(&mut rng, 0.2) { 3 } else { 1 };
-        // A read-write lock is refused over Redlock.
-        let instances = if rw { 1 } else { instances };
+        // A read-write lock and a semaphore are refused over Redlock.
+        let instances = if rw || sem { 1 } else { instances };
         let processes = rng.random_range(1..=3);
         let ordered = (0..processes).map(|_| chance(&mut rng, 0.5)).collect();
         let fencing = chance(&mut rng, 0.7);
@@ -232,10 +247,11 @@ impl Schedule {
                         } else {
                             End::Drop
                         };
-                        let role = match (rw, chance(&mut roles, 0.4)) {
-                            (false, _) => Role::Lock,
-                            (true, false) => Role::Read,
-                            (true, true) => Role::Write { downgrade: chance(&mut roles, 0.3) },
+                        let role = match (rw, sem, chance(&mut roles, 0.4)) {
+                            (true, _, false) => Role::Read,
+                            (true, _, true) => Role::Write { downgrade: chance(&mut roles, 0.3) },
+                            (false, true, more) => Role::Permits(if more { 2 } else { 1 }),
+                            (false, false, _) => Role::Lock,
                         };
                         Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end, role }
                     })
@@ -243,7 +259,7 @@ impl Schedule {
                 Actor { process, start_micros, sessions }
             })
             .collect();
-        Schedule { seed, instances, processes, ordered, fencing, faults, actors, rw }
+        Schedule { seed, instances, processes, ordered, fencing, faults, actors, rw, sem }
     }
 
     fn expiring(&self) -> bool {
@@ -376,6 +392,9 @@ struct World {
     rw: Vec<RwLock>,
     rw_keys: LockKeys,
     rw_holds: Mutex<Vec<RwHold>>,
+    /// A semaphore schedule: each process's semaphore, and per slot the holds its actors believed in.
+    sems: Vec<Semaphore>,
+    slots: Vec<Checker>,
 }
 
 /// One read or write hold of a read-write schedule, as its actor believed it.
@@ -394,6 +413,9 @@ const RW_WAITER_TTL: Duration = Duration::from_millis(150);
 
 impl World {
     fn free(&self) -> bool {
+        if self.schedule.sem {
+            return self.servers.iter().all(|s| live_members(s.memory(), &self.sem_key("exp")) == 0);
+        }
         if self.schedule.rw {
             return self.servers.iter().all(|s| {
                 let memory = s.memory();
@@ -406,10 +428,33 @@ impl World {
 
     /// Whether every key still held is one the schedule excuses (see [`excused`]).
     fn settled(&self) -> bool {
+        if self.schedule.sem {
+            return self.servers.iter().all(|s| self.sem_left(s).is_empty());
+        }
         if self.schedule.rw {
             return self.servers.iter().all(|s| self.rw_left(s).is_empty());
         }
         self.servers.iter().all(|s| s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)))
+    }
+
+    /// The key of the semaphore's `part` (`exp`, `slot`, `grant`, `limit`).
+    fn sem_key(&self, part: &str) -> String {
+        format!("{}:sem:{part}", self.keys.lock())
+    }
+
+    /// The semaphore's permits still on `server` (members, slots or grants) that the schedule does not excuse.
+    fn sem_left(&self, server: &ScriptedServer) -> Vec<String> {
+        let memory = server.memory();
+        let mut left = members(memory, &self.sem_key("exp"));
+        for hash in ["slot", "grant"] {
+            if let Some(lock_core::Reply::Array(items)) = memory.command(&["HGETALL", &self.sem_key(hash)]) {
+                // `slot` maps slot → token, `grant` token → grant: keep the tokens.
+                let tokens = items.chunks(2).filter_map(|pair| pair.get(usize::from(hash == "slot"))?.as_text());
+                left.extend(tokens.map(str::to_owned));
+            }
+        }
+        left.retain(|member| !lock_core::Token::parse(member).is_some_and(|token| excused(server, &token)));
+        left
     }
 
     /// The read-write lock's holders and waiting writers still on `server` that the schedule does not excuse.
@@ -527,6 +572,17 @@ fn build(schedule: Schedule) -> World {
         Ok(keys) => keys,
         Err(err) => panic!("keys: {err}"),
     };
+    let sems: Vec<Semaphore> = if schedule.sem {
+        processes
+            .iter()
+            .map(|(_, lock)| match Semaphore::new(lock.clone(), RESOURCE, SEM_LIMIT) {
+                Ok(sem) => sem,
+                Err(err) => panic!("a valid semaphore: {err}"),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     World {
         schedule,
         servers,
@@ -537,6 +593,8 @@ fn build(schedule: Schedule) -> World {
         rw,
         rw_keys,
         rw_holds: Mutex::new(Vec::new()),
+        sems,
+        slots: (0..SEM_LIMIT).map(|_| Checker::new()).collect(),
     }
 }
 
@@ -628,8 +686,12 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         }
     };
     for (n, session) in actor.sessions.iter().enumerate() {
+        let owner = format!("p{}a{}s{n}", actor.process, actor.start_micros);
+        if let Role::Permits(permits) = session.role {
+            act_sem(&world, actor.process, session, permits, owner, &mut seen).await;
+            continue;
+        }
         if session.role != Role::Lock {
-            let owner = format!("p{}a{}s{n}", actor.process, actor.start_micros);
             act_rw(&world, actor.process, session, owner, &mut seen).await;
             continue;
         }
@@ -687,6 +749,70 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         }
     }
     seen
+}
+
+/// One session of a semaphore schedule: take `permits` (try or wait, cut off at its cancel point), work, end; the
+/// hold is recorded on each slot it believed it held.
+async fn act_sem(world: &World, process: usize, session: &Session, permits: u32, owner: String, seen: &mut Seen) {
+    let Some(sem) = world.sems.get(process) else { return };
+    let note = |seen: &mut Seen, what: &str, err: &LockError| {
+        seen.errors += 1;
+        if !explained(err, world) {
+            seen.unexplained.push(format!("{what}: {err:?}"));
+        }
+    };
+    let opts = options(session, world.schedule.fencing);
+    let waits = !matches!(session.take, Take::Try);
+    let waiting = waits.then(|| Waiting::new(&world.waiting));
+    let taken = if waits {
+        cut(sem.acquire(permits, &opts), session.cancel).await.map(|r| r.map(Some))
+    } else {
+        cut(sem.try_acquire(permits, &opts), session.cancel).await
+    };
+    drop(waiting);
+    let permit = match taken {
+        None => {
+            seen.cancelled += 1;
+            return;
+        }
+        Some(Err(err)) => {
+            note(seen, "semaphore acquire", &err);
+            return;
+        }
+        Some(Ok(None)) => return,
+        Some(Ok(Some(permit))) => permit,
+    };
+    seen.acquired += 1;
+    let start = Instant::now();
+    for work in &session.work {
+        match work {
+            Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
+            Work::Extend { ttl_ms } => {
+                if let Err(err) = permit.extend(Duration::from_millis(*ttl_ms)).await {
+                    note(seen, "extend", &err);
+                }
+            }
+        }
+    }
+    let end = Instant::now().min(permit.valid_until());
+    let fence = permit.fencing_token().map(|f| f.get());
+    for slot in permit.slots() {
+        match world.slots.get(*slot as usize) {
+            Some(checker) => checker.record(Hold { owner: owner.clone(), fence, start, end }),
+            None => seen.unexplained.push(format!("a permit holds slot {slot} of a semaphore of {SEM_LIMIT}")),
+        }
+    }
+    if permit.slots().len() != permits as usize {
+        seen.unexplained.push(format!("{} slots for {permits} permits", permit.slots().len()));
+    }
+    match session.end {
+        End::Drop => drop(permit),
+        End::Release { cancel } => match cut(permit.release(), cancel).await {
+            None => seen.cancelled += 1,
+            Some(Ok(_)) => {}
+            Some(Err(err)) => note(seen, "release", &err),
+        },
+    }
 }
 
 /// A read or write hold of a read-write schedule.
@@ -870,6 +996,7 @@ async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
 /// A channel a hub keeps subscribed (it has waiters, or lingers idle) but its server has not subscribed (or the
 /// reverse), if any; and a hub with waiters on a channel it does not keep.
 fn subscription_mismatch(world: &World) -> Option<String> {
+    // The semaphore announces on the lock's channel of its name.
     let channel = if world.schedule.rw { world.rw_keys.channel() } else { world.keys.channel() };
     for (process, (clients, _)) in world.processes.iter().enumerate() {
         for (instance, client) in clients.iter().enumerate() {
@@ -933,6 +1060,12 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
                 problems.push(format!("instance {instance}: key of {token} left behind after every guard was gone"));
             }
         }
+        if world.schedule.sem {
+            let left = world.sem_left(server);
+            if !left.is_empty() {
+                problems.push(format!("instance {instance}: permits left behind: {left:?}"));
+            }
+        }
         if world.schedule.rw {
             let left = world.rw_left(server);
             if !left.is_empty() {
@@ -959,6 +1092,15 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
         }
     }
     problems.extend(rw_violations(&world));
+    for (slot, checker) in world.slots.iter().enumerate() {
+        let report = checker.report();
+        if !report.overlaps.is_empty() {
+            problems.push(format!("slot {slot}: two permits at once: {:?}", report.overlaps));
+        }
+        if world.schedule.fencing && !report.fence_regressions.is_empty() {
+            problems.push(format!("slot {slot}: tokens went back: {:?}", report.fence_regressions));
+        }
+    }
     let report = world.checker.report();
     if !report.overlaps.is_empty() {
         problems.push(format!("overlapping holds: {:?}", report.overlaps));
