@@ -16,12 +16,12 @@
 //! - **subscriptions match waiters**: a channel with local waiters is subscribed at the server, and nothing stays
 //!   subscribed at the end.
 //!
-//! About a third of the schedules exercise the read-write lock ([`RwLock`]) instead of the mutex: sessions read or
+//! Three in ten schedules exercise the read-write lock ([`RwLock`]) instead of the mutex: sessions read or
 //! write (a writer may downgrade), and the checks become: no writer's hold beside any other hold, writers' tokens
 //! increasing, no reader that started after a write ended with an older epoch, no read hold, write hold or waiting
 //! writer's place left behind, and no waiter asleep while neither a writer nor a live reader holds.
 //!
-//! A fifth run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
+//! Two in ten run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
 //! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
 //! waiter asleep while no permit is held.
 //!
