@@ -378,6 +378,16 @@ struct Seen {
     unexplained: Vec<String>,
 }
 
+impl Seen {
+    /// Counts an error, and keeps it when nothing in the schedule explains it.
+    fn note(&mut self, what: &str, err: &LockError, world: &World) {
+        self.errors += 1;
+        if !explained(err, world) {
+            self.unexplained.push(format!("{what}: {err:?}"));
+        }
+    }
+}
+
 /// Shared by the actors and the monitor of one schedule.
 struct World {
     schedule: Schedule,
@@ -679,12 +689,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         None => return seen,
     };
     sleep(Duration::from_micros(actor.start_micros)).await;
-    let note = |seen: &mut Seen, what: &str, err: &LockError| {
-        seen.errors += 1;
-        if !explained(err, &world) {
-            seen.unexplained.push(format!("{what}: {err:?}"));
-        }
-    };
+    let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, &world);
     for (n, session) in actor.sessions.iter().enumerate() {
         let owner = format!("p{}a{}s{n}", actor.process, actor.start_micros);
         if let Role::Permits(permits) = session.role {
@@ -755,12 +760,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
 /// hold is recorded on each slot it believed it held.
 async fn act_sem(world: &World, process: usize, session: &Session, permits: u32, owner: String, seen: &mut Seen) {
     let Some(sem) = world.sems.get(process) else { return };
-    let note = |seen: &mut Seen, what: &str, err: &LockError| {
-        seen.errors += 1;
-        if !explained(err, world) {
-            seen.unexplained.push(format!("{what}: {err:?}"));
-        }
-    };
+    let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
     let opts = options(session, world.schedule.fencing);
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));
@@ -852,12 +852,7 @@ impl RwHeld {
 /// maybe downgrade, end; every hold it believed in is recorded.
 async fn act_rw(world: &World, process: usize, session: &Session, owner: String, seen: &mut Seen) {
     let Some(rw) = world.rw.get(process) else { return };
-    let note = |seen: &mut Seen, what: &str, err: &LockError| {
-        seen.errors += 1;
-        if !explained(err, world) {
-            seen.unexplained.push(format!("{what}: {err:?}"));
-        }
-    };
+    let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
     let opts = options(session, world.schedule.fencing);
     let write = matches!(session.role, Role::Write { .. });
     let waits = !matches!(session.take, Take::Try);
