@@ -75,6 +75,11 @@ impl Watches {
     fn watch(&self, i: usize) -> Option<&ReleaseWatch> {
         self.watches.get(i)
     }
+
+    /// Whether no other local waiter is registered on any of these channels.
+    fn alone(&self) -> bool {
+        self.watches.iter().all(|w| w.hub().waiters(w.channel()) <= 1)
+    }
 }
 
 /// Listeners of one wait, one per instance.
@@ -108,10 +113,18 @@ impl Listeners {
 /// A wake-up this waiter consumed and has not yet turned into an answer (the lock acquired, or found held). If
 /// the waiter leaves before that (cancelled while its try is on the way, out of budget, a failed try), the
 /// wake-up goes to the next waiter on drop, so a release is never lost with a waiter that gave up.
+///
+/// A waiter that leaves without the lock also wakes the next local waiter when there is one, wake-up owed or not: a
+/// newcomer queues behind the local waiters without trying, trusting a release to wake them in turn, and when the
+/// waiter ahead leaves without having been woken (cut off mid-try, out of budget) while the lock is free, no release
+/// is coming. Found by the schedule explorer: a newcomer slept its whole pause behind a cancelled waiter while the
+/// lock was free. The woken waiter's try finds out; at most one extra try per departure.
 #[derive(Default)]
 struct OwedWake {
     /// The hub and channel the wake-up came from.
     owed: Option<(Arc<ReleaseHub>, String)>,
+    /// Where this waiter is registered (its first instance's hub), once it is.
+    registered: Option<(Arc<ReleaseHub>, String)>,
 }
 
 impl OwedWake {
@@ -123,6 +136,17 @@ impl OwedWake {
     fn settle(&mut self) {
         self.owed = None;
     }
+
+    /// The waiter is registered on `watches` from now on: leaving wakes the next local waiter.
+    fn registered(&mut self, watches: &Watches) {
+        self.registered = watches.watch(0).map(|w| (w.hub().clone(), w.channel().to_owned()));
+    }
+
+    /// The waiter got the lock: its return wakes nobody.
+    fn acquired(&mut self) {
+        self.owed = None;
+        self.registered = None;
+    }
 }
 
 impl Drop for OwedWake {
@@ -130,6 +154,12 @@ impl Drop for OwedWake {
         if let Some((hub, channel)) = self.owed.take() {
             tracing::trace!(channel, "waiter left before its try answered; wake-up passed on");
             hub.wake_one(&channel);
+        } else if let Some((hub, channel)) = self.registered.take() {
+            // Our own registration still counts here (it is dropped after this): more than one means others wait.
+            if hub.waiters(&channel) > 1 {
+                tracing::trace!(channel, "waiter left without the lock; the next local waiter tries");
+                hub.wake_one(&channel);
+            }
         }
     }
 }
@@ -169,14 +199,23 @@ where
         .any(|hub| channels.iter().any(|channel| hub.waiters(channel) > 0));
     if !options.wait().is_zero() && queued {
         if let Some(mut queue) = Watches::new(stores, channels).await {
+            owed.registered(&queue);
+            // Listen before looking for a kept wake-up: a waiter leaving on another thread between the look and the
+            // listen would keep its wake-up for a newcomer that has already looked, and this one would sleep its
+            // whole pause while the lock is free (found by the schedule explorer on a multi-threaded runtime).
+            let listeners = queue.before_try();
             // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept for
             // a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
             if queue.take_stored() {
                 tracing::trace!(resource, "a release nobody heard is pending; trying at once");
+            } else if queue.alone() {
+                // The waiters it would have queued behind left while it registered (the last one's wake-up, kept for
+                // a newcomer, was dropped as stale when this one registered first): nobody is ahead, try at once.
+                tracing::trace!(resource, "the local waiters left; trying at once");
             } else {
                 let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
                 tracing::trace!(resource, ?pause, "queued behind local waiters");
-                if let Some(woke) = queue.before_try().or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
+                if let Some(woke) = listeners.or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
                     owed.owe(woke);
                 }
             }
@@ -191,7 +230,7 @@ where
         let mut again = false;
         let (holder_ttl, last_error) = match attempt().await {
             Ok(Attempt::Acquired(guard)) => {
-                owed.settle();
+                owed.acquired();
                 return Ok((guard, watch));
             }
             Ok(Attempt::Held { holder_ttl, .. }) => {
@@ -224,6 +263,7 @@ where
         }
         if watch.is_none() && last_error.is_none() {
             if let Some(registered) = Watches::new(stores, channels).await {
+                owed.registered(&registered);
                 watch = Some(registered);
                 // A release may have landed before the subscription: look again before sleeping.
                 continue;

@@ -366,6 +366,24 @@ impl Explorer {
     pub async fn replay(seed: u64) -> Result<Summary, Violation> {
         run_schedule(Schedule::generate(seed)).await
     }
+
+    /// Runs the schedule of `seed` `times` times, `concurrency` at once (a failure that depends on timing shows more
+    /// often than in one replay); stops at the first violation.
+    ///
+    /// # Errors
+    /// The first [`Violation`] found.
+    ///
+    /// # Cancel safety
+    /// As [`run`](Self::run).
+    pub async fn replay_repeatedly(seed: u64, times: u64, concurrency: usize) -> Result<Summary, Violation> {
+        let runs = stream::iter(0..times).map(|_| run_schedule(Schedule::generate(seed)));
+        let mut results = runs.buffer_unordered(concurrency.max(1));
+        let mut summary = Summary::default();
+        while let Some(result) = results.next().await {
+            summary.add(&result?);
+        }
+        Ok(summary)
+    }
 }
 
 /// What one actor saw.
@@ -968,7 +986,10 @@ async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
         if world.waiting.load(Ordering::SeqCst) > 0 && world.free() {
             let stretch = free_for.map_or(Duration::ZERO, |d| d + tick);
             if stretch > bound {
-                return Some(format!("a waiter slept {stretch:?} while the lock was free (bound {bound:?})"));
+                return Some(format!(
+                    "a waiter slept {stretch:?} while the lock was free (bound {bound:?}); calls, ms since the first: {}",
+                    call_story(&world, now.checked_sub(stretch))
+                ));
             }
             free_for = Some(stretch);
         } else {
@@ -986,6 +1007,33 @@ async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
         sleep(TICK).await;
     }
     None
+}
+
+/// The calls the servers received, for a violation's report: when (ms after the first call), which client, what,
+/// whose token, the fault; `free since` marks where the lock was last seen free with a waiter.
+fn call_story(world: &World, free_since: Option<Instant>) -> String {
+    let mut lines = Vec::new();
+    for server in &world.servers {
+        let log = server.log();
+        let Some(first) = log.first().map(|c| c.at) else { continue };
+        let mut marked = false;
+        for c in &log {
+            if let Some(since) = free_since.filter(|s| !marked && c.at >= *s) {
+                lines.push(format!("[free since {:.1}]", since.saturating_duration_since(first).as_secs_f64() * 1e3));
+                marked = true;
+            }
+            let token: String = c.call.token.as_str().chars().take(6).collect();
+            lines.push(format!(
+                "{:.1} c{} {:?} {token} {}{}",
+                c.at.saturating_duration_since(first).as_secs_f64() * 1e3,
+                c.call.client,
+                c.call.op,
+                c.fault.as_ref().map_or(String::new(), |f| format!("{f:?} ")),
+                if c.applied { "applied" } else { "not applied" },
+            ));
+        }
+    }
+    lines.join("; ")
 }
 
 /// A channel a hub keeps subscribed (it has waiters, or lingers idle) but its server has not subscribed (or the

@@ -2,7 +2,8 @@
 //!
 //! `LOCK_EXPLORE_SCHEDULES=N` runs N schedules per runtime (default 8 000, about 10 s each way on a 2-core
 //! machine), from seed `LOCK_EXPLORE_FIRST_SEED` (default: a fixed seed, so CI is repeatable; set
-//! `LOCK_EXPLORE_FIRST_SEED=random` for fresh schedules). `LOCK_EXPLORE_SEED=S` replays one schedule.
+//! `LOCK_EXPLORE_FIRST_SEED=random` for fresh schedules). `LOCK_EXPLORE_SEED=S` replays one schedule;
+//! `LOCK_EXPLORE_REPEAT=N` with it replays that schedule N times, 16 at once (for a failure that needs timing).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the summary is the point
 
 use lock_testkit::explorer::Explorer;
@@ -28,7 +29,14 @@ fn explore(runtime: tokio::runtime::Runtime, flavor: &str) {
             // A replay is for reading: RUST_LOG=lock_core=trace shows what each actor did.
             let _ =
                 tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
-            return Explorer::replay(seed).await;
+            return match env_u64("LOCK_EXPLORE_REPEAT") {
+                Some(times) => {
+                    let at_once =
+                        env_u64("LOCK_EXPLORE_AT_ONCE").map_or(CONCURRENCY, |n| usize::try_from(n).unwrap_or(1));
+                    Explorer::replay_repeatedly(seed, times, at_once).await
+                }
+                None => Explorer::replay(seed).await,
+            };
         }
         let schedules = env_u64("LOCK_EXPLORE_SCHEDULES").unwrap_or(DEFAULT_SCHEDULES);
         Explorer::new(first_seed(), schedules, CONCURRENCY).run().await
