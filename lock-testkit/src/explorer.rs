@@ -751,16 +751,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         let Some(guard) = got else { continue };
         seen.acquired += 1;
         let start = Instant::now();
-        for work in &session.work {
-            match work {
-                Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
-                Work::Extend { ttl_ms } => {
-                    if let Err(err) = guard.extend(Duration::from_millis(*ttl_ms)).await {
-                        note(&mut seen, "extend", &err);
-                    }
-                }
-            }
-        }
+        hold_for(&session.work, &world, &mut seen, |ttl| guard.extend(ttl)).await;
         world.checker.record(Hold::of(&guard, start));
         match session.end {
             End::Drop => drop(guard),
@@ -802,16 +793,7 @@ async fn act_sem(world: &World, process: usize, session: &Session, permits: u32,
     };
     seen.acquired += 1;
     let start = Instant::now();
-    for work in &session.work {
-        match work {
-            Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
-            Work::Extend { ttl_ms } => {
-                if let Err(err) = permit.extend(Duration::from_millis(*ttl_ms)).await {
-                    note(seen, "extend", &err);
-                }
-            }
-        }
-    }
+    hold_for(&session.work, world, seen, |ttl| permit.extend(ttl)).await;
     let end = Instant::now().min(permit.valid_until());
     let fence = permit.fencing_token().map(|f| f.get());
     for slot in permit.slots() {
@@ -896,16 +878,7 @@ async fn act_rw(world: &World, process: usize, session: &Session, owner: String,
     };
     seen.acquired += 1;
     let mut start = Instant::now();
-    for work in &session.work {
-        match work {
-            Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
-            Work::Extend { ttl_ms } => {
-                if let Err(err) = held.extend(Duration::from_millis(*ttl_ms)).await {
-                    note(seen, "extend", &err);
-                }
-            }
-        }
-    }
+    hold_for(&session.work, world, seen, |ttl| held.extend(ttl)).await;
     let record = |held: &RwHeld, start: Instant, write: bool| {
         let hold = RwHold {
             write,
@@ -964,6 +937,24 @@ fn rw_violations(world: &World) -> Vec<String> {
         }
     }
     problems
+}
+
+/// A session's work while it holds: sleeps, and extensions through `extend` (an error is noted in `seen`).
+async fn hold_for<F, Fut>(work: &[Work], world: &World, seen: &mut Seen, mut extend: F)
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: std::future::Future<Output = Result<Instant, LockError>>,
+{
+    for step in work {
+        match step {
+            Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
+            Work::Extend { ttl_ms } => {
+                if let Err(err) = extend(Duration::from_millis(*ttl_ms)).await {
+                    seen.note("extend", &err, world);
+                }
+            }
+        }
+    }
 }
 
 /// How often the monitor looks.
