@@ -32,25 +32,56 @@ pub fn snapshotter() -> &'static Snapshotter {
 
 /// The sum of the counters named `name` whose labels include `labels`, as of now.
 pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
-    values(name, labels).iter().map(|v| if let DebugValue::Counter(n) = v { *n } else { 0 }).sum()
+    look();
+    let seen = seen();
+    matching(&seen.counters, name, labels).sum()
 }
 
-/// How many histogram samples named `name`, with `labels` among theirs, were recorded since the last look.
+/// How many histogram samples named `name`, with `labels` among theirs, were recorded so far (a snapshot drains
+/// histograms, and every look, `counter`'s included, takes one: the samples are kept here across looks).
 pub fn samples(name: &str, labels: &[(&str, &str)]) -> usize {
-    values(name, labels).iter().map(|v| if let DebugValue::Histogram(h) = v { h.len() } else { 0 }).sum()
+    look();
+    let seen = seen();
+    matching(&seen.histograms, name, labels).sum::<u64>().try_into().unwrap_or(usize::MAX)
 }
 
-fn values(name: &str, labels: &[(&str, &str)]) -> Vec<DebugValue> {
-    snapshotter()
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .filter(|(key, ..)| {
+/// What the looks so far have read: counters as of the last look, histogram samples summed over all of them.
+#[derive(Default)]
+struct Seen {
+    counters: std::collections::HashMap<metrics_util::CompositeKey, u64>,
+    histograms: std::collections::HashMap<metrics_util::CompositeKey, u64>,
+}
+
+fn seen() -> std::sync::MutexGuard<'static, Seen> {
+    static SEEN: OnceLock<std::sync::Mutex<Seen>> = OnceLock::new();
+    SEEN.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Takes a snapshot and adds it to [`Seen`].
+fn look() {
+    let snapshot = snapshotter().snapshot().into_vec();
+    let mut seen = seen();
+    for (key, _, _, value) in snapshot {
+        match value {
+            DebugValue::Counter(n) => drop(seen.counters.insert(key, n)),
+            DebugValue::Histogram(h) => *seen.histograms.entry(key).or_default() += h.len() as u64,
+            _ => {}
+        }
+    }
+}
+
+fn matching<'a>(
+    values: &'a std::collections::HashMap<metrics_util::CompositeKey, u64>,
+    name: &'a str,
+    labels: &'a [(&str, &str)],
+) -> impl Iterator<Item = u64> + 'a {
+    values
+        .iter()
+        .filter(move |(key, _)| {
             let key = key.key();
             key.name() == name && labels.iter().all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
         })
-        .map(|(.., value)| value)
-        .collect()
+        .map(|(_, n)| *n)
 }
 
 /// A store's subscriber whose connection is killed (`CLIENT KILL TYPE pubsub`) reconnects and counts it in
