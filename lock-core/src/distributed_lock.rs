@@ -96,6 +96,24 @@ pub trait LockGuard: Send + Sync + Debug {
     /// resource with every write.
     fn fencing_token(&self) -> Option<FencingToken>;
 
+    /// The fencing token, drawn now when the acquisition draws it on demand
+    /// ([`Fencing::OnDemand`](crate::Fencing::OnDemand)) and has not yet; otherwise the one drawn with the grant,
+    /// without I/O. The default returns [`fencing_token`](Self::fencing_token).
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) when the acquisition has no token (fencing off);
+    /// [`Lost`](crate::LockError::Lost) when drawing found the lock no longer ours (no token is drawn then);
+    /// backend errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may advance the resource's counter without keeping a token; a later call draws another,
+    /// still within this hold.
+    async fn fence(&self) -> Result<FencingToken> {
+        self.fencing_token().ok_or_else(|| {
+            crate::LockError::invalid(format!("no fencing token for {:?}: fencing is off", self.resource()))
+        })
+    }
+
     /// The monotonic instant until which this holder may trust the lock: `ttl − elapsed − drift`, measured from
     /// before the request that granted (or last extended) it.
     fn valid_until(&self) -> Instant;

@@ -132,8 +132,8 @@ pub use memory::MemoryStore;
 pub use multi::{MultiContext, MultiGuard, MultiRelease};
 pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
-    validate_ttl, CrossSlot, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
-    MIN_WAITER_TTL,
+    validate_ttl, CrossSlot, Fencing, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT,
+    MIN_TTL, MIN_WAITER_TTL,
 };
 pub use redlock::RedlockBuilder;
 pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};

@@ -19,13 +19,13 @@ use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
-use crate::options::{validate_ttl, LockOptions};
+use crate::options::{validate_ttl, Fencing, LockOptions};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::target::{Ask, Grant, Target};
 use crate::token::{FencingToken, Token};
-use crate::transport::Topology;
+use crate::transport::{Call, Topology};
 use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
 use crate::{redlock, rt, telemetry};
@@ -339,15 +339,21 @@ impl Lock {
         let call_timeout = self.call_timeout(ttl);
         let token = queued.map_or_else(|| Token::generate_for(options), |q| q.token.clone());
         let inflight = InFlight::new(inst.clone(), target.clone(), token, call_timeout);
+        // A token on demand is drawn later by `FENCE`, which needs one instance and the plain lock key; elsewhere it
+        // is drawn with the grant.
+        let (fencing, on_demand) = match options.fencing_mode() {
+            Fencing::OnDemand if n == 1 && target.draws_fence_later() => (false, true),
+            mode => (mode != Fencing::Off, false),
+        };
         // The validity clock starts before the first request leaves.
         let started = Instant::now();
         let ask = Ask {
             token: inflight.token(),
             ttl,
-            fencing: options.fencing(),
+            fencing,
             // One floor for every instance (see the Redlock docs): instances in step return equal values, and
             // a quorum of equal values needs no write-back.
-            fence_floor: (n > 1 && options.fencing()).then(redlock::fence_floor).flatten(),
+            fence_floor: (n > 1 && fencing).then(redlock::fence_floor).flatten(),
             replicas: options.replica_ack(),
             queued: queued.map(|q| q.peers),
         };
@@ -432,6 +438,8 @@ impl Lock {
             target: target.clone(),
             token,
             fences: fences.into_iter().map(|f| f.map(FencingToken::new)).collect(),
+            on_demand,
+            drawn: std::sync::OnceLock::new(),
             lost: LostSignal::new(valid_until),
             held_on: Mutex::new(held_on),
             extending: futures_util::lock::Mutex::new(()),
@@ -647,8 +655,11 @@ struct GuardState {
     call_timeout: Duration,
     target: Arc<Target>,
     token: Token,
-    /// Each resource's fencing token, in the target's order.
+    /// Each resource's fencing token, in the target's order, when drawn with the grant.
     fences: Vec<Option<FencingToken>>,
+    /// Whether the (single) token is drawn on demand ([`Fencing::OnDemand`]), into `drawn`.
+    on_demand: bool,
+    drawn: std::sync::OnceLock<FencingToken>,
     lost: LostSignal,
     /// Instances where our key was last confirmed (granted, or extended).
     held_on: Mutex<Vec<usize>>,
@@ -668,6 +679,59 @@ struct GuardState {
 impl GuardState {
     fn lost_error(&self, reason: LostReason) -> LockError {
         LockError::Lost { resource: self.target.label().to_owned(), reason }
+    }
+
+    /// The single resource's token, drawn with the grant or on demand.
+    fn fencing_token(&self) -> Option<FencingToken> {
+        self.fences.first().copied().flatten().or_else(|| self.drawn.get().copied())
+    }
+
+    async fn fence(&self) -> Result<FencingToken> {
+        if let Some(fence) = self.fencing_token() {
+            return Ok(fence);
+        }
+        if !self.on_demand {
+            return Err(LockError::invalid(format!(
+                "no fencing token: the lock on {:?} was acquired with fencing off",
+                self.target.label()
+            )));
+        }
+        // Serialized with extensions and the release: one draw at a time, none after the release started.
+        let _serial = self.extending.lock().await;
+        if let Some(fence) = self.drawn.get() {
+            return Ok(*fence);
+        }
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(self.lost_error(LostReason::Released));
+        }
+        if let Some(reason) = self.lost.reason() {
+            return Err(self.lost_error(reason));
+        }
+        let (Some(store), Some(keys)) = (self.instances.stores.first(), self.target.resources().first()) else {
+            return Err(LockError::invalid("no store to draw a fencing token from"));
+        };
+        let call_keys = [keys.lock(), keys.fence()];
+        let args = [self.token.as_str()];
+        let call = Call::script("fence", &crate::scripts::FENCE, &call_keys, &args);
+        let ran = rt::timeout("fence", self.call_timeout, store.call(call)).await??;
+        match ran.reply.as_int() {
+            Some(drawn) if drawn > 0 => {
+                let fence = FencingToken::new(drawn.unsigned_abs());
+                tracing::trace!(resource = self.target.label(), %fence, "fencing token drawn");
+                Ok(*self.drawn.get_or_init(|| fence))
+            }
+            Some(0 | -1) => {
+                if self.lost.mark(LostReason::NotHeld) {
+                    self.note_lost(LostReason::NotHeld);
+                    tracing::warn!(
+                        resource = self.target.label(),
+                        "lock lost: drawing its fencing token found it gone"
+                    );
+                }
+                Err(self.lost_error(LostReason::NotHeld))
+            }
+            _ => Err(LockError::backend(format!("unexpected reply to the fence script: {:?}", ran.reply))),
+        }
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Instant> {
@@ -976,9 +1040,46 @@ impl Guard {
         &self.state.token
     }
 
-    /// The fencing token (`None` when fencing was off).
+    /// The fencing token: `None` when fencing was off, or on demand ([`Fencing::OnDemand`]) and not drawn yet
+    /// (see [`fence`](Self::fence)).
     pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.state.fences.first().copied().flatten()
+        self.state.fencing_token()
+    }
+
+    /// The fencing token, drawn now if this acquisition draws it on demand ([`Fencing::OnDemand`]) and has not
+    /// yet; otherwise the token drawn with the grant, without I/O. See [`LockGuard::fence`].
+    ///
+    /// ```
+    /// use lock_core::{Fencing, Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_fencing_mode(Fencing::OnDemand);
+    /// let first = lock.acquire("report", &opts).await?;
+    /// assert_eq!(first.fencing_token(), None); // the acquire was a plain SET NX PX
+    /// let a = first.fence().await?; // one round trip: checks the hold, advances the counter
+    /// assert_eq!(first.fence().await?, a); // drawn once
+    /// first.release().await?;
+    ///
+    /// let second = lock.acquire("report", &opts).await?;
+    /// assert!(second.fence().await? > a);
+    /// second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](LockError::InvalidArgument) when fencing was off; [`Lost`](LockError::Lost) when the
+    /// lock is lost, released, or the server no longer holds it for us (the guard is then marked lost, and no token
+    /// was drawn); the store's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may leave the counter advanced without a token kept; the next call draws another, also
+    /// within this hold. Nothing else is written.
+    pub async fn fence(&self) -> Result<FencingToken> {
+        self.state.fence().await
     }
 
     /// The local validity deadline.
@@ -1102,6 +1203,7 @@ impl fmt::Debug for Guard {
             .field("resource", &self.resource())
             .field("token", &self.state.token)
             .field("fences", &self.state.fences)
+            .field("drawn", &self.state.drawn.get())
             .field("held_on", &self.held_instances())
             .field("lost", &self.state.lost)
             .finish()
@@ -1118,6 +1220,9 @@ impl LockGuard for Guard {
     }
     fn fencing_token(&self) -> Option<FencingToken> {
         Guard::fencing_token(self)
+    }
+    async fn fence(&self) -> Result<FencingToken> {
+        Guard::fence(self).await
     }
     fn valid_until(&self) -> Instant {
         Guard::valid_until(self)

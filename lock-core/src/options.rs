@@ -34,7 +34,7 @@ pub struct LockOptions {
     ttl: Duration,
     wait: Duration,
     retry: RetryPolicy,
-    fencing: bool,
+    fencing: Fencing,
     renew: Option<RenewPolicy>,
     replicas: Option<ReplicaAck>,
     cross_slot: CrossSlot,
@@ -45,6 +45,36 @@ pub struct LockOptions {
 /// The shortest waiter TTL a fair lock accepts (see [`LockOptions::with_fair_queue`]): a waiter renews its place
 /// every third of it, and a heartbeat must have time to arrive.
 pub const MIN_WAITER_TTL: Duration = Duration::from_millis(100);
+
+/// When an acquisition's fencing token is drawn from the resource's counter (see
+/// [`LockOptions::with_fencing_mode`]).
+///
+/// Either way the token is drawn while the lock is held, in one atomic step with a check that it is: holds of a
+/// resource never overlap on the server, so tokens follow the order of the holds and strictly increase per
+/// resource (also after a restart without persistence: the counter's floor is the server's clock in µs, see
+/// [`scripts::ACQUIRE`](crate::scripts::ACQUIRE)). A holder whose lock expired and was taken can no longer draw
+/// one, so a token in hand was drawn before any later holder's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Fencing {
+    /// No token: acquire is a plain `SET NX PX`, and no counter is kept.
+    Off,
+    /// Drawn by the acquire itself, in the same atomic step and round trip as the grant (the default): the guard
+    /// has its token at once ([`Guard::fencing_token`](crate::Guard::fencing_token)). The grant then costs a
+    /// script with the counter's read, the clock and the increment on the server (about 8 µs of server CPU per
+    /// cycle against 3 µs for `SET NX PX`; see BENCHMARKS.md).
+    #[default]
+    OnAcquire,
+    /// Drawn only when the holder asks ([`Guard::fence`](crate::Guard::fence), or
+    /// [`LockGuard::fence`](crate::LockGuard::fence)), by one more round trip that checks the lock still holds
+    /// this acquisition's owner token and advances the counter in the same step; later calls return the same
+    /// token without I/O. The acquire is then the plain `SET NX PX` of a lock without fencing: a holder that
+    /// never asks pays nothing for fencing, one that asks pays a round trip more than with [`OnAcquire`](Self::OnAcquire).
+    /// For a single resource on one server (single, Sentinel or Cluster), plain or fair; over Redlock, and for the
+    /// primitives built on the lock (several resources, job, election, semaphore, read-write), the token is drawn
+    /// with the grant as in [`OnAcquire`](Self::OnAcquire), and asking for it returns it at once.
+    OnDemand,
+}
 
 /// What [`Lock::acquire_all`](crate::Lock::acquire_all) does on Redis Cluster with resources in different hash
 /// slots (one script may only touch keys of one slot).
@@ -69,7 +99,7 @@ impl Default for LockOptions {
             ttl: Duration::from_secs(10),
             wait: Duration::from_secs(10),
             retry: RetryPolicy::default(),
-            fencing: true,
+            fencing: Fencing::OnAcquire,
             renew: None,
             replicas: None,
             cross_slot: CrossSlot::Reject,
@@ -103,10 +133,26 @@ impl LockOptions {
         self
     }
 
-    /// Turns fencing tokens on (the default) or off. Off, acquire is a plain `SET NX PX` and the backend keeps no
-    /// per-resource counter.
+    /// Turns fencing tokens on (the default, [`Fencing::OnAcquire`]) or off. Off, acquire is a plain `SET NX PX`
+    /// and the backend keeps no per-resource counter.
     pub fn with_fencing(mut self, on: bool) -> Self {
-        self.fencing = on;
+        self.fencing = if on { Fencing::OnAcquire } else { Fencing::Off };
+        self
+    }
+
+    /// Chooses when the fencing token is drawn (see [`Fencing`]): with the grant (the default), only when the
+    /// holder asks for it, or never.
+    ///
+    /// ```
+    /// use lock_core::{Fencing, LockOptions};
+    /// use std::time::Duration;
+    ///
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_fencing_mode(Fencing::OnDemand);
+    /// assert_eq!(opts.fencing_mode(), Fencing::OnDemand);
+    /// assert!(opts.fencing());
+    /// ```
+    pub fn with_fencing_mode(mut self, mode: Fencing) -> Self {
+        self.fencing = mode;
         self
     }
 
@@ -241,8 +287,13 @@ impl LockOptions {
         &self.retry
     }
 
-    /// Whether acquisitions carry fencing tokens.
+    /// Whether acquisitions carry fencing tokens (drawn with the grant or on demand).
     pub fn fencing(&self) -> bool {
+        self.fencing != Fencing::Off
+    }
+
+    /// When fencing tokens are drawn.
+    pub fn fencing_mode(&self) -> Fencing {
         self.fencing
     }
 

@@ -9,7 +9,7 @@ use tracing::Instrument;
 use crate::distributed_lock::DistributedLock;
 use crate::error::{LockError, Result};
 use crate::lost::LostSignal;
-use crate::options::{LockOptions, RenewPolicy};
+use crate::options::{Fencing, LockOptions, RenewPolicy};
 use crate::token::FencingToken;
 
 /// What the work inside [`DistributedLockExt::with_lock`] gets to know about its lock.
@@ -17,7 +17,8 @@ use crate::token::FencingToken;
 pub struct LockContext {
     /// The resource name.
     pub resource: String,
-    /// The fencing token to pass to the protected resource (`None` when fencing is off).
+    /// The fencing token to pass to the protected resource (`None` when fencing is off). With
+    /// [`Fencing::OnDemand`] it is drawn before the work starts: the work has no guard to ask later.
     pub fencing_token: Option<FencingToken>,
     /// Turns lost if the lock is lost while the work runs (the work is also cancelled then).
     pub lost: LostSignal,
@@ -70,9 +71,19 @@ pub trait DistributedLockExt: DistributedLock {
             None => options.clone().with_auto_renew(RenewPolicy::default()),
         };
         let guard = self.acquire(resource, &options).await?;
+        let fencing_token = match options.fencing_mode() {
+            Fencing::OnDemand => match guard.fence().await {
+                Ok(fence) => Some(fence),
+                Err(err) => {
+                    // Released in the background if this is dropped; the error is what the caller needs.
+                    let _ = guard.release().await;
+                    return Err(err);
+                }
+            },
+            _ => guard.fencing_token(),
+        };
         let lost = guard.lost_signal();
-        let ctx =
-            LockContext { resource: resource.to_owned(), fencing_token: guard.fencing_token(), lost: lost.clone() };
+        let ctx = LockContext { resource: resource.to_owned(), fencing_token, lost: lost.clone() };
         // The work future is dropped (by `guard`) before the release is sent.
         let span = tracing::debug_span!("lock.scoped", resource, outcome = tracing::field::Empty);
         let output = lost.guard(work(ctx)).instrument(span.clone()).await;

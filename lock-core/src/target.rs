@@ -210,6 +210,17 @@ impl Target {
         self.fair.is_some()
     }
 
+    /// Whether a [`Fencing::OnDemand`](crate::Fencing::OnDemand) token may be drawn after the grant (by
+    /// [`FENCE`](scripts::FENCE), which reads the plain lock key): a single resource, plain or fair. The other
+    /// primitives keep their holds in keys of their own and draw at the grant.
+    pub(crate) fn draws_fence_later(&self) -> bool {
+        self.resources.len() == 1
+            && self.job.is_none()
+            && self.election.is_none()
+            && self.semaphore.is_none()
+            && self.rw.is_none()
+    }
+
     /// Whether a release tells only the head of a queue, so a release must not wake a local waiter itself (a fair
     /// lock's). A read-write lock's release may let readers in, which its announcement (an echo the local hub skips)
     /// would not wake in this process.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::{join_all, select, Either};
 use lock_core::{
-    DistributedLock, DistributedLockExt, LockError, LockGuard, LockOptions, LostReason, ReleaseOutcome, RenewPolicy,
-    RetryPolicy,
+    DistributedLock, DistributedLockExt, Fencing, LockError, LockGuard, LockOptions, LostReason, ReleaseOutcome,
+    RenewPolicy, RetryPolicy,
 };
 
 use crate::checker::{Checker, Hold};
@@ -285,6 +285,116 @@ pub async fn fencing_tokens_strictly_increase(s: &Subject) {
     assert!(next.fencing_token() > short_fence && short_fence > last);
     drop(short);
     assert_eq!(ok(next.release().await, "release"), ReleaseOutcome::Released);
+}
+
+/// Tokens drawn on demand ([`Fencing::OnDemand`]) and tokens drawn with the grant interleave in the order of the
+/// holds: a draw is one step with the check that the lock is still ours. A guard draws once (later calls return
+/// the same token), a scoped work gets its token drawn, and over Redlock the token comes with the grant.
+pub async fn fencing_on_demand_follows_hold_order(s: &Subject) {
+    let lock = s.lock();
+    if !lock.capabilities().fencing {
+        return;
+    }
+    let r = fresh("on-demand");
+    let lazy = opts(5_000, 0).with_fencing_mode(Fencing::OnDemand);
+    let mut last = None;
+    for i in 0..12 {
+        let g = if i % 3 == 0 {
+            let g = some(try_get(lock, &r, &opts(5_000, 0)).await, "eager holder");
+            assert!(g.fencing_token().is_some(), "a token drawn with the grant is there at once");
+            g
+        } else {
+            let g = some(try_get(lock, &r, &lazy).await, "lazy holder");
+            // `Some` only where the token is drawn with the grant anyway (Redlock).
+            let at_grant = g.fencing_token();
+            let drawn = ok(g.fence().await, "fence");
+            assert!(at_grant.is_none_or(|t| t == drawn), "drawn {drawn}, the grant said {at_grant:?}");
+            assert_eq!(ok(g.fence().await, "second fence"), drawn, "a guard draws its token once");
+            assert_eq!(g.fencing_token(), Some(drawn));
+            g
+        };
+        let fence = ok(g.fence().await, "fence");
+        assert!(last.is_none_or(|l| fence > l), "hold {i}: token {fence} after {last:?}");
+        last = Some(fence);
+        assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+    }
+    // A lazy holder that never asks leaves the counter alone: the next token is still above the last one drawn.
+    let quiet = some(try_get(lock, &r, &lazy).await, "quiet holder");
+    assert_eq!(ok(quiet.release().await, "release"), ReleaseOutcome::Released);
+    let out = lock.with_lock(&r, &lazy, |ctx| async move { ctx.fencing_token }).await;
+    let scoped = some(ok(out, "with_lock"), "the scoped work's token");
+    assert!(last.is_none_or(|l| scoped > l), "scoped token {scoped} after {last:?}");
+}
+
+/// A holder draws no token once its lock is gone: not after its validity ended (no I/O), not after the server lost
+/// it (forced free here, as an expiry during a pause would), and the guard turns lost; the next holder's token is
+/// above every earlier one. With fencing off, asking is a typed error.
+pub async fn fencing_on_demand_refused_once_the_lock_is_gone(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("on-demand-gone");
+    let lazy = LockOptions::new(ms(30_000)).with_wait(ms(0)).with_fencing_mode(Fencing::OnDemand);
+    let before = some(ok(lock.try_acquire(&r, &opts(5_000, 0)).await, "try"), "first holder");
+    let first = before.fencing_token();
+    ok(before.release().await, "release");
+
+    let stuck = some(ok(lock.try_acquire(&r, &lazy).await, "try"), "lazy holder");
+    if stuck.fencing_token().is_none() {
+        // Drawn later: free the lock under the holder, as an expiry while it was paused would.
+        assert!(ok(lock.force_release(&r).await, "force_release").released());
+        let next = some(ok(lock.try_acquire(&r, &lazy).await, "try"), "next holder");
+        match stuck.fence().await {
+            Err(LockError::Lost { reason: LostReason::NotHeld, .. }) => {}
+            other => panic!("a holder whose lock is gone drew a token: {other:?}"),
+        }
+        assert!(stuck.is_lost(), "a refused draw must mark the guard lost");
+        let fence = ok(next.fence().await, "the next holder's fence");
+        assert!(Some(fence) > first, "token {fence} after {first:?}");
+        assert_eq!(ok(stuck.release().await, "stale release"), ReleaseOutcome::OwnedByOther);
+        ok(next.release().await, "release");
+    } else {
+        ok(stuck.release().await, "release");
+    }
+
+    let short = some(ok(lock.try_acquire(&r, &opts(50, 0).with_fencing_mode(Fencing::OnDemand)).await, "try"), "short");
+    sleep(ms(80)).await;
+    if short.fencing_token().is_none() {
+        match short.fence().await {
+            Err(LockError::Lost { .. }) => {}
+            other => panic!("a holder past its validity drew a token: {other:?}"),
+        }
+    }
+    drop(short);
+
+    let off = some(ok(lock.try_acquire(&r, &opts(5_000, 0).with_fencing(false)).await, "try"), "unfenced");
+    assert!(matches!(off.fence().await, Err(LockError::InvalidArgument(_))), "fencing off has no token to draw");
+    ok(off.release().await, "release");
+}
+
+/// 300 draws cut off at random points (before the request left, in flight, after the reply): a guard that then
+/// draws to the end gets a token above every earlier hold's, and every release still frees the lock.
+pub async fn cancelled_fence_draws_keep_the_order(s: &Subject) {
+    let lock = s.lock();
+    if !lock.capabilities().fencing {
+        return;
+    }
+    let r = fresh("on-demand-cancel");
+    let lazy = opts(5_000, 0).with_fencing_mode(Fencing::OnDemand);
+    let mut last = None;
+    for i in 0..300u64 {
+        let g = some(try_get(lock, &r, &lazy).await, "lazy holder");
+        let cut_after = Duration::from_micros((i * 37) % 400);
+        match select(Box::pin(g.fence()), Box::pin(sleep(cut_after))).await {
+            Either::Left((drawn, _)) => drop(ok(drawn, "fence")),
+            Either::Right(_) => {}
+        }
+        let fence = ok(g.fence().await, "fence after a cut draw");
+        assert!(last.is_none_or(|l| fence > l), "draw {i}: token {fence} after {last:?}");
+        last = Some(fence);
+        assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
+    }
+    let free = some(try_get(lock, &r, &opts(5_000, 0)).await, "the lock after the storm");
+    assert!(free.fencing_token() > last, "the next grant's token is above the storm's");
+    ok(free.release().await, "release");
 }
 
 /// With fencing off there is no token and the lock is just as exclusive.

@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::{select, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{
-    Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock, Semaphore,
-    WriteGuard, DEFAULT_PREFIX,
+    Fencing, Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock,
+    Semaphore, WriteGuard, DEFAULT_PREFIX,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -102,6 +102,16 @@ struct Session {
     end: End,
     /// In a read-write schedule: whether this session writes, and (a writer) downgrades after its work.
     role: Role,
+    /// With fencing on demand: draw the token (cut off at this point), before the work or after it.
+    draw: Option<(Cancel, DrawAt)>,
+}
+
+/// When a session with fencing on demand draws its token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DrawAt {
+    BeforeWork,
+    /// After the work: a session that slept past its TTL finds its lock gone.
+    AfterWork,
 }
 
 /// What a session takes: the mutex, a read or write hold, or permits of the semaphore.
@@ -137,6 +147,9 @@ struct Faults {
     hang: f64,
     drop_note: f64,
     delay_note: f64,
+    /// A draw of a token on demand held up for 5–35 ms before it reaches the server: a holder paused (say, by a
+    /// garbage collector) after deciding to draw, so the draw may arrive after the lock expired and was taken.
+    pause_draw: f64,
 }
 
 impl Faults {
@@ -159,6 +172,8 @@ pub struct Schedule {
     processes: usize,
     ordered: Vec<bool>,
     fencing: bool,
+    /// With fencing: tokens drawn on demand ([`Fencing::OnDemand`]) instead of with the grant.
+    on_demand: bool,
     faults: Faults,
     actors: Vec<Actor>,
     /// A schedule of the read-write lock ([`RwLock`]) instead of the mutex, on one instance.
@@ -188,6 +203,9 @@ impl Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
         // Drawn from a stream of its own, so the mutex schedules of every seed stay what they were.
         let mut roles = StdRng::seed_from_u64(seed ^ 0x7277_6c6f_636b);
+        // And fencing on demand from a third.
+        let mut draws = StdRng::seed_from_u64(seed ^ 0x0066_656e_6365);
+        let on_demand = chance(&mut draws, 0.5);
         let (rw, sem) = match roles.random_range(0..10) {
             0..=2 => (true, false),
             3..=4 => (false, true),
@@ -199,6 +217,7 @@ impl Schedule {
         let processes = rng.random_range(1..=3);
         let ordered = (0..processes).map(|_| chance(&mut rng, 0.5)).collect();
         let fencing = chance(&mut rng, 0.7);
+        let on_demand = fencing && on_demand;
         let faults = match rng.random_range(0..10) {
             0..=3 => Faults { yields: 0.3, delay: 0.2, ..Faults::default() },
             4..=6 => Faults { yields: 0.3, delay: 0.2, fail_before: 0.08, fail_after: 0.08, ..Faults::default() },
@@ -211,8 +230,13 @@ impl Schedule {
                 hang: 0.03,
                 drop_note: 0.2,
                 delay_note: 0.2,
+                pause_draw: 0.0,
             },
         };
+        let mut faults = faults;
+        if on_demand && chance(&mut draws, 0.5) {
+            faults.pause_draw = 0.4;
+        }
         let expiring = chance(&mut rng, 0.25);
         let actors = (0..rng.random_range(2..=4))
             .map(|_| {
@@ -253,13 +277,26 @@ impl Schedule {
                             (false, true, more) => Role::Permits(if more { 2 } else { 1 }),
                             (false, false, _) => Role::Lock,
                         };
-                        Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end, role }
+                        let draw = (on_demand && chance(&mut draws, 0.8)).then(|| {
+                            let at = if chance(&mut draws, 0.3) { DrawAt::AfterWork } else { DrawAt::BeforeWork };
+                            (cancel(&mut draws, 0.2), at)
+                        });
+                        Session { take, ttl, cancel: cancel(&mut rng, 0.3), work, end, role, draw }
                     })
                     .collect();
                 Actor { process, start_micros, sessions }
             })
             .collect();
-        Schedule { seed, instances, processes, ordered, fencing, faults, actors, rw, sem }
+        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem }
+    }
+
+    /// The fencing mode of every acquisition.
+    fn fencing_mode(&self) -> Fencing {
+        match (self.fencing, self.on_demand) {
+            (false, _) => Fencing::Off,
+            (true, false) => Fencing::OnAcquire,
+            (true, true) => Fencing::OnDemand,
+        }
     }
 
     fn expiring(&self) -> bool {
@@ -527,7 +564,10 @@ fn build(schedule: Schedule) -> World {
     for (i, server) in servers.iter().enumerate() {
         let faults = schedule.faults;
         let mut rng = StdRng::seed_from_u64(schedule.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)));
-        server.rule(move |_call| {
+        server.rule(move |call| {
+            if call.op == Op::Fence && rng.random_bool(faults.pause_draw) {
+                return Some(Fault::Delay(Duration::from_micros(rng.random_range(5_000..35_000))));
+            }
             let roll: f64 = rng.random();
             let mut edge = faults.fail_before;
             if roll < edge {
@@ -688,9 +728,9 @@ impl Drop for Waiting<'_> {
     }
 }
 
-fn options(session: &Session, fencing: bool) -> LockOptions {
+fn options(session: &Session, fencing: Fencing) -> LockOptions {
     let retry = RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY);
-    let opts = LockOptions::new(session.ttl).with_fencing(fencing).with_retry(retry);
+    let opts = LockOptions::new(session.ttl).with_fencing_mode(fencing).with_retry(retry);
     match session.take {
         Take::Try => opts.with_wait(Duration::ZERO),
         Take::Wait { budget_ms } => opts.with_wait(Duration::from_millis(budget_ms)),
@@ -718,7 +758,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
             act_rw(&world, actor.process, session, owner, &mut seen).await;
             continue;
         }
-        let opts = options(session, world.schedule.fencing);
+        let opts = options(session, world.schedule.fencing_mode());
         let got: Option<Guard> = match session.take {
             Take::Try => match cut(lock.try_acquire(RESOURCE, &opts), session.cancel).await {
                 None => {
@@ -751,7 +791,9 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         let Some(guard) = got else { continue };
         seen.acquired += 1;
         let start = Instant::now();
+        draw(&guard, session, DrawAt::BeforeWork, &world, &mut seen).await;
         hold_for(&session.work, &world, &mut seen, |ttl| guard.extend(ttl)).await;
+        draw(&guard, session, DrawAt::AfterWork, &world, &mut seen).await;
         world.checker.record(Hold::of(&guard, start));
         match session.end {
             End::Drop => drop(guard),
@@ -765,12 +807,26 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
     seen
 }
 
+/// Draws a session's token on demand at `at`, if it draws then (cut off at its cancel point); a token it gets must
+/// be the one the guard reports from then on.
+async fn draw(guard: &Guard, session: &Session, at: DrawAt, world: &World, seen: &mut Seen) {
+    let Some((cancel, _)) = session.draw.filter(|(_, when)| *when == at) else { return };
+    match cut(guard.fence(), cancel).await {
+        None => seen.cancelled += 1,
+        Some(Ok(fence)) if guard.fencing_token() != Some(fence) => {
+            seen.unexplained.push(format!("drew {fence}, the guard says {:?}", guard.fencing_token()));
+        }
+        Some(Ok(_)) => {}
+        Some(Err(err)) => seen.note("fence", &err, world),
+    }
+}
+
 /// One session of a semaphore schedule: take `permits` (try or wait, cut off at its cancel point), work, end; the
 /// hold is recorded on each slot it believed it held.
 async fn act_sem(world: &World, process: usize, session: &Session, permits: u32, owner: String, seen: &mut Seen) {
     let Some(sem) = world.sems.get(process) else { return };
     let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
-    let opts = options(session, world.schedule.fencing);
+    let opts = options(session, world.schedule.fencing_mode());
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));
     let taken = if waits {
@@ -853,7 +909,7 @@ impl RwHeld {
 async fn act_rw(world: &World, process: usize, session: &Session, owner: String, seen: &mut Seen) {
     let Some(rw) = world.rw.get(process) else { return };
     let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
-    let opts = options(session, world.schedule.fencing);
+    let opts = options(session, world.schedule.fencing_mode());
     let write = matches!(session.role, Role::Write { .. });
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));

@@ -55,6 +55,8 @@ pub enum Op {
     Extend,
     /// [`LockStore::raise_fence`].
     RaiseFence,
+    /// Drawing a fencing token on demand (the `fence` call, [`lock_core::Fencing::OnDemand`]).
+    Fence,
 }
 
 /// One call a client made, as a rule sees it (before the call runs).
@@ -762,9 +764,8 @@ impl LockStore for ScriptedStore {
         self.run(Op::Extend, first, token, self.server.shared.data.extend_all(keys, token, ttl)).await
     }
 
-    /// The primitives beyond the mutex (a job's start and finish) reach the server unscripted.
-    /// The calls of the other primitives (a fair lock's, a read-write lock's, …): an `acquire`, `release` or
-    /// `extend` of a token (the first argument) gets the same faults as the mutex's calls, and the messages its
+    /// The calls of the other primitives (a fair lock's, a read-write lock's, …): an `acquire`, `release`,
+    /// `extend` or `fence` of a token (the first argument) gets the same faults as the mutex's calls, and the messages its
     /// script publishes reach the subscribed clients through the notification rules, as a `RELEASE`'s do. Other
     /// calls (reads: `inspect`, states) run as they are.
     async fn call(&self, call: lock_core::Call<'_>) -> Result<lock_core::Ran> {
@@ -772,6 +773,7 @@ impl LockStore for ScriptedStore {
             "acquire" => Some(Op::Acquire),
             "release" => Some(Op::Release),
             "extend" => Some(Op::Extend),
+            "fence" => Some(Op::Fence),
             _ => None,
         };
         let token = call.args.first().and_then(|arg| Token::parse(arg));

@@ -61,7 +61,7 @@ fn a_foreign_value_at_the_release_mark_is_refused_and_kept() {
 
 /// Finding 8: `ACQUIRE` checks the fence counter before any write, with the rule `INCRBY` applies: a counter Lua
 /// would read as a number but `INCRBY` refuses ("1e3", "0x10", " 7", "7 ", "1.5", a value past 64 bits) fails the
-/// script with `WRONGTYPE` and leaves no lock key behind. `RAISE_FENCE` refuses them the same way.
+/// script with `WRONGTYPE` and leaves no lock key behind. `RAISE_FENCE` and `FENCE` refuse them the same way.
 #[test]
 fn a_fence_counter_incrby_refuses_fails_before_any_write() {
     let s = server();
@@ -77,6 +77,8 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
         s.command(&["SET", &lock, "token", "PX", "30000"]).unwrap();
         let raised = eval(&s, &scripts::RAISE_FENCE, &[&lock, &fence], &["token", "100"]);
         assert!(raised.is_error(), "raise-fence over {bad:?}: {raised:?}");
+        let drawn = eval(&s, &scripts::FENCE, &[&lock, &fence], &["token"]);
+        assert!(drawn.is_error(), "a draw on demand over {bad:?}: {drawn:?}");
         assert_eq!(s.command(&["GET", &fence]).unwrap().as_text().as_deref(), Some(*bad));
     }
     // Integers INCRBY takes still work, negative ones included.
@@ -88,6 +90,31 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
             eval(&s, &scripts::ACQUIRE, &[&lock, &fence, &format!("{lock}:awaited")], &["token", "30000", "1", "5"]);
         assert!(matches!(reply, Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))), "{good:?}: {reply:?}");
     }
+}
+
+/// Issue 21: `FENCE` (a token drawn on demand) advances the counter only while the lock key holds the caller's
+/// token: a lock gone (0) or taken (-1) leaves the counter as it was, a lock key of another type is refused, and
+/// a draw for the holder sets the counter to the server's clock floor first, then counts up.
+#[test]
+fn a_token_on_demand_is_drawn_only_by_the_holder() {
+    let s = server();
+    let (lock, fence) = ("lock:{od}", "lock:{od}:fence");
+    let counter = |s: &RedisServer| s.command(&["GET", fence]).unwrap().as_text().and_then(|t| t.parse::<i64>().ok());
+    s.command(&["SET", fence, "41"]).unwrap();
+    assert_eq!(eval(&s, &scripts::FENCE, &[lock, fence], &["mine"]), Reply::Int(0), "a draw for a lock that is gone");
+    s.command(&["SET", lock, "theirs", "PX", "30000"]).unwrap();
+    assert_eq!(eval(&s, &scripts::FENCE, &[lock, fence], &["mine"]), Reply::Int(-1), "a draw for a taken lock");
+    assert_eq!(counter(&s), Some(41), "a refused draw moved the counter");
+    let first = eval(&s, &scripts::FENCE, &[lock, fence], &["theirs"]).as_int().unwrap();
+    // Above 10^15: the server's clock in µs (about 1.8·10^15 in 2026), not 42.
+    assert!(first > 1_000_000_000_000_000, "the clock floor: drew {first}");
+    let second = eval(&s, &scripts::FENCE, &[lock, fence], &["theirs"]).as_int().unwrap();
+    assert!(second > first, "{second} after {first}");
+    s.command(&["DEL", lock]).unwrap();
+    s.command(&["HSET", lock, "f", "v"]).unwrap();
+    let refused = eval(&s, &scripts::FENCE, &[lock, fence], &["theirs"]);
+    assert!(refused.as_text().unwrap_or_default().contains("WRONGTYPE"), "{refused:?}");
+    assert_eq!(counter(&s), Some(second), "a refused draw moved the counter");
 }
 
 /// The README's `ACL SETUSER` line is exactly the rules the minimal-user tests run with.
