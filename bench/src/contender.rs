@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use lock_core::{Guard, Lock, LockOptions, LockStore, ReleaseOutcome, RenewPolicy};
+use lock_core::{Fencing, Guard, Lock, LockOptions, LockStore, ReleaseOutcome, RenewPolicy};
 use rslock::LockManager;
 
 use crate::floor::{self, Floor, FloorHeld, PubSubWaiter};
@@ -76,8 +76,9 @@ impl Backend {
 /// The client a contender measures.
 #[derive(Clone)]
 pub(crate) enum Client {
-    /// lock-core's [`Lock`] over our backend(s), acquiring with `options`.
-    Core { lock: Lock, options: LockOptions },
+    /// lock-core's [`Lock`] over our backend(s), acquiring with `options`; with `draw`, asking each acquisition for
+    /// its fencing token (drawn then when the options say [`Fencing::OnDemand`]).
+    Core { lock: Lock, options: LockOptions, draw: bool },
     /// Bare commands.
     Floor(Floor),
     /// Bare commands, with one pub/sub subscription per waiter in contended scenarios.
@@ -114,14 +115,23 @@ impl Contender {
         };
         let options = LockOptions::new(TTL).with_fencing(fencing);
         let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested })
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested })
+    }
+
+    /// Our backend on one server with fencing on demand ([`Fencing::OnDemand`]): the acquire is a plain
+    /// `SET NX PX`; with `draw`, every acquisition then asks for its token (one `FENCE` script more).
+    pub(crate) async fn core_on_demand(name: &str, backend: Backend, url: &str, draw: bool) -> anyhow::Result<Self> {
+        let lock = Lock::from_arc(backend.store(url).await?);
+        let options = LockOptions::new(TTL).with_fencing_mode(Fencing::OnDemand);
+        let nested = if draw { CORE_NESTED } else { CORE_NESTED_NOFENCE };
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw }, nested })
     }
 
     /// Our backend on one server with a fair queue ([`LockOptions::with_fair_queue`], waiter TTL [`WAITER_TTL`]).
     pub(crate) async fn core_fair(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
         let lock = Lock::from_arc(backend.store(url).await?);
         let options = LockOptions::new(TTL).with_fair_queue(WAITER_TTL);
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options }, nested: CORE_NESTED_FAIR })
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested: CORE_NESTED_FAIR })
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {
@@ -149,7 +159,13 @@ impl Contender {
     /// Acquires `key` in one try; the scenarios that call this use fresh keys, so "held" is an error.
     pub(crate) async fn lock(&self, key: &str) -> anyhow::Result<Held> {
         let held = match &self.client {
-            Client::Core { lock, options } => lock.try_acquire(key, options).await?.map(Held::Core),
+            Client::Core { lock, options, draw } => match lock.try_acquire(key, options).await? {
+                Some(guard) if *draw => {
+                    guard.fence().await?;
+                    Some(Held::Core(guard))
+                }
+                guard => guard.map(Held::Core),
+            },
             Client::Floor(floor) | Client::PubSub(floor) => floor.try_lock(key).await?.map(Held::Floor),
             // rslock's `lock` is one attempt plus its own retries; on a free key the first attempt wins.
             Client::Rslock(manager) => Some(Held::Rslock(manager.lock(key, TTL).await?)),
@@ -179,7 +195,7 @@ impl Contender {
     /// client otherwise).
     pub(crate) async fn competitor(&self, key: &str, wait: Duration) -> anyhow::Result<Competitor> {
         Ok(match &self.client {
-            Client::Core { lock, options } => {
+            Client::Core { lock, options, .. } => {
                 Competitor::Core { lock: lock.clone(), options: options.clone().with_wait(wait) }
             }
             Client::PubSub(floor) => {
@@ -193,7 +209,7 @@ impl Contender {
     /// Options for auto-renewed guards with `ttl` (renewal scenario; our backends only).
     pub(crate) fn renewing(&self, ttl: Duration) -> anyhow::Result<(Lock, LockOptions)> {
         match &self.client {
-            Client::Core { lock, options } => {
+            Client::Core { lock, options, .. } => {
                 Ok((lock.clone(), options.clone().with_ttl(ttl).with_auto_renew(RenewPolicy::default())))
             }
             _ => bail!("{}: no auto-renewal", self.name),

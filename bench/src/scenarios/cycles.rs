@@ -17,6 +17,7 @@ const WARMUP_CYCLES: u64 = 300;
 
 /// The contenders of scenarios 1 and 2 on one server.
 async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contender>> {
+    let url = urls.first().context("a server")?;
     Ok(vec![
         Contender::core("redis-rs", Backend::RedisRs, urls, true).await?,
         Contender::core("fred", Backend::Fred, urls, true).await?,
@@ -27,6 +28,10 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         Contender::core("redis-rs-nofence", Backend::RedisRs, urls, false).await?,
         Contender::core("fred-nofence", Backend::Fred, urls, false).await?,
         Contender::floor_fenced("floor-fenced", urls).await?,
+        // Fencing on demand (issue 21): never asked for (acquire is SET NX PX), and asked for every cycle.
+        Contender::core_on_demand("redis-rs-ondemand", Backend::RedisRs, url, false).await?,
+        Contender::core_on_demand("fred-ondemand", Backend::Fred, url, false).await?,
+        Contender::core_on_demand("redis-rs-ondemand-drawn", Backend::RedisRs, url, true).await?,
     ])
 }
 

@@ -140,6 +140,17 @@ fn targets(report: &Report) {
         report.target("uncontended", "server_cmds_per_cycle", backend, None, Bar::AtMost(6.0));
         report.target("concurrent-distinct", "cycles_per_s", backend, Some("rslock"), Bar::AtLeast(0.85));
         report.ratio("uncontended", "allocs_per_cycle", backend, "floor");
+        // Fencing on demand: tokens available, drawn only when asked (the bars, held against the same floor).
+        let on_demand = format!("{backend}-ondemand");
+        report.target("uncontended", "cycles_per_s", &on_demand, Some("floor"), Bar::AtLeast(0.93));
+        report.target("concurrent-distinct", "cycles_per_s", &on_demand, Some("floor"), Bar::AtLeast(0.85));
+        report.target("concurrent-distinct", "cycles_per_s", &on_demand, Some("rslock"), Bar::AtLeast(0.85));
+        report.target("uncontended", "server_cmds_per_cycle", &on_demand, None, Bar::AtMost(6.0));
+    }
+    // What a holder that does ask for its token on demand pays, against one drawn with the grant.
+    for scenario in ["uncontended", "concurrent-distinct"] {
+        report.ratio(scenario, "cycles_per_s", "redis-rs-ondemand-drawn", "redis-rs");
+        report.ratio(scenario, "cycles_per_s", "redis-rs-ondemand-drawn", "floor");
     }
     // Issue 19: waiters in separate processes.
     for k in ["procs-2", "procs-8", "procs-32"] {
