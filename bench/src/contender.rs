@@ -131,7 +131,11 @@ impl Contender {
     pub(crate) async fn core_fair(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
         let lock = Lock::from_arc(backend.store(url).await?);
         let options = LockOptions::new(TTL).with_fair_queue(WAITER_TTL);
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested: CORE_NESTED_FAIR })
+        Ok(Contender {
+            name: name.to_owned(),
+            client: Client::Core { lock, options, draw: false },
+            nested: CORE_NESTED_FAIR,
+        })
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {

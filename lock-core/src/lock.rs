@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
@@ -357,19 +358,22 @@ impl Lock {
             replicas: options.replica_ack(),
             queued: queued.map(|q| q.peers),
         };
-        let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
-            (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))
-        }));
         let mut tally = Tally::default();
-        while let Some((i, reply)) = replies.next().await {
-            tally.add(i, reply);
-            // Decide as soon as the outcome is known; never wait for the slowest instance.
-            if tally.granted.len() >= inst.quorum || tally.granted.len() + replies.len() < inst.quorum {
-                break;
+        // The calls still unanswered are dropped (cancelled) at the end of this block.
+        let answered = {
+            let mut replies =
+                std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
+                    (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))
+                })));
+            while let Some((i, reply)) = replies.as_mut().next().await {
+                tally.add(i, reply);
+                // Decide as soon as the outcome is known; never wait for the slowest instance.
+                if tally.granted.len() >= inst.quorum || tally.granted.len() + replies.len() < inst.quorum {
+                    break;
+                }
             }
-        }
-        let answered = n - replies.len();
-        drop(replies);
+            n - replies.len()
+        };
 
         if tally.granted.len() < inst.quorum {
             // Granted somewhere, unanswered, or failed after the request left (a server error after the SET, a
@@ -457,38 +461,43 @@ impl Lock {
     }
 }
 
-/// Calls to every instance, run concurrently, yielding replies as they arrive. With one instance (the common case)
-/// it is just that one future: no task set, no allocation.
-enum FanOut<F: std::future::Future> {
-    One(Option<F>),
-    Many(FuturesUnordered<F>),
+pin_project_lite::pin_project! {
+    /// Calls to every instance, run concurrently, yielding replies as they arrive. With one instance (the common
+    /// case) it is just that one future, polled where it lies: no task set, no allocation, and no copy of its state
+    /// (an acquire's call is a few kB).
+    #[project = FanOutProj]
+    enum FanOut<F: std::future::Future> {
+        One { #[pin] call: F, done: bool },
+        Many { calls: FuturesUnordered<F> },
+    }
 }
 
 impl<F: std::future::Future> FanOut<F> {
     fn new(calls: impl ExactSizeIterator<Item = F>) -> Self {
         let mut calls = calls;
-        if calls.len() == 1 {
-            FanOut::One(calls.next())
-        } else {
-            FanOut::Many(calls.collect())
+        match (calls.len(), calls.next()) {
+            (1, Some(call)) => FanOut::One { call, done: false },
+            (_, first) => FanOut::Many { calls: first.into_iter().chain(calls).collect() },
         }
     }
 
-    async fn next(&mut self) -> Option<F::Output> {
-        match self {
-            FanOut::One(call) => match call.take() {
-                Some(call) => Some(call.await),
-                None => None,
-            },
-            FanOut::Many(calls) => calls.next().await,
-        }
+    /// The next reply, `None` once every call answered.
+    fn next(mut self: Pin<&mut Self>) -> impl std::future::Future<Output = Option<F::Output>> + '_ {
+        std::future::poll_fn(move |cx| match self.as_mut().project() {
+            FanOutProj::One { done: true, .. } => Poll::Ready(None),
+            FanOutProj::One { call, done } => call.poll(cx).map(|reply| {
+                *done = true;
+                Some(reply)
+            }),
+            FanOutProj::Many { calls } => calls.poll_next_unpin(cx),
+        })
     }
 
     /// Calls not answered yet.
     fn len(&self) -> usize {
         match self {
-            FanOut::One(call) => usize::from(call.is_some()),
-            FanOut::Many(calls) => calls.len(),
+            FanOut::One { done, .. } => usize::from(!*done),
+            FanOut::Many { calls } => calls.len(),
         }
     }
 }
@@ -768,31 +777,34 @@ impl GuardState {
         // reply) or a cancellation can hide: from here on the holder trusts the lock only until the earlier of its
         // current deadline and this extension's.
         self.lost.shorten(self.target.valid_until(started, ttl));
-        let mut replies = FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
-            let extend = self.target.extend(store.as_ref(), &self.token, ttl);
-            (i, rt::timeout("extend", self.call_timeout, extend).await.and_then(|r| r))
-        }));
         let (mut extended, mut gone, mut errors) = (Vec::new(), 0, Vec::new());
         // The resources some instance found gone or taken (a multi-resource lock extends all or nothing).
         let mut missing: Vec<&str> = Vec::new();
-        while let Some((i, reply)) = replies.next().await {
-            match reply {
-                Ok(held) if held.iter().all(|r| *r == ExtendReply::Extended) => extended.push(i),
-                Ok(held) => {
-                    gone += 1;
-                    for (keys, reply) in self.target.resources().iter().zip(&held) {
-                        if *reply != ExtendReply::Extended && !missing.contains(&keys.resource()) {
-                            missing.push(keys.resource());
+        // The calls still unanswered are dropped (cancelled) at the end of this block.
+        {
+            let mut replies =
+                std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
+                    let extend = self.target.extend(store.as_ref(), &self.token, ttl);
+                    (i, rt::timeout("extend", self.call_timeout, extend).await.and_then(|r| r))
+                })));
+            while let Some((i, reply)) = replies.as_mut().next().await {
+                match reply {
+                    Ok(held) if held.iter().all(|r| *r == ExtendReply::Extended) => extended.push(i),
+                    Ok(held) => {
+                        gone += 1;
+                        for (keys, reply) in self.target.resources().iter().zip(&held) {
+                            if *reply != ExtendReply::Extended && !missing.contains(&keys.resource()) {
+                                missing.push(keys.resource());
+                            }
                         }
                     }
+                    Err(err) => errors.push(err),
                 }
-                Err(err) => errors.push(err),
-            }
-            if extended.len() >= quorum || gone > n - quorum {
-                break;
+                if extended.len() >= quorum || gone > n - quorum {
+                    break;
+                }
             }
         }
-        drop(replies);
         if extended.len() >= quorum {
             let until = self.target.valid_until(started, ttl);
             self.lost.prolong(until).map_err(|reason| self.lost_error(reason))?;
@@ -924,8 +936,8 @@ impl GuardState {
         });
         let mut reports = vec![ReleaseReport::default(); resources.len()];
         let (mut failed, mut last_error) = (0, None);
-        let mut replies = FanOut::new(releases);
-        while let Some(reply) = replies.next().await {
+        let mut replies = std::pin::pin!(FanOut::new(releases));
+        while let Some(reply) = replies.as_mut().next().await {
             match reply {
                 Ok(outcomes) => {
                     for (report, outcome) in reports.iter_mut().zip(outcomes) {

@@ -52,8 +52,9 @@ impl LockKeys {
             return Err(LockError::invalid("resource name must not be empty"));
         }
         validate_prefix(prefix)?;
-        let escaped =
-            resource.chars().map(|c| if matches!(c, '%' | '{' | '}') { 3 } else { c.len_utf8() }).sum::<usize>();
+        // The characters escaped are ASCII, so bytes count them; a name without any is copied in one go.
+        let specials = resource.bytes().filter(|b| matches!(b, b'%' | b'{' | b'}')).count();
+        let escaped = resource.len().saturating_add(specials.saturating_mul(2));
         let lock_len = prefix.len().saturating_add(escaped).saturating_add(2);
         let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
         let capacity = resource.len().saturating_add(lock_len.saturating_mul(4)).saturating_add(suffixes);
@@ -62,12 +63,16 @@ impl LockKeys {
         let resource_end = text.len();
         text.push_str(prefix);
         text.push('{');
-        for c in resource.chars() {
-            match c {
-                '%' => text.push_str("%25"),
-                '{' => text.push_str("%7B"),
-                '}' => text.push_str("%7D"),
-                c => text.push(c),
+        if specials == 0 {
+            text.push_str(resource);
+        } else {
+            for c in resource.chars() {
+                match c {
+                    '%' => text.push_str("%25"),
+                    '{' => text.push_str("%7B"),
+                    '}' => text.push_str("%7D"),
+                    c => text.push(c),
+                }
             }
         }
         text.push('}');

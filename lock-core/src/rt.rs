@@ -87,33 +87,125 @@ pub async fn sleep(d: Duration) -> Result<()> {
 
 /// Runs `fut` for at most `after` on the current runtime's timer.
 ///
+/// The returned [`Timed`] holds `fut` and the timer side by side and polls `fut` where it lies: an engine call's
+/// state is a few kB, and a future that is moved is copied whole.
+///
 /// # Errors
 /// [`LockError::Timeout`] naming `operation` when the deadline passes first (the future is dropped), or
 /// [`LockError::NoRuntime`].
 ///
 /// # Cancel safety
 /// As cancel-safe as `fut`: dropping this drops `fut`.
-#[cfg_attr(
-    not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")),
-    allow(unreachable_code, unused_variables)
-)]
-pub async fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Result<F::Output> {
-    let Some(runtime) = current() else {
-        return Err(LockError::NoRuntime(operation));
-    };
-    match runtime {
+#[cfg_attr(not(any(feature = "rt-tokio", feature = "rt-async-std", feature = "rt-smol")), allow(unused_variables))]
+pub fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> Timed<F> {
+    let state = match current() {
         #[cfg(feature = "rt-tokio")]
-        Runtime::Tokio(_) => {
-            tokio_timer(|| tokio::time::timeout(after, fut))?.await.map_err(|_| LockError::Timeout { operation, after })
-        }
+        Some(Runtime::Tokio(_)) => match tokio_timer(|| tokio::time::timeout(after, fut)) {
+            Ok(inner) => TimedState::Tokio { inner, operation, after },
+            Err(err) => TimedState::Failed { error: Some(err) },
+        },
         #[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
-        _ => {
-            use futures_util::future::{select, Either};
-            let fut = std::pin::pin!(fut);
-            match select(fut, async_io::Timer::after(after)).await {
-                Either::Left((out, _)) => Ok(out),
-                Either::Right(_) => Err(LockError::Timeout { operation, after }),
+        Some(_) => TimedState::Io { fut, timer: async_io::Timer::after(after), operation, after },
+        #[allow(unreachable_patterns)]
+        _ => TimedState::Failed { error: Some(LockError::NoRuntime(operation)) },
+    };
+    Timed { state }
+}
+
+/// tokio's timeout, or a type that is never built when the `rt-tokio` feature is off.
+#[cfg(feature = "rt-tokio")]
+type TokioTimeout<F> = tokio::time::Timeout<F>;
+#[cfg(not(feature = "rt-tokio"))]
+type TokioTimeout<F> = Never<F>;
+
+/// async-io's timer, or a type that is never built without `rt-async-std` and `rt-smol`.
+#[cfg(any(feature = "rt-async-std", feature = "rt-smol"))]
+type IoTimer = async_io::Timer;
+#[cfg(not(any(feature = "rt-async-std", feature = "rt-smol")))]
+type IoTimer = Never<std::time::Instant>;
+
+/// A future of a runtime this build does not have: it cannot be built.
+#[allow(dead_code)]
+#[derive(Debug)]
+struct Never<T>(std::convert::Infallible, std::marker::PhantomData<T>);
+
+impl<T> Future for Never<T> {
+    type Output = T;
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        match self.0 {}
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future bounded by the current runtime's timer: what [`timeout`] returns.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct Timed<F> {
+        #[pin]
+        state: TimedState<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = TimedProj]
+    enum TimedState<F> {
+        // On tokio: its own timeout combinator.
+        Tokio { #[pin] inner: TokioTimeout<F>, operation: &'static str, after: Duration },
+        // On async-std or smol: the future raced against an async-io timer.
+        Io { #[pin] fut: F, timer: IoTimer, operation: &'static str, after: Duration },
+        // No timer to run on: the error, once.
+        Failed { error: Option<LockError> },
+    }
+}
+
+impl<F> std::fmt::Debug for Timed<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.state {
+            TimedState::Tokio { operation, after, .. } | TimedState::Io { operation, after, .. } => {
+                f.debug_struct("Timed").field("operation", operation).field("after", after).finish_non_exhaustive()
             }
+            TimedState::Failed { error } => f.debug_struct("Timed").field("error", error).finish(),
+        }
+    }
+}
+
+#[cfg(feature = "rt-tokio")]
+fn tokio_poll<F: Future>(
+    inner: std::pin::Pin<&mut TokioTimeout<F>>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<std::result::Result<F::Output, ()>> {
+    inner.poll(cx).map(|out| out.map_err(|_elapsed| ()))
+}
+
+#[cfg(not(feature = "rt-tokio"))]
+fn tokio_poll<F: Future>(
+    inner: std::pin::Pin<&mut TokioTimeout<F>>,
+    _: &mut std::task::Context<'_>,
+) -> std::task::Poll<std::result::Result<F::Output, ()>> {
+    match inner.as_ref().get_ref().0 {}
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = Result<F::Output>;
+
+    fn poll(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        match self.project().state.project() {
+            TimedProj::Tokio { inner, operation, after } => {
+                tokio_poll(inner, cx).map(|out| out.map_err(|()| LockError::Timeout { operation, after: *after }))
+            }
+            TimedProj::Io { fut, timer, operation, after } => {
+                if let Poll::Ready(out) = fut.poll(cx) {
+                    return Poll::Ready(Ok(out));
+                }
+                match std::pin::Pin::new(timer).poll(cx) {
+                    Poll::Ready(_) => Poll::Ready(Err(LockError::Timeout { operation, after: *after })),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            TimedProj::Failed { error } => match error.take() {
+                Some(err) => Poll::Ready(Err(err)),
+                None => Poll::Pending,
+            },
         }
     }
 }
