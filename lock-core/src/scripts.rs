@@ -106,7 +106,10 @@ end
 /// and 0.8 µs per `redis.call`, so only dropping the time floor from the common path (or Lua altogether) would pay
 /// off, and that gives up what the floor is for: a counter restored from an older RDB snapshot, or promoted from
 /// a lagging replica, would hand out the lost tokens again (with the floor, the next token is above them while the
-/// clocks agree). Kept, at one more command than the minimum; with fencing off, acquire is the plain `SET NX PX`.
+/// clocks agree). Kept, at one more command than the minimum; with fencing off, acquire is the plain `SET NX PX`,
+/// and so it is with [`Fencing::OnDemand`](crate::Fencing::OnDemand), which draws the token by [`FENCE`] only when
+/// the holder asks: the other candidate, and the one that makes fencing free for a holder that never uses
+/// its token.
 pub static ACQUIRE: Script = Script::new(
     "acquire",
     concat!(
