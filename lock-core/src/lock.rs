@@ -363,7 +363,9 @@ impl Lock {
         let answered = {
             let mut replies =
                 std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
-                    (i, rt::timeout("acquire", call_timeout, target.acquire(store.as_ref(), ask)).await.and_then(|r| r))
+                    let call = target.acquire(store.as_ref(), ask);
+                    let replicas = ask.replicas.is_some();
+                    (i, bounded("acquire", call_timeout, store.as_ref(), target, replicas, call).await.and_then(|r| r))
                 })));
             while let Some((i, reply)) = replies.as_mut().next().await {
                 tally.add(i, reply);
@@ -458,6 +460,26 @@ impl Lock {
             *lock_mutex(&state.watchdog) = task;
         }
         Ok(Attempt::Acquired(Guard { state, released: false }))
+    }
+}
+
+/// `call` (one operation on `target` through `store`) bounded by `after`: by a timer of the engine's, or by the
+/// store's own bound when that is no longer and covers the call (one store call, no replica acknowledgement; see
+/// [`LockStore::call_bound`]), which saves a timer per call.
+fn bounded<F: std::future::Future>(
+    operation: &'static str,
+    after: Duration,
+    store: &dyn LockStore,
+    target: &Target,
+    waits_for_replicas: bool,
+    call: F,
+) -> rt::Timed<F> {
+    let store_bounds_it =
+        !waits_for_replicas && target.is_one_call() && store.call_bound().is_some_and(|bound| bound <= after);
+    if store_bounds_it {
+        rt::untimed(call)
+    } else {
+        rt::timeout(operation, after, call)
     }
 }
 
@@ -785,7 +807,12 @@ impl GuardState {
             let mut replies =
                 std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
                     let extend = self.target.extend(store.as_ref(), &self.token, ttl);
-                    (i, rt::timeout("extend", self.call_timeout, extend).await.and_then(|r| r))
+                    (
+                        i,
+                        bounded("extend", self.call_timeout, store.as_ref(), &self.target, false, extend)
+                            .await
+                            .and_then(|r| r),
+                    )
                 })));
             while let Some((i, reply)) = replies.as_mut().next().await {
                 match reply {
@@ -891,7 +918,8 @@ impl GuardState {
         let freed: Vec<AtomicUsize> = resources.iter().map(|_| AtomicUsize::new(0)).collect();
         let freed = &freed;
         let releases = self.instances.stores.iter().map(|store| async move {
-            let call = rt::timeout("release", self.call_timeout, self.target.release(store.as_ref(), &self.token));
+            let release = self.target.release(store.as_ref(), &self.token);
+            let call = bounded("release", self.call_timeout, store.as_ref(), &self.target, false, release);
             let Some(hub) = store.release_hub() else {
                 return call.await.and_then(|r| r);
             };

@@ -170,4 +170,8 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     fn orders_commands(&self) -> bool {
         ScriptStore::orders_commands(self)
     }
+
+    fn call_bound(&self) -> Option<std::time::Duration> {
+        ScriptStore::call_bound(self)
+    }
 }

@@ -112,6 +112,12 @@ pub fn timeout<F: Future>(operation: &'static str, after: Duration, fut: F) -> T
     Timed { state }
 }
 
+/// `fut` with no timer of this crate: for a call whose store bounds it itself, within the caller's bound (see
+/// [`LockStore::call_bound`](crate::LockStore::call_bound)).
+pub(crate) fn untimed<F: Future>(fut: F) -> Timed<F> {
+    Timed { state: TimedState::Untimed { fut } }
+}
+
 /// tokio's timeout, or a type that is never built when the `rt-tokio` feature is off.
 #[cfg(feature = "rt-tokio")]
 type TokioTimeout<F> = tokio::time::Timeout<F>;
@@ -154,6 +160,8 @@ pin_project_lite::pin_project! {
         Io { #[pin] fut: F, timer: IoTimer, operation: &'static str, after: Duration },
         // No timer to run on: the error, once.
         Failed { error: Option<LockError> },
+        // Bounded by the store itself (see `untimed`).
+        Untimed { #[pin] fut: F },
     }
 }
 
@@ -164,6 +172,7 @@ impl<F> std::fmt::Debug for Timed<F> {
                 f.debug_struct("Timed").field("operation", operation).field("after", after).finish_non_exhaustive()
             }
             TimedState::Failed { error } => f.debug_struct("Timed").field("error", error).finish(),
+            TimedState::Untimed { .. } => f.debug_struct("Timed").finish_non_exhaustive(),
         }
     }
 }
@@ -202,6 +211,7 @@ impl<F: Future> Future for Timed<F> {
                     Poll::Pending => Poll::Pending,
                 }
             }
+            TimedProj::Untimed { fut } => fut.poll(cx).map(Ok),
             TimedProj::Failed { error } => match error.take() {
                 Some(err) => Poll::Ready(Err(err)),
                 None => Poll::Pending,

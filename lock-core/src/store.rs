@@ -255,6 +255,19 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     fn orders_commands(&self) -> bool {
         false
     }
+
+    /// The longest any call of this store takes to return (a reply or an error), when the store enforces that bound
+    /// itself for every call that waits for no replicas ([`AcquireRequest::replicas`] unset): connecting, waiting
+    /// for a connection another call is opening, sending, a `NOSCRIPT` retry and the reply all included.
+    ///
+    /// The engine bounds every call by its operation timeout (or a Redlock's per-instance timeout); where this
+    /// bound is no longer than that, it sets no timer of its own around the call, which saves a timer per call
+    /// (measured: about a tenth of an uncontended cycle's client time). A store that returns `Some` must keep the
+    /// promise in every state, or a call may outlive the caller's bound; the default, `None`, makes the engine time
+    /// every call.
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
 }
 
 #[async_trait]
@@ -294,6 +307,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn orders_commands(&self) -> bool {
         (**self).orders_commands()
+    }
+    fn call_bound(&self) -> Option<Duration> {
+        (**self).call_bound()
     }
 }
 

@@ -210,6 +210,11 @@ impl Target {
         self.fair.is_some()
     }
 
+    /// Whether taking, extending or releasing this target is one store call (not several groups one after another).
+    pub(crate) fn is_one_call(&self) -> bool {
+        self.groups.len() == 1
+    }
+
     /// Whether a [`Fencing::OnDemand`](crate::Fencing::OnDemand) token may be drawn after the grant (by
     /// [`FENCE`](scripts::FENCE), which reads the plain lock key): a single resource, plain or fair. The other
     /// primitives keep their holds in keys of their own and draw at the grant.

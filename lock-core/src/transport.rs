@@ -274,6 +274,12 @@ pub trait ScriptStore: Send + Sync + Debug + 'static {
     fn orders_commands(&self) -> bool {
         false
     }
+
+    /// The longest any call of this store that waits for no replicas takes to return (a reply or an error), when
+    /// the store enforces that bound itself. See [`LockStore::call_bound`](crate::LockStore::call_bound).
+    fn call_bound(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 #[cfg(test)]

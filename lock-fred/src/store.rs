@@ -290,6 +290,13 @@ impl ScriptStore for FredStore {
         Ok(Ran::acknowledged(answer, acknowledged))
     }
 
+    /// The command timeout: a call without a replica acknowledgement runs under one timer of that length, a
+    /// `NOSCRIPT` retry and a busy cluster's retries included (fred reconnects in the background; a command sent
+    /// meanwhile waits within the same timer).
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.inner.command_timeout)
+    }
+
     fn deployment(&self) -> &'static str {
         self.inner.deployment
     }

@@ -441,3 +441,42 @@ async fn an_absurd_command_timeout_is_a_typed_error() {
         .err();
     assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
 }
+
+/// The store promises every call within its command timeout (`LockStore::call_bound`), and the engine then sets no
+/// timer of its own around it. Eight calls at once against a silent network (connections accepted, nothing
+/// answered), command timeout 300 ms, the lock's operation timeout 30 s: each call fails within the store's bound.
+#[tokio::test]
+async fn calls_through_a_silent_network_keep_the_stores_bound() {
+    let server = RedisServer::start().expect("redis-server");
+    let proxy = lock_testkit::FaultProxy::start(server.addr()).expect("proxy");
+    let store = FredStoreBuilder::from_url(&proxy.url())
+        .expect("url")
+        .with_command_timeout(ms(300))
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(store.call_bound(), Some(ms(300)));
+    let lock = Lock::new(store).with_operation_timeout(Duration::from_secs(30));
+    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
+    let warm = lock.try_acquire("silent-warm", &opts).await.expect("acquire").expect("free");
+    assert_eq!(warm.release().await.expect("release"), ReleaseOutcome::Released);
+    proxy.blackhole(true);
+    let started = Instant::now();
+    let calls: Vec<_> = (0..8)
+        .map(|i| {
+            let (lock, opts) = (lock.clone(), opts.clone());
+            tokio::spawn(async move {
+                let result = lock.try_acquire(&format!("silent-{i}"), &opts).await;
+                (result.is_err(), started.elapsed())
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await.expect("the call's task"));
+    }
+    for (i, (failed, took)) in results.iter().enumerate() {
+        assert!(*failed, "call {i} succeeded through a silent network");
+        assert!(*took < ms(900), "call {i} returned after {took:?}: the store's bound is 300 ms");
+    }
+}

@@ -115,6 +115,8 @@ pub(crate) struct Multiplexed {
     config: AsyncConnectionConfig,
     slots: Vec<Slot>,
     next: AtomicUsize,
+    /// Bound on getting a connection that is not open yet, as a whole (see [`Multiplexed::get`]).
+    connect_timeout: Duration,
     /// Connections for a grant followed by `WAIT` (see [`Exclusive`]), opened on first use.
     exclusive: Option<deadpool::managed::Pool<ServerConnections>>,
 }
@@ -225,13 +227,19 @@ impl Multiplexed {
         self.endpoint.follows_primary()
     }
 
-    pub(crate) fn new(endpoint: Endpoint, config: AsyncConnectionConfig, size: usize) -> Self {
+    pub(crate) fn new(
+        endpoint: Endpoint,
+        config: AsyncConnectionConfig,
+        size: usize,
+        connect_timeout: Duration,
+    ) -> Self {
         let exclusive = exclusive_pool(ServerConnections { endpoint: endpoint.clone(), config: config.clone() });
         Multiplexed {
             endpoint,
             config,
             slots: (0..size.max(1)).map(|_| Slot::default()).collect(),
             next: AtomicUsize::new(0),
+            connect_timeout,
             exclusive,
         }
     }
@@ -246,14 +254,31 @@ impl Multiplexed {
         if let Some(conn) = Self::cached(slot) {
             return Ok((conn, index));
         }
-        let _turn = slot.connecting.lock().await;
-        if let Some(conn) = Self::cached(slot) {
-            return Ok((conn, index));
-        }
-        // Boxed: opening a connection is a large future, and the fast path above should not carry it.
-        let client = Box::pin(self.endpoint.client()).await?;
-        let conn = Box::pin(client.get_multiplexed_async_connection_with_config(&self.config)).await?;
-        *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        // Bounded as a whole by the connect timeout: the wait for another call that is opening this slot's
+        // connection, the Sentinel lookup and our own connect. Each has its own bound, but calls queued behind failing
+        // connects would add them up; the store promises every call within connect + command timeout
+        // (`RedisStore::call_bound`), and the engine sets no timer of its own relying on it.
+        let open = async {
+            let _turn = slot.connecting.lock().await;
+            if let Some(conn) = Self::cached(slot) {
+                return Ok::<_, RedisError>(conn);
+            }
+            // Boxed: opening a connection is a large future, and the fast path above should not carry it.
+            let client = Box::pin(self.endpoint.client()).await?;
+            let conn = Box::pin(client.get_multiplexed_async_connection_with_config(&self.config)).await?;
+            *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+            Ok(conn)
+        };
+        let conn = match rt::timeout("connect", self.connect_timeout, open).await {
+            Ok(opened) => opened?,
+            Err(LockError::Timeout { .. }) => {
+                return Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no connection to the server within the connect timeout",
+                )))
+            }
+            Err(other) => return Err(RedisError::from((ErrorKind::Client, "connect failed", other.to_string()))),
+        };
         Ok((conn, index))
     }
 

@@ -354,7 +354,7 @@ impl RedisStoreBuilder {
         };
         let connections =
             AsyncConnectionConfig::new().set_connection_timeout(Some(d.connect)).set_response_timeout(Some(d.command));
-        let conns = Multiplexed::new(endpoint.clone(), connections, self.pool_size);
+        let conns = Multiplexed::new(endpoint.clone(), connections, self.pool_size, d.connect);
         let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), Subscriber::hub(endpoint, d), d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
         // futures, which are often moved around whole on small thread stacks by `block_on`, should not carry it.
@@ -600,7 +600,9 @@ async fn run_on<T>(
 
 /// Sends `call`: a plain command, or `EVALSHA` and, after a `NOSCRIPT` (restart, failover, `SCRIPT FLUSH`), the
 /// body once with `EVAL`, which also caches it again: two round trips then, and never a `NOSCRIPT` for the caller.
-async fn send(conn: &mut Pooled, call: &Call<'_>) -> redis::RedisResult<redis::Value> {
+/// Sends `call` on `conn`: one command, bounded by the connection's response timeout (`command`), and after a
+/// `NOSCRIPT` the script's body, within what is left of that one bound (see [`RedisStore::call_bound`]).
+async fn send(conn: &mut Pooled, call: &Call<'_>, command: Duration) -> redis::RedisResult<redis::Value> {
     // Sized up front: writing arguments into a default `Cmd` grows its buffers several times per call.
     let words = call.keys.len().saturating_add(call.args.len());
     let bytes: usize = call.keys.iter().chain(call.args).map(|w| w.len()).sum();
@@ -621,9 +623,16 @@ async fn send(conn: &mut Pooled, call: &Call<'_>) -> redis::RedisResult<redis::V
             conn.query(&cmd).await
         }
         Command::Script(body) => {
+            let started = std::time::Instant::now();
             let reply = conn.query(&script("EVALSHA", body.sha1())).await;
             if matches!(&reply, Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
-                return conn.query(&script("EVAL", body.body())).await;
+                let left = command.saturating_sub(started.elapsed());
+                return match rt::timeout("eval", left, conn.query(&script("EVAL", body.body()))).await {
+                    Ok(reply) => reply,
+                    Err(err) => {
+                        Err(RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, err.to_string())))
+                    }
+                };
             }
             reply
         }
@@ -678,7 +687,7 @@ impl ScriptStore for RedisStore {
             return Err(LockError::invalid("replica_ack timeout must be shorter than the store's command timeout"));
         }
         let work = async |conn: &mut Pooled| {
-            let answer = reply(send(conn, &call).await?)?;
+            let answer = reply(send(conn, &call, self.inner.deadlines.command).await?)?;
             let acknowledged = match (call.wait_after(&answer), call.route_key()) {
                 (Some(ack), Some(key)) => Some(wait_replicas(conn, &ack, key).await?),
                 _ => None,
@@ -692,6 +701,13 @@ impl ScriptStore for RedisStore {
         } else {
             self.inner.on_connection(&call, work).await
         }
+    }
+
+    /// Connect timeout plus command timeout: a connection not open yet is opened (or waited for) within the first,
+    /// the command (and a `NOSCRIPT` retry) answers within the second, and a caller's pool or a cluster is bounded
+    /// by a timer of the store's own.
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.inner.deadlines.call())
     }
 
     fn deployment(&self) -> &'static str {

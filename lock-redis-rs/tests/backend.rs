@@ -604,3 +604,39 @@ async fn one_command_timeout_keeps_the_connection() {
     let opened = connections_received(&server) - before;
     assert_eq!(opened, 1, "the store reconnected after one timeout");
 }
+
+/// The store promises every call within connect + command timeout (`LockStore::call_bound`), and the engine then
+/// sets no timer of its own around it: calls queued behind another call's failing connect must not add their
+/// waits up. Eight calls at once against a silent network (connections accepted, nothing answered), connect and
+/// command timeouts 300 ms, the lock's operation timeout 30 s: each call fails within the store's 600 ms.
+#[tokio::test]
+async fn calls_queued_behind_a_failing_connect_keep_the_stores_bound() {
+    let server = start();
+    let proxy = lock_testkit::FaultProxy::start(server.addr()).expect("proxy");
+    let store = RedisStoreBuilder::new(&proxy.url())
+        .with_connect_timeout(ms(300))
+        .with_command_timeout(ms(300))
+        .connect()
+        .await
+        .expect("connect");
+    assert_eq!(store.call_bound(), Some(ms(600)));
+    let lock = Lock::new(store).with_operation_timeout(Duration::from_secs(30));
+    let warm = lock.try_acquire("silent-warm", &opts(5_000, 0)).await.expect("acquire").expect("free");
+    assert_eq!(warm.release().await.expect("release"), ReleaseOutcome::Released);
+    proxy.blackhole(true);
+    proxy.reset_connections();
+    let started = Instant::now();
+    let calls = (0..8).map(|i| {
+        let lock = lock.clone();
+        async move {
+            let result = lock.try_acquire(&format!("silent-{i}"), &opts(5_000, 0)).await;
+            (result.is_err(), started.elapsed())
+        }
+    });
+    let results = futures_util::future::join_all(calls).await;
+    for (i, (failed, took)) in results.iter().enumerate() {
+        assert!(*failed, "call {i} succeeded through a silent network");
+        assert!(*took < ms(1_200), "call {i} returned after {took:?}: the store's bound is 600 ms");
+    }
+    println!("eight calls through a silent network returned after {:?}", results.iter().map(|r| r.1).max());
+}
