@@ -88,6 +88,34 @@ pub async fn fair_grants_in_arrival_order(s: &Subject) {
     until_queued(lock, &r, 0).await;
 }
 
+/// Fencing on demand with the fair queue: the holder and a queued waiter that was granted on the release acquire
+/// without a token and draw theirs when asked, in the order of their holds; a plain acquire with the token in its
+/// grant after them gets a higher one.
+pub async fn fair_fencing_on_demand_draws_in_hold_order(s: &Subject) {
+    let Some(lock) = single(s) else { return };
+    let r = fresh("on-demand");
+    let lazy = |wait_ms| fair(10_000, wait_ms, 2_000).with_fencing_mode(lock_core::Fencing::OnDemand);
+    let holder = some(ok(lock.try_acquire(&r, &lazy(0)).await, "holder"), "holder");
+    assert_eq!(holder.fencing_token(), None, "an on-demand grant carries no token");
+    let first = ok(holder.fence().await, "the holder's fence");
+    let waiter = async {
+        let g = ok(lock.acquire(&r, &lazy(10_000)).await, "queued acquire");
+        let fence = ok(g.fence().await, "the waiter's fence");
+        ok(g.release().await, "release");
+        fence
+    };
+    let release = async {
+        until_queued(lock, &r, 1).await;
+        ok(holder.release().await, "holder release");
+    };
+    let (second, ()) = join(Box::pin(waiter), Box::pin(release)).await;
+    assert!(second > first, "the waiter drew {second} after the holder's {first}");
+    let plain = some(ok(lock.try_acquire(&r, &fair(10_000, 0, 2_000)).await, "eager"), "eager");
+    assert!(plain.fencing_token() > Some(second), "a grant's token after the drawn ones must be higher");
+    ok(plain.release().await, "release");
+    until_queued(lock, &r, 0).await;
+}
+
 /// A newcomer never takes a free lock past a queued waiter: a try is refused, and the releaser coming straight back
 /// queues behind.
 pub async fn fair_newcomer_queues_behind_waiters(s: &Subject) {

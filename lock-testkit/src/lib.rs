@@ -502,6 +502,7 @@ macro_rules! fair_tests {
             fair_waiters_take_back_places_whose_heartbeats_vanished,
             fair_and_plain_acquirers_exclude_each_other,
             fair_cancellation_storm,
+            fair_fencing_on_demand_draws_in_hold_order,
             fair_is_refused_where_it_cannot_hold,
         );
     };
