@@ -58,6 +58,12 @@ pub(crate) async fn until_granted(
     let hub = lock.stores().first().and_then(|store| store.release_hub()).cloned();
     let channel = target.resources().first().map(|keys| keys.channel()).unwrap_or_default();
     let mut watch: Option<ReleaseWatch> = None;
+    // Declared after `watch`, so dropped before it. A fair waiter leaving without the lock (cut off, out of budget)
+    // after a wake-up, or with plain waiters of its process queued behind it (a read-write lock's readers behind
+    // its writers), passes a wake-up on as a plain waiter does: the release it consumed may have freed the lock, and
+    // nobody else would hear of it. (Found by the schedule explorer: a reader slept its whole pause behind a
+    // cancelled waiting writer while the lock was free.)
+    let mut owed = crate::wait::OwedWake::default();
     let mut attempts: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
@@ -71,9 +77,11 @@ pub(crate) async fn until_granted(
         let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(queued))).await {
             Ok(Attempt::Acquired(guard)) => {
                 let _ = place.disarm();
+                owed.acquired();
                 return Ok((guard, watch.map(Watches::from_one)));
             }
             Ok(Attempt::Held { holder_ttl, place: rank, .. }) => {
+                owed.settle();
                 if let Some(w) = &watch {
                     w.renewed(sent, &peers);
                 }
@@ -101,6 +109,7 @@ pub(crate) async fn until_granted(
             if let Some(hub) = &hub {
                 let registered = hub.watch_as(channel, Some((token.as_str(), waiter_ttl))).await;
                 registered.renewed(sent, &[]);
+                owed.registered_watch(&registered);
                 if rank == Some(0) {
                     // Next in line: the release that makes it our turn may have been announced before we listened.
                     watch = Some(registered);
@@ -132,6 +141,9 @@ pub(crate) async fn until_granted(
             let woken = sleep_or_wake(listeners.take(), pause_now).await?;
             if let Some(w) = &watch {
                 w.alive();
+                if woken {
+                    owed.owe(w);
+                }
             }
             if woken {
                 break;

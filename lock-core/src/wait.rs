@@ -120,7 +120,7 @@ impl Listeners {
 /// is coming. Found by the schedule explorer: a newcomer slept its whole pause behind a cancelled waiter while the
 /// lock was free. The woken waiter's try finds out; at most one extra try per departure.
 #[derive(Default)]
-struct OwedWake {
+pub(crate) struct OwedWake {
     /// The hub and channel the wake-up came from.
     owed: Option<(Arc<ReleaseHub>, String)>,
     /// Where this waiter is registered (its first instance's hub), once it is.
@@ -128,12 +128,12 @@ struct OwedWake {
 }
 
 impl OwedWake {
-    fn owe(&mut self, watch: &ReleaseWatch) {
+    pub(crate) fn owe(&mut self, watch: &ReleaseWatch) {
         self.owed = Some((watch.hub().clone(), watch.channel().to_owned()));
     }
 
     /// The try answered: nothing is owed.
-    fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         self.owed = None;
     }
 
@@ -142,8 +142,13 @@ impl OwedWake {
         self.registered = watches.watch(0).map(|w| (w.hub().clone(), w.channel().to_owned()));
     }
 
+    /// As [`registered`](Self::registered), for a fair waiter's one registration.
+    pub(crate) fn registered_watch(&mut self, watch: &ReleaseWatch) {
+        self.registered = Some((watch.hub().clone(), watch.channel().to_owned()));
+    }
+
     /// The waiter got the lock: its return wakes nobody.
-    fn acquired(&mut self) {
+    pub(crate) fn acquired(&mut self) {
         self.owed = None;
         self.registered = None;
     }
