@@ -744,7 +744,7 @@ impl GuardState {
         let call_keys = [keys.lock(), keys.fence()];
         let args = [self.token.as_str()];
         let call = Call::script("fence", &crate::scripts::FENCE, &call_keys, &args);
-        let ran = rt::timeout("fence", self.call_timeout, store.call(call)).await??;
+        let ran = bounded("fence", self.call_timeout, store.as_ref(), &self.target, false, store.call(call)).await??;
         match ran.reply.as_int() {
             Some(drawn) if drawn > 0 => {
                 let fence = FencingToken::new(drawn.unsigned_abs());
