@@ -21,6 +21,9 @@
 //! increasing, no reader that started after a write ended with an older epoch, no read hold, write hold or waiting
 //! writer's place left behind, and no waiter asleep while neither a writer nor a live reader holds.
 //!
+//! Of the mutex schedules on one instance, four in ten queue their waiters ([`LockOptions::with_fair_queue`]): the
+//! checks add no place left in the queue, and queue keys that always expire.
+//!
 //! Two in ten run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
 //! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
 //! waiter asleep while no permit is held.
@@ -180,6 +183,8 @@ pub struct Schedule {
     rw: bool,
     /// A schedule of a semaphore of [`SEM_LIMIT`] permits ([`Semaphore`]) instead, on one instance.
     sem: bool,
+    /// A mutex schedule whose waiters queue ([`LockOptions::with_fair_queue`]), on one instance.
+    fair: bool,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -206,14 +211,17 @@ impl Schedule {
         // And fencing on demand from a third.
         let mut draws = StdRng::seed_from_u64(seed ^ 0x0066_656e_6365);
         let on_demand = chance(&mut draws, 0.5);
+        // And the fair queue from a fourth.
+        let mut queues = StdRng::seed_from_u64(seed ^ 0x0066_6169_7271);
         let (rw, sem) = match roles.random_range(0..10) {
             0..=2 => (true, false),
             3..=4 => (false, true),
             _ => (false, false),
         };
         let instances = if chance(&mut rng, 0.2) { 3 } else { 1 };
-        // A read-write lock and a semaphore are refused over Redlock.
-        let instances = if rw || sem { 1 } else { instances };
+        let fair = !rw && !sem && chance(&mut queues, 0.4);
+        // A read-write lock, a semaphore and a fair queue are refused over Redlock.
+        let instances = if rw || sem || fair { 1 } else { instances };
         let processes = rng.random_range(1..=3);
         let ordered = (0..processes).map(|_| chance(&mut rng, 0.5)).collect();
         let fencing = chance(&mut rng, 0.7);
@@ -287,7 +295,7 @@ impl Schedule {
                 Actor { process, start_micros, sessions }
             })
             .collect();
-        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem }
+        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair }
     }
 
     /// The fencing mode of every acquisition.
@@ -473,7 +481,8 @@ struct RwHold {
     owner: String,
 }
 
-/// A read-write lock's waiting writer TTL in these schedules (heartbeats every 50 ms).
+/// A waiter's TTL in a fair queue (a read-write lock's waiting writers, a fair mutex's waiters) in these schedules
+/// (heartbeats every 50 ms).
 const RW_WAITER_TTL: Duration = Duration::from_millis(150);
 
 impl World {
@@ -499,7 +508,25 @@ impl World {
         if self.schedule.rw {
             return self.servers.iter().all(|s| self.rw_left(s).is_empty());
         }
-        self.servers.iter().all(|s| s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)))
+        self.servers.iter().all(|s| {
+            s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)) && self.places_left(s).is_empty()
+        })
+    }
+
+    /// A fair mutex schedule's places in the queue still on `server` that the schedule does not excuse.
+    fn places_left(&self, server: &ScriptedServer) -> Vec<String> {
+        if !self.schedule.fair {
+            return Vec::new();
+        }
+        let memory = server.memory();
+        let lock = self.keys.lock();
+        let mut left: Vec<String> = Vec::new();
+        for set in ["queue", "heartbeats"] {
+            left.extend(members(memory, &format!("{lock}:{set}")));
+        }
+        left.retain(|member| !lock_core::Token::parse(member).is_some_and(|token| excused(server, &token)));
+        left.extend(without_expiry(memory, lock, &["queue", "heartbeats"]));
+        left
     }
 
     /// The key of the semaphore's `part` (`exp`, `slot`, `grant`, `limit`).
@@ -531,8 +558,20 @@ impl World {
             left.extend(members(memory, &format!("{writer}:{set}")));
         }
         left.retain(|member| !lock_core::Token::parse(member).is_some_and(|token| excused(server, &token)));
+        left.extend(without_expiry(memory, writer, &["readers", "queue", "heartbeats"]));
         left
     }
+}
+
+/// The keys `<base>:<part>` on `memory` that exist without a TTL: a place or hold whose give-back failed is excused
+/// only because its key expires anyway.
+fn without_expiry(memory: &lock_core::MemoryStore, base: &str, parts: &[&str]) -> Vec<String> {
+    parts
+        .iter()
+        .map(|part| format!("{base}:{part}"))
+        .filter(|key| matches!(memory.command(&["PTTL", key]), Some(lock_core::Reply::Int(-1))))
+        .map(|key| format!("{key} (no expiry)"))
+        .collect()
 }
 
 /// The members of the sorted set `key` on `memory`.
@@ -758,7 +797,10 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
             act_rw(&world, actor.process, session, owner, &mut seen).await;
             continue;
         }
-        let opts = options(session, world.schedule.fencing_mode());
+        let mut opts = options(session, world.schedule.fencing_mode());
+        if world.schedule.fair {
+            opts = opts.with_fair_queue(RW_WAITER_TTL);
+        }
         let got: Option<Guard> = match session.take {
             Take::Try => match cut(lock.try_acquire(RESOURCE, &opts), session.cancel).await {
                 None => {
@@ -1149,6 +1191,10 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
             if !excused(server, &token) {
                 problems.push(format!("instance {instance}: key of {token} left behind after every guard was gone"));
             }
+        }
+        let places = world.places_left(server);
+        if !places.is_empty() {
+            problems.push(format!("instance {instance}: places in the fair queue left behind: {places:?}"));
         }
         if world.schedule.sem {
             let left = world.sem_left(server);
