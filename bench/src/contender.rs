@@ -40,6 +40,9 @@ const CORE_NESTED_FAIR: &[&str] = &[
     "zscore",
     "zrank",
     "pexpireat",
+    "hset",
+    "hget",
+    "hdel",
 ];
 
 /// The waiter TTL of the fair contenders.

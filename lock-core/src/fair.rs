@@ -1,9 +1,11 @@
 //! Waiting in a fair lock's queue (see [`LockOptions::with_fair_queue`]): one place per waiter on the server, kept
 //! by heartbeats, and a wake-up only for the waiter whose turn it is.
 //!
-//! The server decides the order ([`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE)); this loop only keeps the place
-//! and tries when told to. A waiter tries when
-//! - a release names its token as the new head (the hub wakes only that waiter, in whichever process it waits);
+//! The server decides the order ([`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE)) and hands the lock over
+//! ([`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE) grants it to the live head); this loop only keeps the place,
+//! returns a grant it is told of, and otherwise tries when told to. A waiter tries when
+//! - a release names its token as the new head without granting it (the hub wakes only that waiter, in whichever
+//!   process it waits), or announces a grant the waiter cannot count from (see [`Lock::granted`]);
 //! - it is the head and the holder's TTL runs out (a holder that died announces nothing);
 //! - its heartbeat is due (every `waiter_ttl / 3`): the heartbeat *is* a try, so a lost announcement costs the head at
 //!   most one heartbeat, and a waiter that missed its turn by a pause of its own re-enters at the back.
@@ -37,6 +39,12 @@ pub(crate) fn heartbeats_key(keys: &LockKeys) -> String {
     format!("{}:heartbeats", keys.lock())
 }
 
+/// The key of `keys`' fair-queue grants: token → how a release grants it the lock (see
+/// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+pub(crate) fn grants_key(keys: &LockKeys) -> String {
+    format!("{}:grants", keys.lock())
+}
+
 /// Waits in `target`'s queue until granted or out of budget (see [`Lock::acquire`]).
 pub(crate) async fn until_granted(
     lock: &Lock,
@@ -66,6 +74,14 @@ pub(crate) async fn until_granted(
     let mut owed = crate::wait::OwedWake::default();
     let mut attempts: u32 = 0;
     loop {
+        // A release that made us the holder said so: no try needed (see `FAIR_RELEASE`).
+        if let Some(granted) = watch.as_ref().and_then(ReleaseWatch::take_grant) {
+            if let Some(guard) = lock.granted(target, options, &token, granted) {
+                let _ = place.disarm();
+                owed.acquired();
+                return Ok((guard, watch.map(Watches::from_one)));
+            }
+        }
         attempts = attempts.saturating_add(1);
         // Listen before trying: an announcement between the try and the sleep must still wake us.
         let mut listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));

@@ -430,37 +430,110 @@ impl Lock {
         let token = inflight.disarm();
         let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
         tracing::debug!(resource = target.label(), ?fences, instances = ?held_on, "lock acquired");
+        let fences = fences.into_iter().map(|f| f.map(FencingToken::new)).collect();
+        let renew_at = options.auto_renew().map(|policy| started + policy.interval(ttl));
+        let held = Held { token, fences, on_demand, held_on, valid_until, call_timeout, started, renew_at };
+        Ok(Attempt::Acquired(self.hold(target, options, held)))
+    }
+
+    /// The guard of a lock a fair queue's release granted to our waiter holding `token` (see
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): held from the grant's lease, counted from `granted.since`,
+    /// and extended to the full TTL in the background when the lease was shorter. `None` when the announcement
+    /// cannot be used (no time to count from, no token where one was asked for, the lease already spent): the
+    /// waiter's next try then returns the grant.
+    pub(crate) fn granted(
+        &self,
+        target: &Arc<Target>,
+        options: &LockOptions,
+        token: &Token,
+        granted: crate::notify::Granted,
+    ) -> Option<Guard> {
+        let since = granted.since?;
+        let lease = target.fair_lease(options.ttl())?;
+        let (fences, on_demand) = match (options.fencing_mode(), granted.fence) {
+            (Fencing::OnAcquire, Some(fence)) => (vec![Some(FencingToken::new(fence))], false),
+            (Fencing::OnAcquire, None) => return None,
+            (Fencing::OnDemand, _) => (vec![None], true),
+            (Fencing::Off, _) => (vec![None], false),
+        };
+        let valid_until = target.valid_until(since, lease);
+        let now = Instant::now();
+        if now >= valid_until {
+            return None;
+        }
+        let ttl = options.ttl();
+        // A lease shorter than the TTL is extended at once (by the watchdog, once, when nothing renews the lock).
+        let renew_at = match options.auto_renew() {
+            Some(policy) if lease >= ttl => Some(since + policy.interval(ttl)),
+            _ if lease < ttl => Some(now),
+            _ => None,
+        };
+        tracing::debug!(resource = target.label(), fence = ?fences.first(), ?lease, "lock granted by a release");
+        let call_timeout = self.call_timeout(ttl);
+        let held = Held {
+            token: token.clone(),
+            fences,
+            on_demand,
+            held_on: vec![0],
+            valid_until,
+            call_timeout,
+            started: since,
+            renew_at,
+        };
+        Some(self.hold(target, options, held))
+    }
+
+    /// A guard for a lock just acquired.
+    fn hold(&self, target: &Arc<Target>, options: &LockOptions, held: Held) -> Guard {
+        let inst = &self.instances;
         let deployment = self.deployment();
         // The guard's own span: the watchdog runs in it, and it lives as long as the guard, so it is not a child of
         // the acquire's span (which would then stay open) but follows from it.
-        let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence = ?fences.first().copied().flatten());
+        let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence = ?held.fences.first().copied().flatten());
         span.follows_from(tracing::Span::current());
         let state = Arc::new(GuardState {
             granted_at: Instant::now(),
             deployment,
             span,
             instances: inst.clone(),
-            call_timeout,
+            call_timeout: held.call_timeout,
             target: target.clone(),
-            token,
-            fences: fences.into_iter().map(|f| f.map(FencingToken::new)).collect(),
-            on_demand,
+            token: held.token,
+            fences: held.fences,
+            on_demand: held.on_demand,
             drawn: std::sync::OnceLock::new(),
-            lost: LostSignal::new(valid_until),
-            held_on: Mutex::new(held_on),
+            lost: LostSignal::new(held.valid_until),
+            held_on: Mutex::new(held.held_on),
             extending: futures_util::lock::Mutex::new(()),
             stopping: AtomicBool::new(false),
             watchdog: Mutex::new(None),
             watch: Mutex::new(None),
             runtime: rt::current(),
         });
-        if let Some(policy) = options.auto_renew() {
+        if let Some(first) = held.renew_at {
             let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
-            let task = watchdog::start(weak, ttl, policy, started, state.span.clone());
+            let policy = options.auto_renew();
+            let task = watchdog::start(weak, options.ttl(), policy, held.started, first, state.span.clone());
             *lock_mutex(&state.watchdog) = task;
         }
-        Ok(Attempt::Acquired(Guard { state, released: false }))
+        Guard { state, released: false }
     }
+}
+
+/// What a new guard holds (see [`Lock::hold`]).
+struct Held {
+    token: Token,
+    /// Each resource's fencing token, when drawn with the grant.
+    fences: Vec<Option<FencingToken>>,
+    on_demand: bool,
+    /// The instances that granted it.
+    held_on: Vec<usize>,
+    valid_until: Instant,
+    call_timeout: Duration,
+    /// When the request that the validity counts from started.
+    started: Instant,
+    /// When the watchdog first extends it (none: no watchdog).
+    renew_at: Option<Instant>,
 }
 
 /// `call` (one operation on `target` through `store`) bounded by `after`: by a timer of the engine's, or by the

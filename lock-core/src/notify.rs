@@ -112,6 +112,19 @@ struct Place {
     /// When the waiter's own loop last ran: peers renew only places whose waiter shows it is still polled, so a
     /// waiter stuck in a future nobody polls loses its place like one whose process died.
     alive: std::time::Instant,
+    /// A release granted this waiter the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+    granted: Option<Granted>,
+}
+
+/// A fair-queue release's grant to one of this process's waiters, as announced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Granted {
+    /// The fencing token drawn with the grant, if the waiter asked for one.
+    pub(crate) fence: Option<u64>,
+    /// When the last try that showed the waiter's place was sent (its own or a peer's), as the announcement
+    /// arrived: the grant came after that try ran, so the grant's lease is counted from here. `None` when no
+    /// try's reply has shown the place yet (the waiter then tries, and the try returns the grant).
+    pub(crate) since: Option<std::time::Instant>,
 }
 
 /// Per-store registry of waiters by release channel.
@@ -209,6 +222,7 @@ impl ReleaseHub {
                         waiter_ttl,
                         renewed: None,
                         alive: std::time::Instant::now(),
+                        granted: None,
                     };
                     ch.tokens.insert(token.to_owned(), place);
                 }
@@ -240,16 +254,27 @@ impl ReleaseHub {
     /// Handles one message from the backend's subscriber.
     ///
     /// A payload `<origin> <token>` (a fair lock's release) wakes only the waiter holding `token`, if it is ours,
-    /// whichever process released; a payload `<origin>` wakes the longest-waiting local waiter unless the release
-    /// was our own (already woken locally).
+    /// whichever process released; `<origin>+<fence> <token>` (or `<origin>+ <token>`) also tells it that the
+    /// release granted it the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)); a payload `<origin>` wakes
+    /// the longest-waiting local waiter unless the release was our own (already woken locally).
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
         // One lookup per message: nobody on this channel in this process, nothing to wake.
         let Some(state) = self.channels().get(channel).cloned() else { return };
         let mut ch = lock(&state);
         ch.any.notify(usize::MAX);
         if let Some(space) = payload.iter().position(|b| *b == b' ') {
-            let token = std::str::from_utf8(&payload[space + 1..]).ok();
-            if let Some(place) = token.and_then(|token| ch.tokens.get(token)) {
+            let (head, token) = (&payload[..space], std::str::from_utf8(&payload[space + 1..]).ok());
+            if let Some(place) = token.and_then(|token| ch.tokens.get_mut(token)) {
+                if let Some(plus) = head.iter().position(|b| *b == b'+') {
+                    // A fence that does not parse makes the grant unusable from here: the waiter's try returns it.
+                    let fence = std::str::from_utf8(&head[plus + 1..]).ok().map(str::parse::<u64>);
+                    let since = place.renewed;
+                    place.granted = match fence {
+                        Some(Ok(fence)) => Some(Granted { fence: Some(fence), since }),
+                        Some(Err(_)) if plus + 1 == head.len() => Some(Granted { fence: None, since }),
+                        _ => Some(Granted { fence: None, since: None }),
+                    };
+                }
                 place.event.notify(1);
             }
             return;
@@ -369,11 +394,22 @@ impl ReleaseWatch {
     /// gone is woken by the try's caller instead, see [`ReleaseHub::place_lost`]).
     pub(crate) fn renewed(&self, at: std::time::Instant, peers: &[String]) {
         let ch = &mut *lock(&self.state);
-        for token in self.token.iter().chain(peers) {
+        if let Some(place) = self.token.as_ref().and_then(|token| ch.tokens.get_mut(token)) {
+            place.renewed = Some(place.renewed.map_or(at, |r| r.max(at)));
+        }
+        // A peer whose place the try found gone has no renewal time (`place_lost`, during the call), and keeps none
+        // until a try of its own: a grant announced to it must not be counted from a try that ran after the grant.
+        for token in peers {
             if let Some(place) = ch.tokens.get_mut(token) {
-                place.renewed = Some(place.renewed.map_or(at, |r| r.max(at)));
+                place.renewed = place.renewed.map(|r| r.max(at));
             }
         }
+    }
+
+    /// Takes the grant a release announced for this waiter, if one came (see [`ReleaseHub::deliver`]).
+    pub(crate) fn take_grant(&self) -> Option<Granted> {
+        let token = self.token.as_deref()?;
+        lock(&self.state).tokens.get_mut(token).and_then(|p| p.granted.take())
     }
 
     /// Notes that this waiter's loop runs (see [`Place`]'s `alive`).
@@ -537,6 +573,36 @@ mod tests {
         assert!(second.is_err(), "one release wakes one waiter");
         drop((w1, w2));
         assert_eq!(hub.watched_channels(), ["c"], "an idle channel stays subscribed for a while");
+    }
+
+    #[tokio::test]
+    async fn a_grant_names_its_token_and_is_counted_from_the_last_renewal() {
+        let hub = ReleaseHub::local();
+        let ttl = Duration::from_secs(3);
+        let (tok, peer) = ("a".repeat(32), "b".repeat(32));
+        let head = hub.watch_as("c", Some((tok.as_str(), ttl))).await;
+        let other = hub.watch_as("c", Some((peer.as_str(), ttl))).await;
+        let sent = std::time::Instant::now();
+        head.renewed(sent, &[]);
+        let listener = head.listen_token().unwrap();
+        hub.deliver("c", format!("{}+1766000000000001 {tok}", "f".repeat(16)).as_bytes());
+        assert!(tokio::time::timeout(Duration::from_millis(100), listener).await.is_ok(), "the grantee is woken");
+        assert_eq!(head.take_grant(), Some(Granted { fence: Some(1_766_000_000_000_001), since: Some(sent) }));
+        assert_eq!(head.take_grant(), None, "a grant is taken once");
+        assert_eq!(other.take_grant(), None, "a grant is for its token only");
+        // Without a token; and a fence that does not parse, which makes the grant unusable from the announcement.
+        hub.deliver("c", format!("o+ {tok}").as_bytes());
+        assert_eq!(head.take_grant(), Some(Granted { fence: None, since: Some(sent) }));
+        hub.deliver("c", format!("o+1.7e15 {tok}").as_bytes());
+        assert_eq!(head.take_grant(), Some(Granted { fence: None, since: None }));
+        // A peer's try that found the place gone leaves it without a renewal time (a grant may have removed it).
+        hub.place_lost("c", &peer);
+        head.renewed(std::time::Instant::now(), std::slice::from_ref(&peer));
+        hub.deliver("c", format!("o+ {peer}").as_bytes());
+        assert_eq!(other.take_grant(), Some(Granted { fence: None, since: None }));
+        // A telling announcement carries no grant.
+        hub.deliver("c", format!("o {tok}").as_bytes());
+        assert_eq!(head.take_grant(), None);
     }
 
     #[derive(Debug, Default)]

@@ -189,11 +189,20 @@ impl LockOptions {
     ///
     /// Without it, each process wakes its own next waiter when the lock is released, and whoever's try reaches the
     /// server first wins. With it, an acquire that finds the lock held takes a ticket in a queue kept next to the
-    /// lock (`prefix{resource}:queue`, and `:heartbeats`); a release hands the lock to the head of the queue by
-    /// waking only the process whose waiter that is (one message, no herd of tries), and a newcomer never takes a
+    /// lock (`prefix{resource}:queue`, `:heartbeats` and `:grants`); a release hands the lock to the head of the
+    /// queue itself, in the same server step, and tells only the process whose waiter that is (one message, no herd
+    /// of tries, and no try of the head's: the hand-off costs the release and the message). A newcomer never takes a
     /// free lock while someone is queued. A waiter that stops renewing its place (its process died) loses it after
-    /// `waiter_ttl`; a waiter that gives up or is cancelled leaves at once; a lost wake-up costs at most one
-    /// heartbeat, since the head's heartbeat is itself a try. Both queue keys expire with the last waiter's place.
+    /// `waiter_ttl`; a waiter that gives up or is cancelled leaves at once; a lost message costs at most one
+    /// heartbeat, since the head's heartbeat is itself a try (which finds the lock granted to it). All queue keys
+    /// expire with the last waiter's place.
+    ///
+    /// A grant by a release is a lease of `min(ttl, waiter_ttl)`: a head that died just before its turn holds the
+    /// lock no longer than its place would have held up the queue. The head counts that lease from its last try
+    /// that showed its place (which ran before the grant), and when its TTL is longer, extends the lock to it at
+    /// once in the background (with [`with_auto_renew`](Self::with_auto_renew), that is its first renewal); until
+    /// that extension lands, [`Guard::valid_until`](crate::Guard::valid_until) reports the lease. An extension that
+    /// keeps failing until the lease ends turns the guard lost, as a failed renewal does.
     ///
     /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
     /// is a try, so it counts toward a retry policy's attempt limit

@@ -567,11 +567,14 @@ end
 /// when the lock is held, as by [`ACQUIRE`], so a plain holder's release announces itself); `ARGV[1]` token, `ARGV[2]` TTL in
 /// ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the fencing floor, `ARGV[5]` waiter TTL in ms, `ARGV[6]`
 /// `"1"` to take or keep a place (a waiting acquire; also its heartbeat), `"0"` for a try, `ARGV[7]` the caller's
-/// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`, `ARGV[9…]` (waiting only) the tokens of the caller's peers:
-/// other waiters of its process with the same waiter TTL, whose places this call renews too (one heartbeat per
-/// process and resource), never re-creating a place that is gone. `KEYS[7]` (optional) a read-write lock's readers
-/// (zset: token → expiry in server ms): the lock is then also busy while a reader's expiry lies ahead (a
-/// [`RwLock`](crate::RwLock) writer; see [`RW_READ`]).
+/// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`, `ARGV[9]` how a release may grant the lock to this waiter
+/// when it is the head (`"<lease ms> <1 to draw a fencing token>"`, noted in the grants hash when the place is
+/// taken; `""`: never, only tell it, as for a read-write lock's writer), `ARGV[10…]` (waiting only) the tokens of the
+/// caller's peers: other waiters of its process with the same waiter TTL, whose places this call renews too (one
+/// heartbeat per process and resource), never re-creating a place that is gone. `KEYS[7]` the grants (hash: token
+/// → `ARGV[9]`, see [`FAIR_RELEASE`]), `KEYS[8]` (optional) a read-write lock's readers (zset: token → expiry in
+/// server ms): the lock is then also busy while a reader's expiry lies ahead (a [`RwLock`](crate::RwLock) writer;
+/// see [`RW_READ`]).
 ///
 /// Reply: `{1, fence}` / `{1}` acquired (as [`ACQUIRE`]); `{0, pttl, place, lost…}` not acquired: the holder's PTTL
 /// (-2 when the lock is free but someone is queued ahead), our 0-based place in the queue (-1 for a try), and the
@@ -584,8 +587,9 @@ end
 /// its own token and gets the same grant (the counter has not moved while we held), its TTL set again from now (the
 /// caller's validity runs from the retry); (4) a free lock goes to the
 /// head of the queue, or to anyone when the queue is empty; (5) a waiter that did not get it takes a ticket once
-/// (`max(now µs, last ticket + 1)`, so a clock step back never reorders the queue) and refreshes its heartbeat. Both
-/// sets expire with their last heartbeat, so nothing outlives the last waiter by more than its waiter TTL.
+/// (`max(now µs, last ticket + 1)`, so a clock step back never reorders the queue) and refreshes its heartbeat. The
+/// sets and the grants expire with their last heartbeat, so nothing outlives the last waiter by more than its
+/// waiter TTL.
 pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
     concat!(
@@ -615,10 +619,10 @@ local before = head[1]
 -- A read-write lock's writer: live readers keep it busy (read only; expired readers are purged by the readers'
 -- scripts), and their last expiry is how long.
 local readers_ttl = false
-if KEYS[7] then
-  local last = redis.pcall('ZRANGE', KEYS[7], -1, -1, 'WITHSCORES')
+if KEYS[8] then
+  local last = redis.pcall('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
   if last.err then
-    return refused(last, 'readers', KEYS[7])
+    return refused(last, 'readers', KEYS[8])
   end
   if last[2] and tonumber(last[2]) > now then
     readers_ttl = tonumber(last[2]) - now
@@ -628,6 +632,7 @@ local busy = holder or readers_ttl
 if #dead > 0 then
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', KEYS[3], waiter)
+    redis.pcall('HDEL', KEYS[7], waiter)
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
   head = redis.call('ZRANGE', KEYS[3], 0, 0)
@@ -658,6 +663,7 @@ if not busy and (not first or first == token) then
   if first then
     redis.call('ZREM', KEYS[3], token)
     redis.call('ZREM', KEYS[4], token)
+    redis.pcall('HDEL', KEYS[7], token)
   end
   if not fencing then
     return {1}
@@ -687,6 +693,16 @@ if ARGV[6] ~= '1' then
 end
 local expiry = string.format('%d', now + tonumber(ARGV[5]))
 if not redis.call('ZSCORE', KEYS[3], token) then
+  if ARGV[9] ~= '' then
+    -- Before the place is written: a key of another type under the grants' name is refused with nothing written.
+    local noted = redis.pcall('HSET', KEYS[7], token, ARGV[9])
+    if type(noted) == 'table' then
+      if string.find(noted.err, 'WRONGTYPE', 1, true) then
+        return redis.error_reply('WRONGTYPE fair-lock grants ' .. KEYS[7] .. ' is not a hash')
+      end
+      return noted
+    end
+  end
   local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   if last[2] and tonumber(last[2]) >= ticket then
@@ -696,7 +712,7 @@ if not redis.call('ZSCORE', KEYS[3], token) then
 end
 redis.call('ZADD', KEYS[4], expiry, token)
 local reply = {0, pttl, 0}
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   if redis.call('ZSCORE', KEYS[4], ARGV[i]) then
     redis.call('ZADD', KEYS[4], expiry, ARGV[i])
     if not busy and ARGV[i] == first then
@@ -712,6 +728,9 @@ end
 local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', KEYS[3], latest[2])
 redis.call('PEXPIREAT', KEYS[4], latest[2])
+if ARGV[9] ~= '' then
+  redis.call('PEXPIREAT', KEYS[7], latest[2])
+end
 reply[3] = redis.call('ZRANK', KEYS[3], token)
 return reply
 "#
@@ -719,21 +738,40 @@ return reply
 );
 
 /// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token, take our token out
-/// of the queue, and tell the new head of the queue when the lock is free.
+/// of the queue, and hand a free lock to the live head of the queue.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` heartbeats, `KEYS[4]` release channel, `KEYS[5]` the release
-/// mark; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` to announce with `SPUBLISH`. Reply: as [`RELEASE`]
-/// (`1` released, `0` absent, `-1` held by another token).
+/// mark, `KEYS[6]` fence key, `KEYS[7]` grants (see [`FAIR_ACQUIRE`]); `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]`
+/// `"1"` to announce with `SPUBLISH`. Reply: as [`RELEASE`] (`1` released, `0` absent, `-1` held by another token).
 ///
-/// The announcement is `<origin> <head token>`: only the process whose waiter holds that token wakes it (no herd
-/// across processes). With nobody queued it is `<origin>` alone, as [`RELEASE`]'s, which wakes one waiter per
-/// process (plain waiters on the same resource), and only when a try marked the lock as awaited (as [`RELEASE`]). A waiter that leaves (cancelled, out of budget) announces the new
-/// head when the lock is free, in case the head it replaced had been told and is now gone.
+/// When the lock is free afterwards (we released it, or we left the queue of a free lock), places whose heartbeat
+/// expired are removed from the front of the queue (`TIME`), and the live head, if its place noted how to grant it
+/// (a fair mutex's waiter, `"<lease> <draw>"`), **gets the lock in this step**: `SET lock head PX lease`, its
+/// fencing token drawn as [`ACQUIRE`] draws one when `draw` is `1`, its place removed, and
+/// `<origin>+<fence> <head token>` announced (`<origin>+ <head token>` without a token). The head's process
+/// returns the grant without another round trip. Why that is safe:
+/// - *The grantee's validity.* The lease is `min(ttl, waiter TTL)` of the head's own request, applied at the grant.
+///   The head counts it from the send time of a try of its own (or a peer's) whose reply still showed its place:
+///   that try ran before the grant, since a grant removes the place. So the head's deadline lies before the key's
+///   expiry, as for any acquire. It then extends to its full TTL in the background when that is longer (see
+///   [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)).
+/// - *A dead head.* Its heartbeat was live (at most a waiter TTL old), and the lease is at most a waiter TTL: a head
+///   that died just before its turn holds the lock for at most its waiter TTL, as its place would have held up the
+///   queue. When the lease runs out, the next head's try (due at the holder's PTTL) takes the lock.
+/// - *A lost announcement* costs the head one heartbeat: its next try finds its own token in the lock key (the retry
+///   path of [`FAIR_ACQUIRE`]) and gets the grant, with the key's TTL set to its full TTL from then.
+/// - *A head whose place vanished* (its heartbeat gone, not expired), a read-write lock's writer and a head whose
+///   counter [`ACQUIRE`] would refuse are told (`<origin> <head token>`) and try, as before grants existed.
+///
+/// With nobody queued the announcement is `<origin>` alone, as [`RELEASE`]'s, which wakes one waiter per process
+/// (plain waiters on the same resource), and only when a try marked the lock as awaited (as [`RELEASE`]). A grant
+/// keeps the mark: plain waiters now wait for the grantee's release.
 pub static FAIR_RELEASE: Script = Script::new(
     "fair-release",
     concat!(
         lock_prelude!(),
         fair_prelude!(),
+        fencing_prelude!(),
         r#"
 local value, refused_lock = lock_value(KEYS[1])
 if refused_lock then
@@ -750,21 +788,71 @@ end
 if beat then
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-local outcome, marked = 0, false
+if left == 1 then
+  redis.pcall('HDEL', KEYS[7], ARGV[1])
+end
+local outcome = 0
 if value == ARGV[1] then
-  marked = redis.call('DEL', KEYS[1], KEYS[5]) > 1
+  redis.call('DEL', KEYS[1])
   outcome = 1
 elseif value then
   return -1
 end
-if outcome == 1 or left == 1 then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
-  if head[1] then
-    redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head[1])
-  elseif marked then
-    redis.call(publish, KEYS[4], ARGV[2])
+if outcome == 0 and left == 0 then
+  return 0
+end
+local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The head, past the places whose heartbeat expired (a few; the next fair try purges any more).
+local head, live = nil, false
+for _ = 1, 8 do
+  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if not head then
+    break
   end
+  local expiry = redis.call('ZSCORE', KEYS[3], head)
+  if not expiry or tonumber(expiry) > now then
+    live = expiry and true or false
+    break
+  end
+  redis.call('ZREM', KEYS[2], head)
+  redis.call('ZREM', KEYS[3], head)
+  redis.pcall('HDEL', KEYS[7], head)
+  head = nil
+end
+if not head then
+  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+end
+if head and live then
+  local entry = redis.pcall('HGET', KEYS[7], head)
+  local lease, draw = nil, nil
+  if type(entry) == 'string' then
+    lease, draw = string.match(entry, '^(%d+) ([01])$')
+  end
+  local current, refused_counter = false, nil
+  if lease and draw == '1' then
+    current, refused_counter = read_counter(KEYS[6])
+  end
+  if lease and tonumber(lease) > 0 and not refused_counter then
+    redis.call('SET', KEYS[1], head, 'PX', lease)
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('HDEL', KEYS[7], head)
+    local fence = ''
+    if draw == '1' then
+      -- Formatted as an integer: Lua prints a number past 14 digits (a token above the time floor) in exponent form.
+      fence = string.format('%d', advance(KEYS[6], current, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+    end
+    redis.call(publish, KEYS[4], ARGV[2] .. '+' .. fence .. ' ' .. head)
+    return outcome
+  end
+end
+local marked = outcome == 1 and redis.call('DEL', KEYS[5]) == 1
+if head then
+  redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head)
+elseif marked then
+  redis.call(publish, KEYS[4], ARGV[2])
 end
 return outcome
 "#

@@ -69,8 +69,21 @@ pub(crate) struct FairSpec {
     queue: String,
     /// `prefix{resource}:heartbeats`: token → expiry of its place, server ms.
     heartbeats: String,
-    /// The waiter TTL in ms.
+    /// `prefix{resource}:grants`: token → how a release grants it the lock (see
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+    grants: String,
+    /// The waiter TTL, and in ms.
+    waiter_ttl: Duration,
     waiter_ttl_ms: String,
+}
+
+impl FairSpec {
+    /// The lease a release grants a waiter of this queue acquiring with `ttl` (see
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): never longer than its waiter TTL, so a head that died just
+    /// before its turn holds the lock no longer than its place would have held up the queue.
+    pub(crate) fn lease(&self, ttl: Duration) -> Duration {
+        ttl.min(self.waiter_ttl)
+    }
 }
 
 /// What an election's scripts need beyond the lock key (see [`Election`](crate::Election)).
@@ -170,6 +183,8 @@ impl Target {
         let fair = FairSpec {
             queue: crate::fair::queue_key(&keys),
             heartbeats: crate::fair::heartbeats_key(&keys),
+            grants: crate::fair::grants_key(&keys),
+            waiter_ttl,
             waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
         };
         Target { fair: Some(fair), ..Self::one(keys) }
@@ -226,6 +241,15 @@ impl Target {
             && self.rw.is_none()
     }
 
+    /// The lease a fair queue's release grants a waiter of this target acquiring with `ttl` (a fair mutex's
+    /// waiter; `None` for anything else, a read-write lock's writer included, which is only told).
+    pub(crate) fn fair_lease(&self, ttl: Duration) -> Option<Duration> {
+        match (&self.fair, &self.rw) {
+            (Some(fair), None) => Some(fair.lease(ttl)),
+            _ => None,
+        }
+    }
+
     /// Whether a release tells only the head of a queue, so a release must not wake a local waiter itself (a fair
     /// lock's). A read-write lock's release may let readers in, which its announcement (an echo the local hub skips)
     /// would not wake in this process.
@@ -247,6 +271,8 @@ impl Target {
         let fair = (!reader).then(|| FairSpec {
             queue,
             heartbeats,
+            grants: crate::fair::grants_key(&keys),
+            waiter_ttl,
             waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
         });
         Target { rw: Some(rw), fair, ..Self::one(keys) }
@@ -529,10 +555,27 @@ impl Target {
         let hub = store.release_hub();
         let origin = hub.map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let mut call_keys =
-            vec![keys.lock(), keys.fence(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
+        let mut call_keys = vec![
+            keys.lock(),
+            keys.fence(),
+            &fair.queue,
+            &fair.heartbeats,
+            keys.channel(),
+            keys.awaited(),
+            &fair.grants,
+        ];
         call_keys.extend(self.rw.as_ref().map(|rw| rw.readers.as_str()));
-        let mut args = vec![ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded];
+        // How a release grants us the lock when we are the head: a lease of our TTL, or our waiter TTL when that is
+        // shorter (see `FAIR_RELEASE`). A read-write lock's writer is only told (its grant depends on readers).
+        let grant = match (&self.rw, ask.queued) {
+            (None, Some(_)) => {
+                let lease = scripts::ttl_millis(fair.lease(ask.ttl));
+                format!("{lease} {fencing}")
+            }
+            _ => String::new(),
+        };
+        let mut args =
+            vec![ask.token.as_str(), &ttl, fencing, &floor, &fair.waiter_ttl_ms, queue, origin, sharded, &grant];
         args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
         let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
@@ -570,7 +613,8 @@ impl Target {
         let keys = &self.resources[0];
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited()];
+        let call_keys =
+            [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited(), keys.fence(), &fair.grants];
         let args = [token.as_str(), origin, sharded];
         let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {

@@ -40,21 +40,39 @@ pub(crate) trait Renewable: Send + Sync + 'static {
 }
 
 /// Starts the watchdog for a lock acquired (request started) at `acquired_at`; `None` without a runtime.
+///
+/// With a `policy` it renews by it, the first time at `first` (a lock granted with a short lease, by a fair
+/// queue's release, renews at once), then every interval. Without one it extends the lock to `ttl` once, at
+/// `first`, retrying until it succeeds or the validity runs out, and stops (a fair queue's grantee whose lease was
+/// shorter than its TTL, see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
 pub(crate) fn start(
     target: Weak<dyn Renewable>,
     ttl: Duration,
-    policy: &RenewPolicy,
+    policy: Option<&RenewPolicy>,
     acquired_at: Instant,
+    first: Instant,
     span: tracing::Span,
 ) -> Option<BackgroundTask> {
-    if let Some(t) = target.upgrade() {
+    if let (Some(t), Some(_)) = (target.upgrade(), policy) {
         t.lost_signal().renewed_by_watchdog();
     }
-    let interval = policy.interval(ttl);
+    let interval = policy.map_or(ttl / 3, |p| p.interval(ttl));
     // A limit past what an `Instant` can hold is no limit (never an overflow panic on user input).
-    let hold_until = policy.max_hold().and_then(|limit| acquired_at.checked_add(limit));
-    let max_renewals = policy.max_renewals();
-    rt::spawn_background(run(target, ttl, interval, hold_until, max_renewals, acquired_at).instrument(span))
+    let hold_until = policy.and_then(RenewPolicy::max_hold).and_then(|limit| acquired_at.checked_add(limit));
+    let renewals = match policy {
+        Some(p) => Renewals::Policy(p.max_renewals()),
+        None => Renewals::Once,
+    };
+    rt::spawn_background(run(target, ttl, interval, hold_until, renewals, first).instrument(span))
+}
+
+/// How many renewals a watchdog sends.
+#[derive(Clone, Copy, Debug)]
+enum Renewals {
+    /// As the policy says: every interval, up to its limit (reached: the lock is given up).
+    Policy(Option<u32>),
+    /// One successful extension, then the watchdog ends and the lock stays held until its validity.
+    Once,
 }
 
 async fn run(
@@ -62,13 +80,17 @@ async fn run(
     ttl: Duration,
     interval: Duration,
     hold_until: Option<Instant>,
-    max_renewals: Option<u32>,
-    acquired_at: Instant,
+    limit: Renewals,
+    first: Instant,
 ) {
     let _count = rt::WatchdogCount::new();
     let Some(lost) = target.upgrade().map(|t| t.lost_signal().clone()) else { return };
+    let max_renewals = match limit {
+        Renewals::Policy(max) => max,
+        Renewals::Once => None,
+    };
     let mut renewals: u32 = 0;
-    let mut next = acquired_at + interval;
+    let mut next = first;
     loop {
         let deadline = lost.valid_until();
         let wake = [Some(next), hold_until, Some(deadline)].into_iter().flatten().min().unwrap_or(deadline);
@@ -116,6 +138,9 @@ async fn run(
         match target.renew(ttl).await {
             Ok(_) => {
                 telemetry::renewal(true);
+                if matches!(limit, Renewals::Once) {
+                    return;
+                }
                 renewals = renewals.saturating_add(1);
                 next = started + interval;
             }

@@ -88,6 +88,54 @@ pub async fn fair_grants_in_arrival_order(s: &Subject) {
     until_queued(lock, &r, 0).await;
 }
 
+/// A release hands the lock to the live head of the queue in the same step: right after the holder's release
+/// returns, the lock is held for the head, which was not even polled meanwhile (no try of its own), for no longer
+/// than its waiter TTL (a head that died just before its turn costs no more than its place would have). Resumed, the
+/// head returns that grant, with a token above the holder's, and is extended to its full TTL in the background.
+pub async fn fair_release_grants_the_head(s: &Subject) {
+    let Some(lock) = single(s) else { return };
+    let r = fresh("grant");
+    let waiter_ms = 600;
+    let holder = some(ok(lock.try_acquire(&r, &fair(10_000, 0, waiter_ms)).await, "holder"), "holder");
+    let before = holder.fencing_token();
+    let waiting = fair(10_000, 10_000, waiter_ms);
+    let mut head = Box::pin(lock.acquire(&r, &waiting));
+    // Polled until it holds its place and listens for its turn (and a little more, for its subscription).
+    let keys = lock_core::LockKeys::new(lock.key_prefix(), &r).unwrap_or_else(|e| panic!("{e}"));
+    let hub = lock.stores()[0].release_hub().cloned();
+    let listening = async {
+        until_queued(lock, &r, 1).await;
+        let started = Instant::now();
+        while hub.as_ref().is_some_and(|hub| hub.waiters(keys.channel()) == 0) {
+            assert!(started.elapsed() < ms(5_000), "the head never listened");
+            sleep(ms(2)).await;
+        }
+        sleep(ms(50)).await;
+    };
+    if let Either::Left((result, _)) = select(head.as_mut(), Box::pin(listening)).await {
+        panic!("the head returned while the lock was held: {result:?}");
+    }
+    // The head is not polled again until the grant is seen: nothing of its own can take the lock meanwhile.
+    ok(holder.release().await, "holder release");
+    let state = ok(lock.inspect(&r).await, "inspect");
+    let granted = state.holder().cloned();
+    let Some(granted) = granted else { panic!("the release left the lock free instead of granting the head") };
+    assert!(granted.ttl.is_some_and(|ttl| ttl <= ms(waiter_ms)), "granted for {:?}, past the waiter TTL", granted.ttl);
+    assert_eq!(state.queued(), 0, "the head's place outlived its grant");
+    let g = ok(head.await, "the head");
+    let owner = granted.owner.unwrap_or_default();
+    assert!(!owner.is_empty() && g.token().as_str().starts_with(&owner), "granted to {owner}, not to the head");
+    assert!(g.fencing_token() > before, "the grant's token {:?} after {before:?}", g.fencing_token());
+    // Past the lease, still held: extended to its TTL in the background, and the guard knows it.
+    sleep(ms(waiter_ms + 200)).await;
+    assert!(!g.is_lost(), "the grant was not extended past its lease: {:?}", g.lost_signal().reason());
+    assert!(g.valid_until() > Instant::now() + ms(5_000), "the guard's validity stayed at the lease");
+    let ttl = ok(lock.inspect(&r).await, "inspect").holder().and_then(|h| h.ttl);
+    assert!(ttl > Some(ms(5_000)), "the key's TTL after the extension: {ttl:?}");
+    assert_eq!(ok(g.release().await, "release"), lock_core::ReleaseOutcome::Released);
+    until_queued(lock, &r, 0).await;
+}
+
 /// Fencing on demand with the fair queue: the holder and a queued waiter that was granted on the release acquire
 /// without a token and draw theirs when asked, in the order of their holds; a plain acquire with the token in its
 /// grant after them gets a higher one.

@@ -493,6 +493,7 @@ macro_rules! fair_tests {
     ($runtime:ident, $subject:expr) => {
         $crate::fair_tests!(@cases $runtime, $subject;
             fair_grants_in_arrival_order,
+            fair_release_grants_the_head,
             fair_newcomer_queues_behind_waiters,
             fair_cancelled_waiter_leaves_at_once,
             fair_spent_budget_leaves_the_queue,

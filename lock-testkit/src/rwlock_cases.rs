@@ -280,8 +280,9 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let writer = lock_core::Token::generate();
     let mut replies = Vec::new();
     for _ in 0..2 {
-        let keys = [base.as_str(), &fence, &queue, &beats, &channel, &mark, &readers];
-        let args = [writer.as_str(), "30000", "1", "", "600", "0", "o", "0"];
+        let grants = format!("{base}:grants");
+        let keys = [base.as_str(), &fence, &queue, &beats, &channel, &mark, &grants, &readers];
+        let args = [writer.as_str(), "30000", "1", "", "600", "0", "o", "0", ""];
         let call = Call::script("acquire", &lock_core::scripts::FAIR_ACQUIRE, &keys, &args);
         replies.push(store.call(call).await.or_panic().reply);
     }

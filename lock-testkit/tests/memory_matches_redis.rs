@@ -119,6 +119,7 @@ fn random_step(rng: &mut StdRng) -> Step {
     let info = format!("lock:{{r{r}}}:info");
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
+    let grants = format!("lock:{{r{r}}}:grants");
     let readers = format!("lock:{{r{r}}}:readers");
     let sem: Vec<String> = ["exp", "slot", "grant", "limit"].iter().map(|k| format!("lock:{{r{r}}}:sem:{k}")).collect();
     match rng.random_range(0..215) {
@@ -143,12 +144,17 @@ fn random_step(rng: &mut StdRng) -> Step {
         150..=161 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let waits = if rng.random_bool(0.7) { "1" } else { "0" };
-            let mut keys = vec![lock, fence, queue, beats, channel, mark];
-            // Half of them as a read-write lock's writer, which live readers keep out.
-            if rng.random_bool(0.5) {
+            let mut keys = vec![lock, fence, queue, beats, channel, mark, grants];
+            // Half of them as a read-write lock's writer, which live readers keep out (and which releases only
+            // tell); the others as a fair mutex's waiter, which a release may grant the lock.
+            let grant = if rng.random_bool(0.5) {
                 keys.push(readers);
-            }
-            let args = vec![token, s(TTL_MS), s(fencing), String::new(), s(TTL_MS), s(waits), s("origin"), s("0")];
+                String::new()
+            } else {
+                format!("{} {fencing}", ["300", TTL_MS][rng.random_range(0..2)])
+            };
+            let args =
+                vec![token, s(TTL_MS), s(fencing), String::new(), s(TTL_MS), s(waits), s("origin"), s("0"), grant];
             call(&scripts::FAIR_ACQUIRE, keys, args)
         }
         175..=181 => {
@@ -170,11 +176,14 @@ fn random_step(rng: &mut StdRng) -> Step {
         192 => Step::Foreign(vec![s("DEL"), readers]),
         193..=194 => Step::Expire(readers),
         162..=168 => {
-            call(&scripts::FAIR_RELEASE, vec![lock, queue, beats, channel, mark], vec![token, s("origin"), s("0")])
+            let keys = vec![lock, queue, beats, channel, mark, fence, grants];
+            call(&scripts::FAIR_RELEASE, keys, vec![token, s("origin"), s("0")])
         }
-        169..=170 => Step::Expire(if rng.random_bool(0.5) { queue } else { beats }),
-        171..=172 => Step::Foreign(vec![s("SET"), if rng.random_bool(0.5) { queue } else { beats }, s("not a set")]),
-        173..=174 => Step::Foreign(vec![s("DEL"), queue, beats]),
+        169..=170 => Step::Expire(vec![queue, beats, grants].swap_remove(rng.random_range(0..3))),
+        171..=172 => {
+            Step::Foreign(vec![s("SET"), vec![queue, beats, grants].swap_remove(rng.random_range(0..3)), s("x")])
+        }
+        173..=174 => Step::Foreign(vec![s("DEL"), queue, beats, grants]),
         125..=134 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let at_least = s(["0", TTL_MS][rng.random_range(0..2)]);

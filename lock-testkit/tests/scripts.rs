@@ -179,8 +179,8 @@ fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
         eval(s, &scripts::RW_READ, &[writer, readers, queue, beats, fence, mark], &["t", "30000", "1"])
     };
     let write = |s: &RedisServer| {
-        let keys = [writer, fence, queue, beats, channel, mark, readers];
-        eval(s, &scripts::FAIR_ACQUIRE, &keys, &["t", "30000", "1", "", "3000", "1", "origin", "0"])
+        let keys = [writer, fence, queue, beats, channel, mark, "lock:rw:{n}:grants", readers];
+        eval(s, &scripts::FAIR_ACQUIRE, &keys, &["t", "30000", "1", "", "3000", "1", "origin", "0", ""])
     };
     let common = [writer, readers, queue, beats, channel, mark];
     let release = |s: &RedisServer| eval(s, &scripts::RW_RELEASE, &common, &["t", "origin", "0"]);
@@ -245,8 +245,9 @@ fn a_retried_grant_lives_its_ttl_from_the_retry() {
         "lock:{f}:heartbeats",
         "lock:{f}:released",
         "lock:{f}:awaited",
+        "lock:{f}:grants",
     ];
-    let fair_args = ["t", "30000", "1", "", "3000", "1", "origin", "0"];
+    let fair_args = ["t", "30000", "1", "", "3000", "1", "origin", "0", "3000 1"];
     let job_keys = ["lock:{j}", "lock:{j}:fence", "lock:{j}:info"];
     let job_args = ["t", "30000", "1", "holder", "0"];
     let elect_keys = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader"];
@@ -269,4 +270,73 @@ fn a_retried_grant_lives_its_ttl_from_the_retry() {
         assert!(pttl(keys[0]) > 29_000, "{}: the retried grant kept {} ms", script.name(), pttl(keys[0]));
     }
     assert!(pttl("lock:{e}:info") > 29_000, "the retried election's record kept its old TTL");
+}
+
+/// Issue 19: a fair release grants the lock in its own step only to a live head that asked for grants, for the
+/// head's lease, with a token above the counter; it skips heads whose heartbeat expired, only tells a head whose
+/// heartbeat vanished or whose counter `INCRBY` would refuse (writing nothing for it), and a place taken over a
+/// foreign value under the grants' name is refused before anything is written.
+#[test]
+fn a_fair_release_grants_only_a_live_head_that_asked() {
+    let s = server();
+    let keys = |r: &str| -> Vec<String> {
+        ["", ":fence", ":queue", ":heartbeats", ":released", ":awaited", ":grants"]
+            .iter()
+            .map(|suffix| format!("lock:{{{r}}}{suffix}"))
+            .collect()
+    };
+    fn refs(keys: &[String]) -> Vec<&str> {
+        keys.iter().map(String::as_str).collect()
+    }
+    let wait = |r: &str, token: &str, grant: &str| {
+        let k = keys(r);
+        eval(&s, &scripts::FAIR_ACQUIRE, &refs(&k), &[token, "30000", "1", "", "3000", "1", "o", "0", grant])
+    };
+    let release = |r: &str, token: &str| {
+        let k = keys(r);
+        let k = [&k[0], &k[2], &k[3], &k[4], &k[5], &k[1], &k[6]].map(String::as_str);
+        eval(&s, &scripts::FAIR_RELEASE, &k, &[token, "o", "0"]).as_int()
+    };
+    let get = |key: &str| s.command(&["GET", key]).unwrap().as_text();
+    let pttl = |key: &str| s.command(&["PTTL", key]).unwrap().as_int().unwrap_or(-2);
+
+    // A holder, a head whose heartbeat expired, then a live head asking for a 700 ms lease with a token.
+    assert!(matches!(wait("a", "holder", "30000 1"), Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))));
+    let held_fence = get("lock:{a}:fence").unwrap().parse::<u64>().unwrap();
+    wait("a", "dead", "30000 1");
+    wait("a", "live", "700 1");
+    s.command(&["ZADD", "lock:{a}:heartbeats", "1", "dead"]).unwrap();
+    assert_eq!(release("a", "holder"), Some(1));
+    assert_eq!(get("lock:{a}").as_deref(), Some("live"), "the live head was not granted");
+    assert!((1..=700).contains(&pttl("lock:{a}")), "granted for {} ms, not the head's lease", pttl("lock:{a}"));
+    assert!(get("lock:{a}:fence").unwrap().parse::<u64>().unwrap() > held_fence, "no token drawn for the head");
+    for set in ["lock:{a}:queue", "lock:{a}:heartbeats", "lock:{a}:grants"] {
+        assert!(!exists(&s, set), "{set} kept the granted and the dead head");
+    }
+
+    // A head that asked for no grant (a read-write writer's place), and one whose heartbeat vanished: told only.
+    wait("b", "holder", "30000 1");
+    wait("b", "writer", "");
+    assert_eq!(release("b", "holder"), Some(1));
+    assert_eq!(get("lock:{b}"), None, "granted a head that asked only to be told");
+    wait("c", "holder", "30000 1");
+    wait("c", "vanished", "30000 1");
+    s.command(&["DEL", "lock:{c}:heartbeats"]).unwrap();
+    assert_eq!(release("c", "holder"), Some(1));
+    assert_eq!(get("lock:{c}"), None, "granted a head whose heartbeat vanished");
+
+    // A counter INCRBY would refuse: the head is told, the counter and the lock key stay as they were.
+    wait("d", "holder", "30000 1");
+    wait("d", "head", "30000 1");
+    s.command(&["SET", "lock:{d}:fence", "1e3"]).unwrap();
+    assert_eq!(release("d", "holder"), Some(1));
+    assert_eq!(get("lock:{d}"), None);
+    assert_eq!(get("lock:{d}:fence").as_deref(), Some("1e3"));
+
+    // A foreign value under the grants' name: a waiter's place is refused, and nothing is written.
+    wait("e", "holder", "30000 1");
+    s.command(&["SET", "lock:{e}:grants", "x"]).unwrap();
+    let refused = wait("e", "waiter", "30000 1");
+    assert!(refused.is_error() && refused.as_text().unwrap_or_default().contains("WRONGTYPE"), "{refused:?}");
+    assert!(!exists(&s, "lock:{e}:queue") && !exists(&s, "lock:{e}:heartbeats"), "a place written beside the refusal");
 }
