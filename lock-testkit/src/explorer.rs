@@ -21,8 +21,9 @@
 //! increasing, no reader that started after a write ended with an older epoch, no read hold, write hold or waiting
 //! writer's place left behind, and no waiter asleep while neither a writer nor a live reader holds.
 //!
-//! Of the mutex schedules on one instance, four in ten queue their waiters ([`LockOptions::with_fair_queue`]): the
-//! checks add no place left in the queue, and queue keys that always expire.
+//! Of the mutex schedules on one instance, four in ten queue their waiters ([`LockOptions::with_fair_queue`]), and a
+//! quarter of their holders' pauses last 100–250 ms, past the lease a release grants its queue's head (the waiter
+//! TTL, 150 ms): the checks add no place left in the queue, and queue keys that always expire.
 //!
 //! Two in ten run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
 //! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
@@ -246,7 +247,7 @@ impl Schedule {
             faults.pause_draw = 0.4;
         }
         let expiring = chance(&mut rng, 0.25);
-        let actors = (0..rng.random_range(2..=4))
+        let mut actors: Vec<Actor> = (0..rng.random_range(2..=4))
             .map(|_| {
                 let process = rng.random_range(0..processes);
                 let start_micros = rng.random_range(0..2_000);
@@ -295,6 +296,20 @@ impl Schedule {
                 Actor { process, start_micros, sessions }
             })
             .collect();
+        if fair {
+            // A fair queue's release grants its head a lease of the waiter TTL, extended to the TTL at once: some
+            // holders work past the lease, so a grantee whose extension fails (or whose validity were counted
+            // wrongly) would hold past its key.
+            for session in actors.iter_mut().flat_map(|a| a.sessions.iter_mut()).filter(|s| s.ttl >= LONG_TTL) {
+                for step in &mut session.work {
+                    if let Work::Sleep { micros } = step {
+                        if chance(&mut queues, 0.25) {
+                            *micros = queues.random_range(100_000..=250_000);
+                        }
+                    }
+                }
+            }
+        }
         Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair }
     }
 
