@@ -439,8 +439,8 @@ impl Lock {
     /// The guard of a lock a fair queue's release granted to our waiter holding `token` (see
     /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): held from the grant's lease, counted from `granted.since`,
     /// and extended to the full TTL in the background when the lease was shorter. `None` when the announcement
-    /// cannot be used (no time to count from, no token where one was asked for, the lease already spent): the
-    /// waiter's next try then returns the grant.
+    /// cannot be used (no time to count from, no token where one was asked for, the lease already spent, replica
+    /// acknowledgement asked for): the waiter's next try then returns the grant.
     pub(crate) fn granted(
         &self,
         target: &Arc<Target>,
@@ -448,6 +448,11 @@ impl Lock {
         token: &Token,
         granted: crate::notify::Granted,
     ) -> Option<Guard> {
+        // The release's write was not acknowledged by replicas: a waiter that asked for that claims the grant with a
+        // try, whose replica acknowledgement (`WAIT`, after a write of its own) covers the grant before it.
+        if options.replica_ack().is_some() {
+            return None;
+        }
         let since = granted.since?;
         let lease = target.fair_lease(options.ttl())?;
         let (fences, on_demand) = match (options.fencing_mode(), granted.fence) {

@@ -202,7 +202,9 @@ impl LockOptions {
     /// that showed its place (which ran before the grant), and when its TTL is longer, extends the lock to it at
     /// once in the background (with [`with_auto_renew`](Self::with_auto_renew), that is its first renewal); until
     /// that extension lands, [`Guard::valid_until`](crate::Guard::valid_until) reports the lease. An extension that
-    /// keeps failing until the lease ends turns the guard lost, as a failed renewal does.
+    /// keeps failing until the lease ends turns the guard lost, as a failed renewal does. A waiter that asks for
+    /// replica acknowledgement ([`with_replica_ack`](Self::with_replica_ack)) claims its grant with a try instead
+    /// (one round trip more), since no replica acknowledged the release's write.
     ///
     /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
     /// is a try, so it counts toward a retry policy's attempt limit

@@ -451,3 +451,33 @@ async fn a_granted_waiter_trusts_only_its_lease_until_extended() {
     assert_eq!(g.lost_signal().reason(), Some(lock_core::LostReason::RenewalFailed));
     assert!(count(&server, Op::Extend) > 0, "the grantee never tried to extend its lease");
 }
+
+/// Issue 19: a fair release's grant is a write no replica acknowledged. A waiter that asked for replica
+/// acknowledgement (`with_replica_ack`) therefore claims its grant with a try of its own, whose acknowledgement covers
+/// the grant written before it, instead of returning it from the announcement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_is_claimed_with_a_try_when_replica_acks_were_asked_for() {
+    let server = ScriptedServer::new();
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let acked = |wait| {
+        let ack = lock_core::ReplicaAck::new(1, ms(100)).with_on_shortfall(lock_core::Shortfall::Accept);
+        LockOptions::new(ms(30_000)).with_wait(wait).with_fair_queue(ms(1_500)).with_replica_ack(ack)
+    };
+    let holder = a.try_acquire("acked", &acked(ms(0))).await.unwrap().unwrap();
+    let hub = b.stores()[0].release_hub().cloned().unwrap();
+    let head = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire("acked", &acked(ms(10_000))).await }
+    });
+    let channel = keys("acked");
+    eventually("the head listens for its turn", ms(5_000), || hub.waiters(&channel) == 1).await;
+    let tries = |server: &ScriptedServer| {
+        server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == 1).count()
+    };
+    let before = tries(&server);
+    holder.release().await.unwrap();
+    let g = head.await.unwrap().unwrap();
+    let lock_keys = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, "acked").unwrap();
+    assert_eq!(server.memory().holder(&lock_keys).as_ref(), Some(g.token()), "granted to someone else");
+    assert!(tries(&server) > before, "returned the grant from the announcement, unacknowledged by replicas");
+}
