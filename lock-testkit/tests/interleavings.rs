@@ -412,6 +412,33 @@ async fn a_wake_up_nobody_heard_lets_the_next_newcomer_try_at_once() {
     first.abort();
 }
 
+/// A fair lock's holder (client 0 of `server`) and a head waiter (client 1, in a task), polled until the head
+/// listens for its turn: `(holder, the head's acquire)`.
+async fn holder_and_listening_head(
+    server: &ScriptedServer,
+    resource: &'static str,
+    fair: impl Fn(Duration) -> LockOptions + Send + 'static,
+) -> (lock_core::Guard, tokio::task::JoinHandle<Result<lock_core::Guard, LockError>>) {
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let holder = a.try_acquire(resource, &fair(ms(0))).await.unwrap().unwrap();
+    let hub = b.stores()[0].release_hub().cloned().unwrap();
+    let head = tokio::spawn(async move { b.acquire(resource, &fair(ms(10_000))).await });
+    let channel = keys(resource);
+    eventually("the head listens for its turn", ms(5_000), || hub.waiters(&channel) == 1).await;
+    (holder, head)
+}
+
+/// When the head (client 1) sent its tries.
+fn head_tries(server: &ScriptedServer) -> Vec<Instant> {
+    server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == 1).map(|c| c.at).collect()
+}
+
+/// Whether `guard` holds `resource`'s key on `server`.
+fn holds(server: &ScriptedServer, resource: &str, guard: &lock_core::Guard) -> bool {
+    let lock_keys = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, resource).unwrap();
+    server.memory().holder(&lock_keys).as_ref() == Some(guard.token())
+}
+
 /// Issue 19: a waiter that a fair release granted the lock (see `FAIR_RELEASE`) trusts it for the grant's lease only
 /// (its waiter TTL here, shorter than its TTL), counted from its last try that showed its place, which ran before the
 /// grant. When the extension to its TTL never gets through, the guard is lost at the lease's end: it never trusts
@@ -419,33 +446,21 @@ async fn a_wake_up_nobody_heard_lets_the_next_newcomer_try_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_waiter_trusts_only_its_lease_until_extended() {
     let server = ScriptedServer::new();
-    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
     let waiter_ttl = ms(1_500);
     let fair = move |wait| LockOptions::new(ms(30_000)).with_wait(wait).with_fair_queue(waiter_ttl);
-    let holder = a.try_acquire("granted", &fair(ms(0))).await.unwrap().unwrap();
     // Every extension fails before it reaches the server.
     server.rule(|call| (call.op == Op::Extend).then_some(Fault::FailBefore(Injected::Unavailable)));
-    let hub = b.stores()[0].release_hub().cloned().unwrap();
-    let head = tokio::spawn({
-        let b = b.clone();
-        async move { b.acquire("granted", &fair(ms(10_000))).await }
-    });
-    let channel = keys("granted");
-    eventually("the head listens for its turn", ms(5_000), || hub.waiters(&channel) == 1).await;
-    // Released a while after one of the head's heartbeats (every 500 ms) and well before the next: its last try is then
-    // well before the grant, and the grant's lease runs from the grant.
-    let tries = |server: &ScriptedServer| {
-        server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == 1).map(|c| c.at).collect::<Vec<_>>()
-    };
-    let seen = tries(&server).len();
-    eventually("a heartbeat of the head's", ms(5_000), || tries(&server).len() > seen).await;
+    let (holder, head) = holder_and_listening_head(&server, "granted", fair).await;
+    // Released a while after one of the head's heartbeats (every 500 ms) and well before the next: its last try is
+    // then well before the grant, and the grant's lease runs from the grant.
+    let seen = head_tries(&server).len();
+    eventually("a heartbeat of the head's", ms(5_000), || head_tries(&server).len() > seen).await;
     tokio::time::sleep(ms(40)).await;
-    let last_try = tries(&server).last().copied().unwrap();
+    let last_try = head_tries(&server).last().copied().unwrap();
     holder.release().await.unwrap();
     let g = head.await.unwrap().unwrap();
-    let lock_keys = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, "granted").unwrap();
-    assert_eq!(server.memory().holder(&lock_keys).as_ref(), Some(g.token()), "granted to someone else");
-    assert_eq!(tries(&server).last().copied(), Some(last_try), "the head tried for its grant");
+    assert!(holds(&server, "granted", &g), "granted to someone else");
+    assert_eq!(head_tries(&server).last().copied(), Some(last_try), "the head tried for its grant");
     assert!(g.valid_until() <= last_try + waiter_ttl, "the grantee trusts the lock past its last try's lease");
     tokio::time::sleep(waiter_ttl + ms(100)).await;
     assert_eq!(g.lost_signal().reason(), Some(lock_core::LostReason::RenewalFailed));
@@ -458,26 +473,14 @@ async fn a_granted_waiter_trusts_only_its_lease_until_extended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_is_claimed_with_a_try_when_replica_acks_were_asked_for() {
     let server = ScriptedServer::new();
-    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
     let acked = |wait| {
         let ack = lock_core::ReplicaAck::new(1, ms(100)).with_on_shortfall(lock_core::Shortfall::Accept);
         LockOptions::new(ms(30_000)).with_wait(wait).with_fair_queue(ms(1_500)).with_replica_ack(ack)
     };
-    let holder = a.try_acquire("acked", &acked(ms(0))).await.unwrap().unwrap();
-    let hub = b.stores()[0].release_hub().cloned().unwrap();
-    let head = tokio::spawn({
-        let b = b.clone();
-        async move { b.acquire("acked", &acked(ms(10_000))).await }
-    });
-    let channel = keys("acked");
-    eventually("the head listens for its turn", ms(5_000), || hub.waiters(&channel) == 1).await;
-    let tries = |server: &ScriptedServer| {
-        server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == 1).count()
-    };
-    let before = tries(&server);
+    let (holder, head) = holder_and_listening_head(&server, "acked", acked).await;
+    let before = head_tries(&server).len();
     holder.release().await.unwrap();
     let g = head.await.unwrap().unwrap();
-    let lock_keys = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, "acked").unwrap();
-    assert_eq!(server.memory().holder(&lock_keys).as_ref(), Some(g.token()), "granted to someone else");
-    assert!(tries(&server) > before, "returned the grant from the announcement, unacknowledged by replicas");
+    assert!(holds(&server, "acked", &g), "granted to someone else");
+    assert!(head_tries(&server).len() > before, "returned the grant from the announcement, unacknowledged by replicas");
 }
