@@ -802,27 +802,26 @@ if outcome == 0 and left == 0 then
   return 0
 end
 local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The head, past the places whose heartbeat expired (a few; the next fair try purges any more).
-local head, live = nil, false
-for _ = 1, 8 do
-  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if not head then
-    break
+-- The head, past the places whose heartbeat expired (a few; the next fair try purges any more). The clock is read
+-- only when someone is queued.
+local head, live, t = redis.call('ZRANGE', KEYS[2], 0, 0)[1], false, nil
+if head then
+  t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  for _ = 1, 8 do
+    local expiry = redis.call('ZSCORE', KEYS[3], head)
+    if not expiry or tonumber(expiry) > now then
+      live = expiry and true or false
+      break
+    end
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('ZREM', KEYS[3], head)
+    redis.pcall('HDEL', KEYS[7], head)
+    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    if not head then
+      break
+    end
   end
-  local expiry = redis.call('ZSCORE', KEYS[3], head)
-  if not expiry or tonumber(expiry) > now then
-    live = expiry and true or false
-    break
-  end
-  redis.call('ZREM', KEYS[2], head)
-  redis.call('ZREM', KEYS[3], head)
-  redis.pcall('HDEL', KEYS[7], head)
-  head = nil
-end
-if not head then
-  head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 end
 if head and live then
   local entry = redis.pcall('HGET', KEYS[7], head)
