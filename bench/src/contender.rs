@@ -203,7 +203,7 @@ impl Contender {
     pub(crate) async fn competitor(&self, key: &str, wait: Duration) -> anyhow::Result<Competitor> {
         Ok(match &self.client {
             Client::Core { lock, options, .. } => {
-                Competitor::Core { lock: lock.clone(), options: options.clone().with_wait(wait) }
+                Competitor::Core { lock: lock.clone(), options: Box::new(options.clone().with_wait(wait)) }
             }
             Client::PubSub(floor) => {
                 Competitor::PubSub(Box::new(floor.pubsub_waiter(&format!("{key}:released")).await?))
@@ -226,7 +226,7 @@ impl Contender {
 
 /// One task competing for a contended lock.
 pub(crate) enum Competitor {
-    Core { lock: Lock, options: LockOptions },
+    Core { lock: Lock, options: Box<LockOptions> },
     PubSub(Box<PubSubWaiter>),
     Rslock(LockManager),
 }

@@ -21,11 +21,15 @@ use crate::server::{CommandStats, Server};
 /// How long a holder keeps the lock.
 const HOLD: Duration = Duration::from_millis(1);
 
-/// Holds the lock for [`HOLD`]. tokio's timer has millisecond ticks, so its `sleep(1 ms)` lasts 1–2 ms; a thread
+/// The hold of the long-hold process scenario (`procs-hold`): long enough that a fair waiter's place is kept by
+/// heartbeats while it waits (the fair contenders' heartbeat is a second), as with jobs that hold a lock for a while.
+const LONG_HOLD: Duration = Duration::from_millis(250);
+
+/// Holds the lock for `hold`. tokio's timer has millisecond ticks, so its `sleep(1 ms)` lasts 1–2 ms; a thread
 /// sleep on the blocking pool lasts ~1.05 ms and leaves the runtime's worker free for the waiters meanwhile.
-async fn hold() -> anyhow::Result<()> {
+async fn hold(hold: Duration) -> anyhow::Result<()> {
     #[allow(clippy::disallowed_methods)] // On a blocking-pool thread, not on the async runtime.
-    tokio::task::spawn_blocking(|| std::thread::sleep(HOLD)).await.context("the hold thread panicked")
+    tokio::task::spawn_blocking(move || std::thread::sleep(hold)).await.context("the hold thread panicked")
 }
 
 /// rslock with retries ~1 ms apart: its delay is uniform in [0, delay), so 2 ms gives 0 or 1 ms.
@@ -38,9 +42,17 @@ const RSLOCK_FAST_RETRY: (u32, Duration) = (3, Duration::from_millis(2));
 pub(crate) async fn run_processes(ctx: &mut Ctx) -> anyhow::Result<()> {
     let scale = ctx.settings.scale;
     for k in [2, 8, 32] {
-        processes(ctx, &format!("procs-{k}"), k, 3, Bound::new(1.5, 1_000_000, scale)).await?;
+        processes(ctx, &format!("procs-{k}"), k, HOLD, Bound::new(1.5, 1_000_000, scale)).await?;
     }
     Ok(())
+}
+
+/// Scenario 3c: eight process-like competitors holding the lock [`LONG_HOLD`] each. Where the cost of waiting
+/// moves: a herd costs server commands per release only, a queue costs a heartbeat per waiting process every
+/// second too (see the fair lock's `LockOptions::with_fair_queue`).
+pub(crate) async fn run_long_holds(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let scale = ctx.settings.scale;
+    processes(ctx, "procs-8-hold250", 8, LONG_HOLD, Bound::new(8.0, 1_000_000, scale)).await
 }
 
 /// How each process-like competitor builds its own client.
@@ -62,7 +74,8 @@ impl Kind {
     }
 }
 
-async fn processes(ctx: &mut Ctx, name: &str, k: usize, rounds: usize, bound: Bound) -> anyhow::Result<()> {
+async fn processes(ctx: &mut Ctx, name: &str, k: usize, holding: Duration, bound: Bound) -> anyhow::Result<()> {
+    let rounds = 3;
     let servers = ctx.servers(1)?;
     let url = servers[0].url();
     let mut kinds = vec![
@@ -79,7 +92,7 @@ async fn processes(ctx: &mut Ctx, name: &str, k: usize, rounds: usize, bound: Bo
         for i in order(round, kinds.len()) {
             let (contender, kind) = kinds[i];
             let key = format!("{name}:{i}:{round}");
-            let seg = process_segment(contender, kind, &url, &key, k, bound, &servers).await?;
+            let seg = process_segment(contender, kind, &url, &key, k, holding, bound, &servers).await?;
             match &mut totals[i] {
                 Some(total) => total.add(seg)?,
                 slot @ None => *slot = Some(Totals::from(seg)),
@@ -96,12 +109,14 @@ async fn processes(ctx: &mut Ctx, name: &str, k: usize, rounds: usize, bound: Bo
 
 /// One segment of K process-like competitors: each connects and warms up on its own thread, the counters are
 /// reset once all are ready, and then all contend until the bound.
+#[allow(clippy::too_many_arguments)] // One call site; a struct would only rename them.
 async fn process_segment(
     contender: &'static str,
     kind: Kind,
     url: &str,
     key: &str,
     k: usize,
+    holding: Duration,
     bound: Bound,
     servers: &[Server],
 ) -> anyhow::Result<Segment> {
@@ -137,7 +152,7 @@ async fn process_segment(
                 go.wait();
                 let competitor = prepared?;
                 let deadline = *deadline_cell.get().context("the segment never started")?;
-                compete(competitor, me, shared, key, deadline, per_competitor_max).await
+                compete(competitor, me, shared, key, deadline, per_competitor_max, holding).await
             })
         }));
     }
@@ -201,6 +216,7 @@ async fn scenario(
     let mut contenders = vec![
         Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
         Contender::core("fred", Backend::Fred, &urls, true).await?,
+        Contender::core_fair("redis-rs-fair", Backend::RedisRs, &urls[0]).await?,
         Contender::pubsub("pubsub-waiter", &urls[0]).await?,
         Contender::rslock("rslock", &urls, None)?,
     ];
@@ -377,7 +393,7 @@ async fn segment(
     for (me, competitor) in prepared.into_iter().enumerate() {
         let shared = shared.clone();
         let key = key.to_owned();
-        handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max)));
+        handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max, HOLD)));
     }
     let mut seg = Segment::new(bound.time)?;
     for handle in handles {
@@ -396,6 +412,7 @@ async fn compete(
     key: String,
     deadline: Instant,
     max: u64,
+    holding: Duration,
 ) -> anyhow::Result<Tally> {
     let mut tally =
         Tally { acquisitions: 0, gaps: Latency::new()?, waits: Latency::new()?, retakes: 0, overlaps: 0, errors: 0 };
@@ -425,7 +442,7 @@ async fn compete(
         }
         tally.waits.record(got - asked);
         tally.acquisitions += 1;
-        hold().await?;
+        hold(holding).await?;
         shared.holding.store(false, Ordering::SeqCst);
         shared.released_at.store(shared.nanos(Instant::now()), Ordering::SeqCst);
         if competitor.release(held).await.is_err() {
