@@ -2,7 +2,7 @@
 //!
 //! Notifications are a hint, never a source of truth: pub/sub is at-most-once and a release can race a waiter's
 //! try. A waiter therefore always re-polls the server when woken, and also wakes at the holder's remaining TTL and
-//! at its backoff cap. The hub wakes **one** waiter per release (the one that has been listening longest), which
+//! at its safety poll ([`RetryPolicy::with_safety_poll`](crate::RetryPolicy::with_safety_poll), 1 s by default). The hub wakes **one** waiter per release (the one that has been listening longest), which
 //! avoids a thundering herd of retries; a woken waiter that gives up passes its wake-up on.
 
 use std::collections::HashMap;

@@ -509,9 +509,12 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
 /// How a waiting acquire spaces its tries: exponential backoff with full jitter between `min_delay` and
 /// `max_delay`, never sleeping past the wait deadline, and never sleeping after the last try.
 ///
-/// The delays come from [`backon`]'s exponential builder. Release notifications (where the backend has them) and
-/// the holder's remaining TTL wake a waiter earlier; the backoff is the upper bound on how long a missed
-/// notification can delay it.
+/// The delays come from [`backon`]'s exponential builder. They space the tries of a waiter that hears no release
+/// notifications (a store without them, a subscription that failed) and the tries after a transient error. A waiter
+/// that listens for releases (the usual case, once its first try found the lock held) does not poll on the backoff:
+/// it sleeps until a release is announced, the holder's key expires, or its [safety
+/// poll](Self::with_safety_poll) passes (1 s, or `max_delay` when that is longer), whichever comes first. The safety
+/// poll is what a lost notification can cost it.
 ///
 /// ```
 /// use lock_core::RetryPolicy;
@@ -527,16 +530,18 @@ pub struct RetryPolicy {
     max_delay: Duration,
     factor: f32,
     max_attempts: Option<u32>,
+    safety_poll: Duration,
 }
 
 impl Default for RetryPolicy {
-    /// 5 ms doubling up to 100 ms, jittered, attempts bounded only by the wait budget.
+    /// 5 ms doubling up to 100 ms, jittered, attempts bounded only by the wait budget; a safety poll of 1 s.
     fn default() -> Self {
         RetryPolicy {
             min_delay: Duration::from_millis(5),
             max_delay: Duration::from_millis(100),
             factor: 2.0,
             max_attempts: None,
+            safety_poll: Duration::from_secs(1),
         }
     }
 }
@@ -558,6 +563,30 @@ impl RetryPolicy {
     pub fn with_factor(mut self, f: f32) -> Self {
         self.factor = f;
         self
+    }
+
+    /// Sets how long a waiter that listens for release notifications sleeps at most before trying again without one
+    /// (default 1 s; `max_delay` applies instead when it is longer). It bounds what a lost notification costs (a
+    /// subscriber reconnecting, a Cluster slot moving), and it is how often each such waiter polls the server while
+    /// a holder keeps the lock: with the backoff instead, eight processes waiting out a 250 ms hold sent two thirds
+    /// of the default lock's server commands as polls (issue 19, `procs-8-hold250` in BENCHMARKS.md).
+    ///
+    /// ```
+    /// use lock_core::RetryPolicy;
+    /// use std::time::Duration;
+    ///
+    /// let quick_to_recover = RetryPolicy::default().with_safety_poll(Duration::from_millis(250));
+    /// assert!(quick_to_recover.validate().is_ok());
+    /// ```
+    pub fn with_safety_poll(mut self, d: Duration) -> Self {
+        self.safety_poll = d;
+        self
+    }
+
+    /// How long a listening waiter sleeps at most without a notification: the safety poll, or `max_delay` when that
+    /// is longer (see [`with_safety_poll`](Self::with_safety_poll)).
+    pub fn safety_poll(&self) -> Duration {
+        self.safety_poll.max(self.max_delay)
     }
 
     /// Limits the number of tries (the first one included); `None` leaves only the wait budget as a bound.
@@ -590,13 +619,16 @@ impl RetryPolicy {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for a zero delay, `min_delay > max_delay`, a factor below 1 or not finite,
-    /// or a limit of zero attempts.
+    /// a limit of zero attempts, or a zero or absurd safety poll.
     pub fn validate(&self) -> Result<()> {
         if self.min_delay.is_zero() || self.min_delay > self.max_delay {
             return Err(LockError::invalid("retry delays must satisfy 0 < min_delay <= max_delay"));
         }
         if self.max_delay > MAX_WAIT {
             return Err(LockError::invalid("retry max_delay is absurdly large"));
+        }
+        if self.safety_poll.is_zero() || self.safety_poll > MAX_WAIT {
+            return Err(LockError::invalid("retry safety_poll must be above zero and not absurdly large"));
         }
         if !self.factor.is_finite() || self.factor < 1.0 {
             return Err(LockError::invalid("retry factor must be a finite number >= 1"));

@@ -250,8 +250,8 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     /// on its way, so that waiter's acquire runs on the server right behind the release: a hand-off costs one
     /// round trip after the release starts instead of two. A store that cannot promise it keeps the default,
     /// `false`, and waiters are woken when the release has completed, as they are on a Redlock. (Were the order
-    /// broken, say by a reconnect in between, the early waiter would find the lock still held and fall back to its
-    /// backoff: later, never wrong.)
+    /// broken, say by a reconnect in between, the early waiter would find the lock still held and wait for the
+    /// release's announcement: later, never wrong.)
     fn orders_commands(&self) -> bool {
         false
     }

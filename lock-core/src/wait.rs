@@ -277,7 +277,12 @@ where
         if again {
             continue;
         }
-        let mut pause = delays.next().unwrap_or(Duration::from_millis(100));
+        // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
+        // waiting out a 250 ms hold, those polls were two thirds of the server's commands), only on the safety poll.
+        let mut pause = match (&listeners, &last_error) {
+            (Some(_), None) => policy.safety_poll(),
+            _ => delays.next().unwrap_or(Duration::from_millis(100)),
+        };
         if let Some(ttl) = holder_ttl {
             // The holder's key is gone by then at the latest.
             pause = pause.min(ttl + Duration::from_millis(1));

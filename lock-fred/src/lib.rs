@@ -40,8 +40,8 @@
 //!
 //! Waiters are woken by release notifications received on **one** shared fred
 //! [`SubscriberClient`](fred::clients::SubscriberClient) per store; notifications are only a hint (a waiter always
-//! re-polls the server, and polls with backoff if notifications are unavailable). No pooled connection is held while
-//! waiting.
+//! re-polls the server, at the latest after its safety poll, and polls with backoff if notifications are
+//! unavailable). No pooled connection is held while waiting.
 //!
 //! # Keys
 //! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the

@@ -142,7 +142,7 @@ pub(crate) async fn deliver_messages(mut messages: broadcast::Receiver<Message>,
             }
             Err(RecvError::Lagged(missed)) => {
                 // Some releases were dropped from fred's buffer: wake one waiter per channel to re-poll rather
-                // than let them sleep out their backoff.
+                // than let them sleep out their safety poll.
                 tracing::debug!(missed, "release notifications lagged; waking waiters to re-poll");
                 for channel in hub.watched_channels() {
                     hub.wake_one(&channel);

@@ -53,8 +53,9 @@
 //! closed when the last clone of the store is dropped; a lost subscriber connection is reopened with backoff and
 //! resubscribed. On Redis Cluster the release is announced with `SPUBLISH` on the lock's shard and heard through
 //! a cluster connection that `SSUBSCRIBE`s each channel there (see [`RedisStoreBuilder::cluster`]). Pub/sub is
-//! at-most-once, so a notification is only a hint: waiters also wake at the holder's
-//! remaining TTL and at their backoff cap, and subscriber trouble is logged (with `tracing`), never returned.
+//! at-most-once, so a notification is only a hint: waiters also wake at the holder's remaining TTL and at their
+//! safety poll (`RetryPolicy::with_safety_poll`), and subscriber trouble is logged (with `tracing`), never
+//! returned.
 //!
 //! # TLS
 //! Off by default; the features pick the TLS library (none is forced on users who do not need one):

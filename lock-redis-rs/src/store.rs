@@ -140,7 +140,7 @@ impl RedisStoreBuilder {
     /// `TRYAGAIN` by itself; the pool size does not apply. Releases are announced with sharded pub/sub (`SPUBLISH`,
     /// Redis 7.0+), which stays on the shard that owns the lock's slot instead of being broadcast to every node, and
     /// heard over a second cluster connection that `SSUBSCRIBE`s each watched channel on its shard and resubscribes
-    /// after reconnects and slot moves; a notification missed meanwhile costs a waiter one backoff interval.
+    /// after reconnects and slot moves; a notification missed meanwhile costs a waiter at most its safety poll.
     ///
     /// The credentials and TLS of the first URL (`rediss://user:password@…`) apply to every node.
     ///

@@ -302,7 +302,7 @@ async fn open(
         .await?
         .map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
     // A release published while we were away is lost: let one waiter per channel poll now rather than at its
-    // backoff cap. On the first connection nothing was missed (each waiter polls once right after subscribing),
+    // safety poll. On the first connection nothing was missed (each waiter polls once right after subscribing),
     // and a wake-up then would only cost a waiter a try.
     if let Some(hub) = hub.upgrade().filter(|_| missed) {
         for channel in &channels {

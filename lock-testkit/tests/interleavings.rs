@@ -24,7 +24,8 @@ async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool
     }
 }
 
-/// A waiter whose backoff is far longer than any test here: only a wake-up gets it the lock in time.
+/// A waiter whose backoff and safety poll are far longer than any test here: only a wake-up gets it the lock in
+/// time.
 fn patient() -> LockOptions {
     let slow = RetryPolicy::default().with_min_delay(ms(20_000)).with_max_delay(ms(20_000));
     LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(slow)
@@ -483,4 +484,60 @@ async fn a_grant_is_claimed_with_a_try_when_replica_acks_were_asked_for() {
     let g = head.await.unwrap().unwrap();
     assert!(holds(&server, "acked", &g), "granted to someone else");
     assert!(head_tries(&server).len() > before, "returned the grant from the announcement, unacknowledged by replicas");
+}
+
+/// When the waiter (client 1) sent its tries.
+fn tries_of(server: &ScriptedServer, client: usize) -> usize {
+    server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == client).count()
+}
+
+/// Issue 19: a waiter that listens for releases does not poll the server on its backoff while the holder holds (with
+/// a 250 ms hold and eight waiting processes, the backoff's tries were two thirds of the default lock's server
+/// commands): it tries once, listens, and sleeps until a release is announced, the holder's key expires, or its
+/// safety poll passes. A release is then heard at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_waiter_does_not_poll_while_the_lock_is_held() {
+    let server = ScriptedServer::new();
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let holder = a.try_acquire("held-long", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let hub = b.stores()[0].release_hub().cloned().unwrap();
+    // The default retry policy: its backoff alone would try about a dozen times in the 800 ms below.
+    let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000));
+    let waiter = tokio::spawn(async move { b.acquire("held-long", &waiting).await });
+    let channel = keys("held-long");
+    eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+    tokio::time::sleep(ms(800)).await;
+    // Its first try, and the look again once subscribed (a release may have landed before the subscription).
+    let tries = tries_of(&server, 1);
+    assert!(tries <= 2, "the waiter polled {tries} times while listening");
+    let (guard, waited) = timed(async {
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited < ms(500), "the release was not heard: {waited:?}");
+    guard.release().await.unwrap();
+}
+
+/// The other half of the trade: a lost announcement costs a listening waiter at most its safety poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_announcement_costs_a_listening_waiter_its_safety_poll() {
+    let server = ScriptedServer::new();
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let holder = a.try_acquire("unannounced", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let hub = b.stores()[0].release_hub().cloned().unwrap();
+    let poll = ms(600);
+    let waiting =
+        LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(RetryPolicy::default().with_safety_poll(poll));
+    let waiter = tokio::spawn(async move { b.acquire("unannounced", &waiting).await });
+    let channel = keys("unannounced");
+    eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+    server.notification_rule(|_| Some(lock_testkit::scripted::Delivery::Drop));
+    let (guard, waited) = timed(async {
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited <= poll + ms(300), "a lost announcement cost more than the safety poll: {waited:?}");
+    guard.release().await.unwrap();
 }
