@@ -784,8 +784,7 @@ impl Drop for Waiting<'_> {
 
 fn options(session: &Session, fencing: Fencing) -> LockOptions {
     // A listening waiter's safety poll is the backoff's cap, so a schedule that hides a wake-up keeps one bound.
-    let retry =
-        RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY).with_safety_poll(MAX_DELAY);
+    let retry = RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY).with_safety_poll(MAX_DELAY);
     let opts = LockOptions::new(session.ttl).with_fencing_mode(fencing).with_retry(retry);
     match session.take {
         Take::Try => opts.with_wait(Duration::ZERO),

@@ -618,6 +618,7 @@ macro_rules! server_tests {
             fair_waiters_of_one_process_share_their_heartbeats,
             a_release_announces_itself_only_when_someone_tried,
             a_release_mark_the_acl_refuses_is_auth_not_wrongtype,
+            a_listening_waiter_does_not_poll_while_the_lock_is_held,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

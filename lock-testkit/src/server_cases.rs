@@ -365,3 +365,42 @@ pub async fn a_release_mark_the_acl_refuses_is_auth_not_wrongtype(connect: &UrlF
         assert!(matches!(err, Some(LockError::Auth { .. })), "fencing {fencing}: expected Auth, got {err:?}");
     }
 }
+
+/// Issue 19: a waiter that listens for releases does not poll the server on its backoff while the lock is held (with
+/// eight processes waiting out a 250 ms hold, those polls were two thirds of the default lock's server commands). A
+/// waiter in another client, with the default retry policy, waits 900 ms for a holder: its tries are its first one
+/// and the look once subscribed (the backoff alone would have sent about a dozen), and the release still reaches it
+/// at once. Fenced and unfenced (an unfenced try is `SET NX PX` followed by the `HOLDER` script).
+pub async fn a_listening_waiter_does_not_poll_while_the_lock_is_held(connect: &UrlFactory) {
+    let server = start();
+    let here = Lock::from_arc(connect(server.url()).await.or_panic());
+    let there = Lock::from_arc(connect(server.url()).await.or_panic());
+    let calls = |name: &str| server.command_calls().or_panic().get(name).copied().unwrap_or(0);
+    for fencing in [true, false] {
+        let resource = format!("not-polled-{fencing}");
+        let options = LockOptions::new(ms(10_000)).with_fencing(fencing);
+        // Scripts and connections exist before counting.
+        there.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
+        let guard = here.try_acquire(&resource, &options).await.or_panic().or_panic();
+        // Each try of the waiter's runs one script: `ACQUIRE` (fenced) or `HOLDER` (unfenced, after its `SET NX`
+        // failed).
+        let tries = || calls("evalsha");
+        let before = tries();
+        let waiter = async {
+            let g = there.acquire(&resource, &options.clone().with_wait(ms(10_000))).await.or_panic();
+            let woke = Instant::now();
+            g.release().await.or_panic();
+            woke
+        };
+        let release = async {
+            crate::runtime::sleep(ms(900)).await;
+            let polled = tries() - before;
+            assert!(polled <= 2, "fencing {fencing}: the waiter tried {polled} times while the lock was held");
+            let released = Instant::now();
+            guard.release().await.or_panic();
+            released
+        };
+        let (woke, released) = futures_util::future::join(waiter, release).await;
+        assert!(woke.saturating_duration_since(released) < ms(500), "fencing {fencing}: the release was not heard");
+    }
+}
