@@ -611,11 +611,6 @@ local dead = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 if dead.err then
   return refused(dead, 'heartbeats', KEYS[4])
 end
-local head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
-if head.err then
-  return refused(head, 'queue', KEYS[3])
-end
-local before = head[1]
 -- A read-write lock's writer: live readers keep it busy (read only; expired readers are purged by the readers'
 -- scripts), and their last expiry is how long.
 local readers_ttl = false
@@ -629,6 +624,21 @@ if KEYS[8] then
   end
 end
 local busy = holder or readers_ttl
+-- Who heads the queue matters only when the lock is free (or a purge may change the head). While it is busy, our
+-- own place is read instead, which checks the queue's type before any write as well (it is needed below anyway).
+local head, placed = {}, nil
+if busy and #dead == 0 then
+  placed = redis.pcall('ZSCORE', KEYS[3], token)
+  if type(placed) == 'table' then
+    return refused(placed, 'queue', KEYS[3])
+  end
+else
+  head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
+  if head.err then
+    return refused(head, 'queue', KEYS[3])
+  end
+end
+local before = head[1]
 if #dead > 0 then
   for _, waiter in ipairs(dead) do
     redis.call('ZREM', KEYS[3], waiter)
@@ -692,7 +702,10 @@ if ARGV[6] ~= '1' then
   return {0, pttl, -1}
 end
 local expiry = string.format('%d', now + tonumber(ARGV[5]))
-if not redis.call('ZSCORE', KEYS[3], token) then
+if placed == nil then
+  placed = redis.call('ZSCORE', KEYS[3], token)
+end
+if not placed then
   if ARGV[9] ~= '' then
     -- Before the place is written: a key of another type under the grants' name is refused with nothing written.
     local noted = redis.pcall('HSET', KEYS[7], token, ARGV[9])
@@ -737,8 +750,9 @@ return reply
     ),
 );
 
-/// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token, take our token out
-/// of the queue, and hand a free lock to the live head of the queue.
+/// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token (a holder has no
+/// place: the grant or the try that gave it the lock removed it), or else take our token out of the queue, and hand
+/// a free lock to the live head of the queue (a release that grants overwrites its own token with the head's).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` heartbeats, `KEYS[4]` release channel, `KEYS[5]` the release
 /// mark, `KEYS[6]` fence key, `KEYS[7]` grants (see [`FAIR_ACQUIRE`]); `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]`
@@ -777,39 +791,49 @@ local value, refused_lock = lock_value(KEYS[1])
 if refused_lock then
   return refused_lock
 end
-local beat = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
-if type(beat) == 'table' then
-  return refused(beat, 'heartbeats', KEYS[3])
-end
-local left = redis.pcall('ZREM', KEYS[2], ARGV[1])
-if type(left) == 'table' then
-  return refused(left, 'queue', KEYS[2])
-end
-if beat then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-end
-if left == 1 then
-  redis.pcall('HDEL', KEYS[7], ARGV[1])
-end
+-- Our lock: we hold no place (the grant or the try that gave us the lock removed it), and the key is deleted below
+-- unless a grant overwrites it. Otherwise we are a waiter leaving the queue.
 local outcome = 0
 if value == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   outcome = 1
-elseif value then
-  return -1
-end
-if outcome == 0 and left == 0 then
-  return 0
+else
+  local beat = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
+  if type(beat) == 'table' then
+    return refused(beat, 'heartbeats', KEYS[3])
+  end
+  local left = redis.pcall('ZREM', KEYS[2], ARGV[1])
+  if type(left) == 'table' then
+    return refused(left, 'queue', KEYS[2])
+  end
+  if beat then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+  end
+  if left == 1 then
+    redis.pcall('HDEL', KEYS[7], ARGV[1])
+  end
+  if value then
+    return -1
+  end
+  if left == 0 then
+    return 0
+  end
 end
 local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
 -- The head, past the places whose heartbeat expired (a few; the next fair try purges any more). The clock is read
--- only when someone is queued.
-local head, live, t = redis.call('ZRANGE', KEYS[2], 0, 0)[1], false, nil
+-- only when someone is queued. Types are checked before the first write.
+local front = redis.pcall('ZRANGE', KEYS[2], 0, 0)
+if front.err then
+  return refused(front, 'queue', KEYS[2])
+end
+local head, live, t = front[1], false, nil
 if head then
   t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   for _ = 1, 8 do
-    local expiry = redis.call('ZSCORE', KEYS[3], head)
+    local expiry = redis.pcall('ZSCORE', KEYS[3], head)
+    if type(expiry) == 'table' then
+      return refused(expiry, 'heartbeats', KEYS[3])
+    end
     if not expiry or tonumber(expiry) > now then
       live = expiry and true or false
       break
@@ -834,6 +858,7 @@ if head and live then
     current, refused_counter = read_counter(KEYS[6])
   end
   if lease and tonumber(lease) > 0 and not refused_counter then
+    -- Overwrites our token when we released: one write for the release and the grant.
     redis.call('SET', KEYS[1], head, 'PX', lease)
     redis.call('ZREM', KEYS[2], head)
     redis.call('ZREM', KEYS[3], head)
@@ -847,7 +872,7 @@ if head and live then
     return outcome
   end
 end
-local marked = outcome == 1 and redis.call('DEL', KEYS[5]) == 1
+local marked = outcome == 1 and redis.call('DEL', KEYS[1], KEYS[5]) > 1
 if head then
   redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head)
 elseif marked then
