@@ -72,6 +72,9 @@ struct Channel {
     tokens: HashMap<String, Place>,
     /// The backend was asked to subscribe (and not since to unsubscribe).
     subscribed: bool,
+    /// The last subscription request failed (refused by the ACL, no connection): releases are not heard here, so
+    /// waiters poll on their backoff rather than trust a wake-up (see [`ReleaseWatch::hears`]).
+    deaf: bool,
     /// Notified for every message on the channel, whoever sent it: observers (an election's) that re-read state
     /// on any change, rather than waiters that take turns.
     any: Event,
@@ -90,6 +93,7 @@ impl Channel {
             tokens: HashMap::new(),
             any: Event::new(),
             subscribed: false,
+            deaf: false,
         }
     }
 
@@ -244,9 +248,11 @@ impl ReleaseHub {
             token: token.map(|(t, _)| t.to_owned()),
         };
         if let Some(confirmation) = confirmation {
-            if let Err(err) = confirmation.await {
+            let confirmed = confirmation.await;
+            if let Err(err) = &confirmed {
                 tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
             }
+            lock(&watch.state).deaf = confirmed.is_err();
         }
         watch
     }
@@ -355,6 +361,12 @@ pub struct ReleaseWatch {
 }
 
 impl ReleaseWatch {
+    /// Whether releases on this channel reach this process: `false` when the last subscription request failed
+    /// (until a later one succeeds), and a waiter then polls on its backoff instead of its safety poll.
+    pub(crate) fn hears(&self) -> bool {
+        !lock(&self.state).deaf
+    }
+
     /// A listener for the next wake-up. Create it *before* polling the server, then await it, so a release that
     /// lands between the poll and the await is not missed. Dropped after it was woken but before it was awaited
     /// (its waiter left), it passes the wake-up on.

@@ -72,6 +72,11 @@ impl Watches {
         self.watches.iter().fold(false, |taken, w| w.take_stored() | taken)
     }
 
+    /// Whether releases reach us on every instance (see [`ReleaseWatch::hears`]).
+    fn hear(&self) -> bool {
+        self.watches.iter().all(ReleaseWatch::hears)
+    }
+
     fn watch(&self, i: usize) -> Option<&ReleaseWatch> {
         self.watches.get(i)
     }
@@ -279,8 +284,10 @@ where
         }
         // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
         // waiting out a 250 ms hold, those polls were two thirds of the server's commands), only on the safety poll.
+        // One whose subscription failed hears nothing, and polls on the backoff as without notifications.
+        let hears = watch.as_ref().is_some_and(Watches::hear);
         let mut pause = match (&listeners, &last_error) {
-            (Some(_), None) => policy.safety_poll(),
+            (Some(_), None) if hears => policy.safety_poll(),
             _ => delays.next().unwrap_or(Duration::from_millis(100)),
         };
         if let Some(ttl) = holder_ttl {

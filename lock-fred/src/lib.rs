@@ -41,7 +41,11 @@
 //! Waiters are woken by release notifications received on **one** shared fred
 //! [`SubscriberClient`](fred::clients::SubscriberClient) per store; notifications are only a hint (a waiter always
 //! re-polls the server, at the latest after its safety poll, and polls with backoff if notifications are
-//! unavailable). No pooled connection is held while waiting.
+//! unavailable). No pooled connection is held while waiting. One limit: fred 10 reports a `SUBSCRIBE` that the
+//! server's ACL refused (a user without the lock's channels, `&lock:*`) as a success, so this store cannot tell its
+//! waiters that they hear nothing; they then take a released lock at their safety poll
+//! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Grant the channels (the README's
+//! minimal ACL line does) or shorten the safety poll.
 //!
 //! # Keys
 //! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the

@@ -9,3 +9,19 @@ async fn store(url: &str) -> lock_redis_rs::lock_core::Result<RedisStore> {
 }
 
 lock_testkit::server_tests!(store);
+
+/// redis-rs reports a `SUBSCRIBE` the ACL refuses as an error, so its waiters know they hear nothing and poll on their
+/// backoff rather than their safety poll (not in `server_tests!`: fred 10 reports such a `SUBSCRIBE` as a success).
+#[test]
+fn a_waiter_told_it_cannot_subscribe_polls_on_its_backoff() {
+    lock_testkit::runtime::tokio(async {
+        lock_testkit::server_cases::a_waiter_told_it_cannot_subscribe_polls_on_its_backoff(&|url: String| {
+            Box::pin(async move {
+                store(&url)
+                    .await
+                    .map(|s| std::sync::Arc::new(s) as std::sync::Arc<dyn lock_testkit::__private::LockStore>)
+            })
+        })
+        .await;
+    });
+}

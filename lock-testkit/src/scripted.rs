@@ -311,6 +311,9 @@ struct ServerState {
     slow_unsubscribe: Duration,
     /// Holds every subscription's confirmation at this gate (the request itself is applied at once).
     subscription_gate: Option<Gate>,
+    /// Refuses every subscription request (as a server whose ACL forbids the channel would): nothing is
+    /// subscribed, and the confirmation is an injected `Auth` error.
+    refuse_subscriptions: bool,
 }
 
 struct ClientEntry {
@@ -411,6 +414,12 @@ impl ScriptedServer {
         let mut st = self.state();
         st.call_rules.clear();
         st.note_rules.clear();
+    }
+
+    /// Refuses every subscription request from now on (`true`), as a server whose ACL forbids the channels would:
+    /// nothing is subscribed and each confirmation is an injected [`Injected::Auth`] error.
+    pub fn refuse_subscriptions(&self, refuse: bool) {
+        self.state().refuse_subscriptions = refuse;
     }
 
     /// Makes every unsubscribe request take `extra` longer (spent inside the hub's call, on its thread), which
@@ -572,6 +581,13 @@ impl fmt::Debug for ClientControl {
 
 impl SubscriptionControl for ClientControl {
     fn subscribe(&self, channel: &str) -> Confirmation {
+        let refused = self.server.upgrade().is_some_and(|shared| {
+            let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.refuse_subscriptions
+        });
+        if refused {
+            return Box::pin(async { Err(Injected::Auth.error()) });
+        }
         self.apply(channel, true);
         let gate = self.server.upgrade().and_then(|shared| {
             let st = shared.state.lock().unwrap_or_else(|p| p.into_inner());

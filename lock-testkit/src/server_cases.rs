@@ -404,3 +404,48 @@ pub async fn a_listening_waiter_does_not_poll_while_the_lock_is_held(connect: &U
         assert!(woke.saturating_duration_since(released) < ms(500), "fencing {fencing}: the release was not heard");
     }
 }
+
+/// How long a waiter under a user whose ACL refuses the lock's release channels (its subscription gets `NOPERM`)
+/// takes to get a lock released 500 ms after it started waiting, polling every 50 ms at most on its backoff and
+/// `safety_poll` at most while it believes it hears releases.
+async fn deaf_waiter_takes_a_released_lock(
+    connect: &UrlFactory,
+    safety_poll: std::time::Duration,
+) -> std::time::Duration {
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("resetchannels &lock:* ", "resetchannels "));
+    let holder = Lock::from_arc(connect(server.url()).await.or_panic());
+    let deaf = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
+    let polling = lock_core::RetryPolicy::default().with_max_delay(ms(50)).with_safety_poll(safety_poll);
+    let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(polling);
+    let guard = holder.try_acquire("unheard", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
+    let waiter = async {
+        let g = deaf.acquire("unheard", &waiting).await.or_panic();
+        let took = Instant::now();
+        g.release().await.or_panic();
+        took
+    };
+    let release = async {
+        // Past the waiter's first tries and its refused subscription.
+        crate::runtime::sleep(ms(500)).await;
+        let released = Instant::now();
+        guard.release().await.or_panic();
+        released
+    };
+    let (took, released) = futures_util::future::join(waiter, release).await;
+    took.saturating_duration_since(released)
+}
+
+/// A user whose ACL refuses the lock's release channels still gets a released lock: its waiter hears nothing, and
+/// tries again within its safety poll (700 ms here) at the latest.
+pub async fn a_waiter_the_acl_keeps_off_the_channels_still_takes_a_released_lock(connect: &UrlFactory) {
+    let waited = deaf_waiter_takes_a_released_lock(connect, ms(700)).await;
+    assert!(waited < ms(1_000), "a waiter that cannot hear releases slept {waited:?}");
+}
+
+/// For a store whose subscription reports the ACL's refusal (lock-redis-rs; fred 10 reports a refused `SUBSCRIBE`
+/// as a success): the waiter knows it hears nothing, so it keeps polling on its backoff (50 ms here) and takes a
+/// released lock within it, not after its safety poll (20 s here).
+pub async fn a_waiter_told_it_cannot_subscribe_polls_on_its_backoff(connect: &UrlFactory) {
+    let waited = deaf_waiter_takes_a_released_lock(connect, ms(20_000)).await;
+    assert!(waited < ms(1_000), "a waiter that knows it cannot hear releases slept {waited:?}");
+}

@@ -541,3 +541,25 @@ async fn a_lost_announcement_costs_a_listening_waiter_its_safety_poll() {
     assert!(waited <= poll + ms(300), "a lost announcement cost more than the safety poll: {waited:?}");
     guard.release().await.unwrap();
 }
+
+/// The safety poll is for waiters that hear releases: a waiter whose subscription the server refused (an ACL without
+/// the channel, say) hears nothing, so it keeps polling on its backoff and takes a released lock within the
+/// backoff's cap, not its safety poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_subscription_was_refused_polls_on_its_backoff() {
+    let server = ScriptedServer::new();
+    server.refuse_subscriptions(true);
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let holder = a.try_acquire("deaf", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let polling = RetryPolicy::default().with_max_delay(ms(50)).with_safety_poll(ms(20_000));
+    let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(polling);
+    let waiter = tokio::spawn(async move { b.acquire("deaf", &waiting).await });
+    eventually("the waiter tried twice", ms(5_000), || tries_of(&server, 1) >= 2).await;
+    let (guard, waited) = timed(async {
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited < ms(1_000), "a waiter that hears nothing slept its safety poll: {waited:?}");
+    guard.release().await.unwrap();
+}
