@@ -210,12 +210,12 @@ impl LockOptions {
     /// of those tries fail: cheap with a few processes, or with waiters in one process (where a release hands over
     /// to the next local waiter in its own round trip), but one failed try per waiting process and release with
     /// many. The queue is flat in the number of processes and serves them in order, at a price of its own: about
-    /// 34 server commands per contended acquisition whatever the number of processes, a heartbeat per waiting
+    /// 30 server commands per contended acquisition whatever the number of processes, a heartbeat per waiting
     /// process every `waiter_ttl / 3`, and a crashed waiter holding up those behind it for up to `waiter_ttl`.
-    /// Measured (BENCHMARKS.md, issue 19): with eight processes holding 1 ms each, the queue costs the server 0.61×
-    /// the default's commands, with 32 processes 0.18×, and serves them evenly (fairness 0.92–0.99, against
-    /// 0–0.5); with eight waiters in one process it costs 3.5× the default's, for the same hand-off time. Take it for
-    /// many processes contending on short holds, or when arrival order matters.
+    /// Measured (BENCHMARKS.md, issue 19): with eight processes holding 1 ms each, the queue costs the server 0.54×
+    /// the default's commands, with 32 processes 0.16×, and serves them evenly (fairness 0.92–0.99, against
+    /// 0–0.5); with two processes it costs 2.4×, and with eight waiters in one process 3.1×, for the same hand-off
+    /// time. Take it for many processes contending on short holds, or when arrival order matters.
     ///
     /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
     /// is a try, so it counts toward a retry policy's attempt limit
