@@ -8,8 +8,8 @@
 //!   implemented by `lock-redis-rs`, `lock-fred` and the in-memory [`MemoryStore`] (which runs the same Lua
 //!   scripts in an embedded Lua); every `ScriptStore` is a [`LockStore`], the engine's view of a store;
 //! - the [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter, or the token drawn only when asked:
-//!   [`Fencing::OnDemand`]), waiting with jittered backoff woken
-//!   by release notifications (one waiter per release, no barging past queued waiters), validity
+//!   [`Fencing::OnDemand`]), waiting for release notifications (one waiter per release and process, no barging
+//!   past queued waiters; a safety poll, and jittered backoff where nothing is heard), validity
 //!   `ttl − elapsed − drift` from a monotonic clock started before the request, compare-and-delete release and
 //!   compare-and-extend — on one store, or over N independent ones with [`Lock::redlock`] (quorum, per-instance timeouts,
 //!   fencing tokens kept monotonic across quorums; see the [`redlock`] module for the argument and the limits);

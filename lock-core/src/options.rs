@@ -600,7 +600,9 @@ impl RetryPolicy {
         self.safety_poll.max(self.max_delay)
     }
 
-    /// Limits the number of tries (the first one included); `None` leaves only the wait budget as a bound.
+    /// Limits the number of tries (the first one included); `None` leaves only the wait budget as a bound. A waiter
+    /// that listens for releases tries when it is woken or at its safety poll, not on the backoff, so a limit of
+    /// tries is no bound on time: the wait budget ([`LockOptions::with_wait`]) is.
     pub fn with_max_attempts(mut self, n: Option<u32>) -> Self {
         self.max_attempts = n;
         self
