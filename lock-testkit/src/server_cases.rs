@@ -32,6 +32,31 @@ fn blocked_clients(server: &RedisServer) -> u64 {
     info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|n| n.trim().parse().ok()).unwrap_or(0)
 }
 
+/// Runs `acquire` (a waiting acquire elsewhere, whose guard is released at once) while `held` is released after
+/// `after` (`before_release` runs just before): how long after the release the waiter had the lock.
+async fn taken_after_release(
+    acquire: impl Future<Output = lock_core::Guard>,
+    held: lock_core::Guard,
+    after: std::time::Duration,
+    before_release: impl FnOnce(),
+) -> std::time::Duration {
+    let waiter = async {
+        let g = acquire.await;
+        let took = Instant::now();
+        g.release().await.or_panic();
+        took
+    };
+    let release = async {
+        crate::runtime::sleep(after).await;
+        before_release();
+        let released = Instant::now();
+        held.release().await.or_panic();
+        released
+    };
+    let (took, released) = futures_util::future::join(Box::pin(waiter), Box::pin(release)).await;
+    took.saturating_duration_since(released)
+}
+
 fn exists(server: &RedisServer, key: &str) -> bool {
     server.command(&["EXISTS", key]).or_panic() == Reply::Int(1)
 }
@@ -332,21 +357,9 @@ pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFac
         let slow = lock_core::RetryPolicy::default().with_min_delay(ms(3_000)).with_max_delay(ms(3_000));
         let waiting = options.clone().with_wait(ms(8_000)).with_retry(slow);
         let guard = here.try_acquire(&resource, &options).await.or_panic().or_panic();
-        let waiter = async {
-            let g = there.acquire(&resource, &waiting).await.or_panic();
-            let woke = Instant::now();
-            g.release().await.or_panic();
-            woke
-        };
-        let release = async {
-            // Past the waiter's two first tries (before and after it subscribed), well before its next one.
-            crate::runtime::sleep(ms(500)).await;
-            let released = Instant::now();
-            guard.release().await.or_panic();
-            released
-        };
-        let (woke, released) = futures_util::future::join(Box::pin(waiter), Box::pin(release)).await;
-        let delay = woke.saturating_duration_since(released);
+        let waiter = async { there.acquire(&resource, &waiting).await.or_panic() };
+        // Released past the waiter's two first tries (before and after it subscribed), well before its next one.
+        let delay = taken_after_release(waiter, guard, ms(500), || ()).await;
         assert!(delay < ms(1_500), "fencing {fencing}: the waiter took {delay:?} after the release (its timer)");
     }
 }
@@ -386,22 +399,14 @@ pub async fn a_listening_waiter_does_not_poll_while_the_lock_is_held(connect: &U
         // failed).
         let tries = || calls("evalsha");
         let before = tries();
-        let waiter = async {
-            let g = there.acquire(&resource, &options.clone().with_wait(ms(10_000))).await.or_panic();
-            let woke = Instant::now();
-            g.release().await.or_panic();
-            woke
-        };
-        let release = async {
-            crate::runtime::sleep(ms(900)).await;
+        let waiting = options.clone().with_wait(ms(10_000));
+        let waiter = async { there.acquire(&resource, &waiting).await.or_panic() };
+        let delay = taken_after_release(waiter, guard, ms(900), || {
             let polled = tries() - before;
             assert!(polled <= 2, "fencing {fencing}: the waiter tried {polled} times while the lock was held");
-            let released = Instant::now();
-            guard.release().await.or_panic();
-            released
-        };
-        let (woke, released) = futures_util::future::join(waiter, release).await;
-        assert!(woke.saturating_duration_since(released) < ms(500), "fencing {fencing}: the release was not heard");
+        })
+        .await;
+        assert!(delay < ms(500), "fencing {fencing}: the release was not heard");
     }
 }
 
@@ -418,21 +423,9 @@ async fn deaf_waiter_takes_a_released_lock(
     let polling = lock_core::RetryPolicy::default().with_max_delay(ms(50)).with_safety_poll(safety_poll);
     let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(polling);
     let guard = holder.try_acquire("unheard", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
-    let waiter = async {
-        let g = deaf.acquire("unheard", &waiting).await.or_panic();
-        let took = Instant::now();
-        g.release().await.or_panic();
-        took
-    };
-    let release = async {
-        // Past the waiter's first tries and its refused subscription.
-        crate::runtime::sleep(ms(500)).await;
-        let released = Instant::now();
-        guard.release().await.or_panic();
-        released
-    };
-    let (took, released) = futures_util::future::join(waiter, release).await;
-    took.saturating_duration_since(released)
+    let waiter = async { deaf.acquire("unheard", &waiting).await.or_panic() };
+    // Released past the waiter's first tries and its refused subscription.
+    taken_after_release(waiter, guard, ms(500), || ()).await
 }
 
 /// A user whose ACL refuses the lock's release channels still gets a released lock: its waiter hears nothing, and

@@ -486,6 +486,34 @@ async fn a_grant_is_claimed_with_a_try_when_replica_acks_were_asked_for() {
     assert!(head_tries(&server).len() > before, "returned the grant from the announcement, unacknowledged by replicas");
 }
 
+/// A holder of `resource` (client 0 of `server`) and a waiter for it (client 1, in a task, with `waiting`), polled
+/// until the waiter listens for the release.
+async fn holder_and_listening_waiter(
+    server: &ScriptedServer,
+    resource: &'static str,
+    waiting: LockOptions,
+) -> (lock_core::Guard, tokio::task::JoinHandle<Result<lock_core::Guard, LockError>>) {
+    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
+    let holder = a.try_acquire(resource, &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let hub = b.stores()[0].release_hub().cloned().unwrap();
+    let waiter = tokio::spawn(async move { b.acquire(resource, &waiting).await });
+    let channel = keys(resource);
+    eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+    (holder, waiter)
+}
+
+/// Releases `holder`, then awaits the waiter's acquire: its guard, and how long that took.
+async fn released_then_taken(
+    holder: lock_core::Guard,
+    waiter: tokio::task::JoinHandle<Result<lock_core::Guard, LockError>>,
+) -> (lock_core::Guard, Duration) {
+    timed(async {
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap()
+    })
+    .await
+}
+
 /// When the waiter (client 1) sent its tries.
 fn tries_of(server: &ScriptedServer, client: usize) -> usize {
     server.log().iter().filter(|c| c.call.op == Op::Acquire && c.call.client == client).count()
@@ -498,23 +526,14 @@ fn tries_of(server: &ScriptedServer, client: usize) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listening_waiter_does_not_poll_while_the_lock_is_held() {
     let server = ScriptedServer::new();
-    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
-    let holder = a.try_acquire("held-long", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let hub = b.stores()[0].release_hub().cloned().unwrap();
     // The default retry policy: its backoff alone would try about a dozen times in the 800 ms below.
     let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000));
-    let waiter = tokio::spawn(async move { b.acquire("held-long", &waiting).await });
-    let channel = keys("held-long");
-    eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+    let (holder, waiter) = holder_and_listening_waiter(&server, "held-long", waiting).await;
     tokio::time::sleep(ms(800)).await;
     // Its first try, and the look again once subscribed (a release may have landed before the subscription).
     let tries = tries_of(&server, 1);
     assert!(tries <= 2, "the waiter polled {tries} times while listening");
-    let (guard, waited) = timed(async {
-        holder.release().await.unwrap();
-        waiter.await.unwrap().unwrap()
-    })
-    .await;
+    let (guard, waited) = released_then_taken(holder, waiter).await;
     assert!(waited < ms(500), "the release was not heard: {waited:?}");
     guard.release().await.unwrap();
 }
@@ -523,21 +542,12 @@ async fn a_listening_waiter_does_not_poll_while_the_lock_is_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_announcement_costs_a_listening_waiter_its_safety_poll() {
     let server = ScriptedServer::new();
-    let (a, b) = (Lock::new(server.client()), Lock::new(server.client()));
-    let holder = a.try_acquire("unannounced", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let hub = b.stores()[0].release_hub().cloned().unwrap();
     let poll = ms(600);
     let waiting =
         LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(RetryPolicy::default().with_safety_poll(poll));
-    let waiter = tokio::spawn(async move { b.acquire("unannounced", &waiting).await });
-    let channel = keys("unannounced");
-    eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+    let (holder, waiter) = holder_and_listening_waiter(&server, "unannounced", waiting).await;
     server.notification_rule(|_| Some(lock_testkit::scripted::Delivery::Drop));
-    let (guard, waited) = timed(async {
-        holder.release().await.unwrap();
-        waiter.await.unwrap().unwrap()
-    })
-    .await;
+    let (guard, waited) = released_then_taken(holder, waiter).await;
     assert!(waited <= poll + ms(300), "a lost announcement cost more than the safety poll: {waited:?}");
     guard.release().await.unwrap();
 }
@@ -555,11 +565,7 @@ async fn a_waiter_whose_subscription_was_refused_polls_on_its_backoff() {
     let waiting = LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(polling);
     let waiter = tokio::spawn(async move { b.acquire("deaf", &waiting).await });
     eventually("the waiter tried twice", ms(5_000), || tries_of(&server, 1) >= 2).await;
-    let (guard, waited) = timed(async {
-        holder.release().await.unwrap();
-        waiter.await.unwrap().unwrap()
-    })
-    .await;
+    let (guard, waited) = released_then_taken(holder, waiter).await;
     assert!(waited < ms(1_000), "a waiter that hears nothing slept its safety poll: {waited:?}");
     guard.release().await.unwrap();
 }
