@@ -521,8 +521,10 @@ pub fn validate_ttl(ttl: Duration) -> Result<()> {
 /// `max_delay`, never sleeping past the wait deadline, and never sleeping after the last try.
 ///
 /// The delays come from [`backon`]'s exponential builder. They space the tries of a waiter that hears no release
-/// notifications (a store without them, a subscription that failed) and the tries after a transient error. A waiter
-/// that listens for releases (the usual case, once its first try found the lock held) does not poll on the backoff:
+/// notifications (a store without them, a subscription that failed), of a Redlock waiter (a quorum can become
+/// reachable with nothing announced: an instance back up, a split vote given back) and the tries after a transient
+/// error. A waiter on one instance that listens for releases (the usual
+/// case, once its first try found the lock held) does not poll on the backoff:
 /// it sleeps until a release is announced, the holder's key expires, or its [safety
 /// poll](Self::with_safety_poll) passes (1 s, or `max_delay` when that is longer), whichever comes first. The safety
 /// poll is what a lost notification can cost it.
@@ -576,8 +578,9 @@ impl RetryPolicy {
         self
     }
 
-    /// Sets how long a waiter that listens for release notifications sleeps at most before trying again without one
-    /// (default 1 s; `max_delay` applies instead when it is longer). It bounds what a lost notification costs (a
+    /// Sets how long a waiter on one instance that listens for release notifications sleeps at most before trying
+    /// again without one (default 1 s; `max_delay` applies instead when it is longer; Redlock waiters keep the
+    /// backoff). It bounds what a lost notification costs (a
     /// subscriber reconnecting, a Cluster slot moving), and it is how often each such waiter polls the server while
     /// a holder keeps the lock: with the backoff instead, eight processes waiting out a 250 ms hold sent two thirds
     /// of the default lock's server commands as polls (issue 19, `procs-8-hold250` in BENCHMARKS.md).

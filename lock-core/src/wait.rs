@@ -284,8 +284,11 @@ where
         }
         // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
         // waiting out a 250 ms hold, those polls were two thirds of the server's commands), only on the safety poll.
-        // One whose subscription failed hears nothing, and polls on the backoff as without notifications.
-        let hears = watch.as_ref().is_some_and(Watches::hear);
+        // One whose subscription failed hears nothing, and polls on the backoff as without notifications. So does a
+        // Redlock waiter: a quorum can become reachable with nothing to announce it (an instance back up, every
+        // contender's minority grant given back after a split vote; a give-back announces nothing to its own
+        // process), and the algorithm asks for jittered retries.
+        let hears = stores.len() == 1 && watch.as_ref().is_some_and(Watches::hear);
         let mut pause = match (&listeners, &last_error) {
             (Some(_), None) if hears => policy.safety_poll(),
             _ => delays.next().unwrap_or(Duration::from_millis(100)),

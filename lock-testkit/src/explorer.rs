@@ -12,7 +12,8 @@
 //!   longer than the bound), unless the schedule made a release of that very token fail before it applied;
 //! - **no renewal left running**: no extension reaches a server after the actors finished;
 //! - **no waiter asleep while the lock is free**: a waiting acquire never sleeps past a bound while no key is held
-//!   (tight when the schedule cannot hide a wake-up, the backoff cap otherwise);
+//!   (tight when the schedule cannot hide a wake-up, the backoff cap when errors, expiring holders or Redlock can,
+//!   the safety poll when notifications are lost);
 //! - **subscriptions match waiters**: a channel with local waiters is subscribed at the server, and nothing stays
 //!   subscribed at the end.
 //!
@@ -56,6 +57,9 @@ const RESOURCE: &str = "explored";
 const MIN_DELAY: Duration = Duration::from_millis(150);
 /// Longest backoff.
 const MAX_DELAY: Duration = Duration::from_millis(300);
+/// How long a waiter that listens for releases sleeps without one: beyond the loose bound, so a waiter that trusts a
+/// wake-up no release will send is seen; only schedules that lose or delay notifications may rely on it.
+const SAFETY_POLL: Duration = Duration::from_millis(1_000);
 /// Bound on one store call (a hung call times out after it).
 const CALL_TIMEOUT: Duration = Duration::from_millis(40);
 /// A "long" TTL: far beyond every bound below, so a key that stays is a leak, not an unexpired lock.
@@ -64,8 +68,11 @@ const LONG_TTL: Duration = Duration::from_secs(3);
 const SETTLE: Duration = Duration::from_millis(600);
 /// Free-while-waiting bound when nothing in the schedule can hide a wake-up.
 const TIGHT_BOUND: Duration = Duration::from_millis(120);
-/// Free-while-waiting bound otherwise: the backoff cap, jittered, plus slack.
+/// Free-while-waiting bound where a wake-up may be owed to the backoff (errors, expiring holders, Redlock's split
+/// votes): the backoff cap, jittered, plus slack.
 const LOOSE_BOUND: Duration = Duration::from_millis(800);
+/// Free-while-waiting bound where notifications are lost or delayed: the safety poll plus slack.
+const LOST_NOTE_BOUND: Duration = Duration::from_millis(1_500);
 
 /// How a session gets the lock.
 #[derive(Clone, Copy, Debug)]
@@ -159,11 +166,12 @@ struct Faults {
 impl Faults {
     /// Whether a waiter may legitimately sleep its backoff while the lock is free.
     fn can_hide_wakeups(&self) -> bool {
-        self.fail_before > 0.0
-            || self.fail_after > 0.0
-            || self.hang > 0.0
-            || self.drop_note > 0.0
-            || self.delay_note > 0.0
+        self.fail_before > 0.0 || self.fail_after > 0.0 || self.hang > 0.0 || self.loses_notes()
+    }
+
+    /// Whether a listening waiter may legitimately sleep its safety poll while the lock is free.
+    fn loses_notes(&self) -> bool {
+        self.drop_note > 0.0 || self.delay_note > 0.0
     }
 }
 
@@ -330,7 +338,9 @@ impl Schedule {
     fn wake_bound(&self) -> Duration {
         // Redlock give-backs of minority grants wake nobody, by design: waiters that blocked each other retry at
         // their backoff, as the algorithm asks.
-        if self.instances > 1 || self.faults.can_hide_wakeups() || self.expiring() {
+        if self.faults.loses_notes() {
+            LOST_NOTE_BOUND
+        } else if self.instances > 1 || self.faults.can_hide_wakeups() || self.expiring() {
             LOOSE_BOUND
         } else {
             TIGHT_BOUND
@@ -783,8 +793,8 @@ impl Drop for Waiting<'_> {
 }
 
 fn options(session: &Session, fencing: Fencing) -> LockOptions {
-    // A listening waiter's safety poll is the backoff's cap, so a schedule that hides a wake-up keeps one bound.
-    let retry = RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY).with_safety_poll(MAX_DELAY);
+    let retry =
+        RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY).with_safety_poll(SAFETY_POLL);
     let opts = LockOptions::new(session.ttl).with_fencing_mode(fencing).with_retry(retry);
     match session.take {
         Take::Try => opts.with_wait(Duration::ZERO),

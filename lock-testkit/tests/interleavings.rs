@@ -569,3 +569,28 @@ async fn a_waiter_whose_subscription_was_refused_polls_on_its_backoff() {
     assert!(waited < ms(1_000), "a waiter that hears nothing slept its safety poll: {waited:?}");
     guard.release().await.unwrap();
 }
+
+/// A Redlock waiter keeps its backoff, not its safety poll: a quorum can become reachable without any release to
+/// announce it. Here instance 2 is down and another owner holds instance 1, so every try is granted on instance 0
+/// only and given back (which announces nothing to its own process); when instance 2 comes back, the waiter's next
+/// backoff step (50 ms at most) takes the lock, not its safety poll (20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_waiter_retries_on_its_backoff_when_an_instance_comes_back() {
+    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
+    let lock = {
+        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
+        Lock::redlock(stores).build().unwrap()
+    };
+    let other = Lock::new(servers[1].client());
+    let _held = other.try_acquire("comes-back", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    servers[2].rule(|_| Some(Fault::FailBefore(Injected::Unavailable)));
+    let policy = RetryPolicy::default().with_max_delay(ms(50)).with_safety_poll(ms(20_000));
+    let opts = LockOptions::new(ms(30_000)).with_wait(ms(20_000)).with_retry(policy);
+    let waiter = tokio::spawn(async move { lock.acquire("comes-back", &opts).await });
+    eventually("the waiter gave a minority grant back", ms(5_000), || count(&servers[0], Op::Release) >= 2).await;
+    servers[2].clear_rules();
+    let (guard, took) = timed(async { waiter.await.unwrap().unwrap() }).await;
+    assert!(took < ms(1_000), "the waiter slept {took:?} after the quorum became reachable");
+    assert_eq!(guard.held_instances(), vec![0, 2]);
+    guard.release().await.unwrap();
+}
