@@ -149,12 +149,9 @@ async fn an_early_wake_that_overtakes_its_release_still_hands_off() {
 /// holder's release on instances 1 and 2 wakes a waiter in another process at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_waiters_hear_every_instance() {
-    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
+    let servers = three_servers();
     servers[0].rule(|_| Some(Fault::FailBefore(Injected::Unavailable)));
-    let process = || {
-        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-        Lock::redlock(stores).build().unwrap()
-    };
+    let process = || redlock_over(&servers);
     let (holder_process, waiter_process) = (process(), process());
     let holder = holder_process.try_acquire("redlock", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
     assert_eq!(holder.held_instances(), vec![1, 2]);
@@ -204,6 +201,17 @@ async fn subscription_requests_reach_the_server_in_order() {
     assert!(server.subscriptions(client.id()).contains("channel"));
 }
 
+/// Three scripted servers, the instances of a Redlock.
+fn three_servers() -> Vec<ScriptedServer> {
+    (0..3).map(|_| ScriptedServer::new()).collect()
+}
+
+/// A Redlock over `servers`, through a new client of each (one process).
+fn redlock_over(servers: &[ScriptedServer]) -> Lock {
+    let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
+    Lock::redlock(stores).build().unwrap()
+}
+
 /// The errors the scripted store injects are told apart from errors the engine makes up.
 #[tokio::test]
 async fn injected_errors_are_recognisable() {
@@ -229,11 +237,8 @@ fn keys(resource: &str) -> String {
 /// release of the lock and wakes nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_give_back_wakes_nobody() {
-    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
-    let lock = {
-        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-        Lock::redlock(stores).build().unwrap()
-    };
+    let servers = three_servers();
+    let lock = redlock_over(&servers);
     // The holder holds instances 1 and 2 only; instance 0 is free, so every try of the waiter is granted there
     // and given back.
     servers[0].once(Op::Acquire, Fault::FailBefore(Injected::Unavailable));
@@ -576,11 +581,8 @@ async fn a_waiter_whose_subscription_was_refused_polls_on_its_backoff() {
 /// backoff step (50 ms at most) takes the lock, not its safety poll (20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redlock_waiter_retries_on_its_backoff_when_an_instance_comes_back() {
-    let servers: Vec<ScriptedServer> = (0..3).map(|_| ScriptedServer::new()).collect();
-    let lock = {
-        let stores = servers.iter().map(|s| Arc::new(s.client()) as Arc<dyn LockStore>).collect();
-        Lock::redlock(stores).build().unwrap()
-    };
+    let servers = three_servers();
+    let lock = redlock_over(&servers);
     let other = Lock::new(servers[1].client());
     let _held = other.try_acquire("comes-back", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
     servers[2].rule(|_| Some(Fault::FailBefore(Injected::Unavailable)));
