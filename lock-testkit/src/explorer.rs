@@ -26,6 +26,9 @@
 //! quarter of their holders' pauses last 100–250 ms, past the lease a release grants its queue's head (the waiter
 //! TTL, 150 ms): the checks add no place left in the queue, and queue keys that always expire.
 //!
+//! One schedule in ten runs on servers that refuse every subscription (as an ACL without the lock's channels would):
+//! no waiter hears a release, so each must poll on its backoff rather than trust its safety poll (the loose bound).
+//!
 //! Two in ten run a **semaphore** of two permits: sessions take one or two permits by try, wait or renewal; the checks
 //! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
 //! waiter asleep while no permit is held.
@@ -194,6 +197,9 @@ pub struct Schedule {
     sem: bool,
     /// A mutex schedule whose waiters queue ([`LockOptions::with_fair_queue`]), on one instance.
     fair: bool,
+    /// Every server refuses every subscription (as an ACL without the lock's channels would): no waiter hears a
+    /// release, and each must know it (see `RetryPolicy::with_safety_poll`).
+    deaf: bool,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -222,6 +228,8 @@ impl Schedule {
         let on_demand = chance(&mut draws, 0.5);
         // And the fair queue from a fourth.
         let mut queues = StdRng::seed_from_u64(seed ^ 0x0066_6169_7271);
+        // And refused subscriptions from a fifth.
+        let deaf = chance(&mut StdRng::seed_from_u64(seed ^ 0x0064_6561_6666), 0.1);
         let (rw, sem) = match roles.random_range(0..10) {
             0..=2 => (true, false),
             3..=4 => (false, true),
@@ -318,7 +326,17 @@ impl Schedule {
                 }
             }
         }
-        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair }
+        if deaf && faults.fail_before == 0.0 && faults.fail_after == 0.0 && faults.hang == 0.0 {
+            // Budgets long enough to sleep a whole safety poll (1 s): a waiter that trusted it while hearing nothing
+            // would sleep past the loose bound with the lock free. (Not with injected errors: a waiter whose tries
+            // keep failing may rightly wait that long while the lock is free.)
+            for session in actors.iter_mut().flat_map(|a| a.sessions.iter_mut()) {
+                if let Take::Wait { budget_ms } | Take::Renewing { budget_ms } = &mut session.take {
+                    *budget_ms = budget_ms.saturating_mul(5);
+                }
+            }
+        }
+        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair, deaf }
     }
 
     /// The fencing mode of every acquisition.
@@ -340,7 +358,7 @@ impl Schedule {
         // their backoff, as the algorithm asks.
         if self.faults.loses_notes() {
             LOST_NOTE_BOUND
-        } else if self.instances > 1 || self.faults.can_hide_wakeups() || self.expiring() {
+        } else if self.instances > 1 || self.deaf || self.faults.can_hide_wakeups() || self.expiring() {
             LOOSE_BOUND
         } else {
             TIGHT_BOUND
@@ -626,6 +644,7 @@ fn live_members(memory: &lock_core::MemoryStore, key: &str) -> usize {
 fn build(schedule: Schedule) -> World {
     let servers: Vec<ScriptedServer> = (0..schedule.instances).map(|_| ScriptedServer::new()).collect();
     for (i, server) in servers.iter().enumerate() {
+        server.refuse_subscriptions(schedule.deaf);
         let faults = schedule.faults;
         let mut rng = StdRng::seed_from_u64(schedule.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)));
         server.rule(move |call| {
@@ -1163,7 +1182,8 @@ fn subscription_mismatch(world: &World) -> Option<String> {
             let waiting = hub.waiters(channel) > 0;
             let subscribed =
                 world.servers.get(instance).is_some_and(|s| s.subscriptions(client.id()).contains(channel));
-            if kept != subscribed || (waiting && !kept) {
+            // Where every subscription is refused, the server subscribes nobody, whatever the hub keeps.
+            if (kept && !world.schedule.deaf) != subscribed || (waiting && !kept) {
                 return Some(format!(
                     "process {process}, instance {instance}: hub has waiters: {waiting}, keeps the channel: {kept}, \
                      server subscribed: {subscribed}"
