@@ -114,6 +114,7 @@ impl Lock {
     }
 
     pub(crate) fn with_instances(instances: Instances) -> Self {
+        crate::wait::forward_wake_ups(&instances.stores);
         Lock {
             instances: Arc::new(instances),
             prefix: DEFAULT_PREFIX.into(),

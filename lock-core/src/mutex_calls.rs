@@ -42,11 +42,17 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let keys = request.keys;
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(scripts::ttl_millis(request.ttl));
+        // A try that does not line its process up (see `AcquireRequest::waiting_as`) leaves out the waiting
+        // processes' key and the origin: a shorter request, and one a server still takes from a client that has not
+        // authenticated yet (Redis refuses a request of more than ten parts from such a client, rather than answer
+        // `NOAUTH`).
+        let (origin, lines_up) = (request.waiting_as.unwrap_or_default(), usize::from(request.waiting_as.is_some()));
         let (reply, acknowledged) = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
-            let call_keys = [keys.lock(), keys.fence(), keys.awaited()];
-            let args = [request.token.as_str(), ttl, "1", &floor];
-            let call = Call::script("acquire", &scripts::ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
+            let all_keys = [keys.lock(), keys.fence(), keys.awaited(), keys.waiting()];
+            let all_args = [request.token.as_str(), ttl, "1", &floor, origin];
+            let (call_keys, args) = (&all_keys[..3 + lines_up], &all_args[..4 + lines_up]);
+            let call = Call::script("acquire", &scripts::ACQUIRE, call_keys, args).with_replicas(request.replicas);
             let ran = timed(self, call).await?;
             let ints = ran.reply.as_ints().ok_or_else(|| unexpected("acquire", &ran.reply))?;
             (scripts::parse_acquire(&ints, true)?, ran.replicas)
@@ -59,8 +65,11 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             let ran = timed(self, call).await?;
             match ran.reply {
                 Reply::Nil => {
-                    let holder_keys = [keys.lock(), keys.awaited()];
-                    let holder = timed(self, Call::script("acquire", &scripts::HOLDER, &holder_keys, &[])).await?;
+                    let all_keys = [keys.lock(), keys.awaited(), keys.waiting()];
+                    let all_args = [origin];
+                    let call =
+                        Call::script("acquire", &scripts::HOLDER, &all_keys[..2 + lines_up], &all_args[..lines_up]);
+                    let holder = timed(self, call).await?;
                     (scripts::parse_holder(int("holder", &holder.reply)?), None)
                 }
                 ref granted if granted.is_grant() => (AcquireReply::Acquired { fence: None }, ran.replicas),
@@ -79,7 +88,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         // cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.channel(), keys.awaited()];
+        let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
         let args = [token.as_str(), origin, sharded];
         let ran = timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
         scripts::parse_release(int("release", &ran.reply)?)

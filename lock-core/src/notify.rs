@@ -2,8 +2,14 @@
 //!
 //! Notifications are a hint, never a source of truth: pub/sub is at-most-once and a release can race a waiter's
 //! try. A waiter therefore always re-polls the server when woken, and also wakes at the holder's remaining TTL and
-//! at its safety poll ([`RetryPolicy::with_safety_poll`](crate::RetryPolicy::with_safety_poll), 1 s by default). The hub wakes **one** waiter per release (the one that has been listening longest), which
-//! avoids a thundering herd of retries; a woken waiter that gives up passes its wake-up on.
+//! at its safety poll ([`RetryPolicy::with_safety_poll`](crate::RetryPolicy::with_safety_poll), 1 s by default).
+//!
+//! No herd, within a process or across processes. A mutex's release names **one** waiting process (the first its
+//! waiters' tries lined up on the server, see [`RELEASE`](crate::scripts::RELEASE)), and that process's hub wakes
+//! **one** waiter (the one that has been listening longest). A woken waiter that gives up passes its wake-up on to
+//! the next local waiter; a hub named by a release with no waiter left for it passes the wake-up on to the next
+//! waiting process ([`PASS_ON`](crate::scripts::PASS_ON)), so a wake-up is lost only with a process that died while
+//! it was on its way (its waiters' peers then wait for their safety poll, once).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use event_listener::{Event, EventListener, IntoNotification, Listener};
 
 use crate::error::Result;
+use crate::resource::LockKeys;
 
 /// The confirmation of one subscription request: resolves once the server confirmed it, or with the reason it
 /// did not (the waiter then polls).
@@ -75,6 +82,8 @@ struct Channel {
     /// The last subscription request failed (refused by the ACL, no connection): releases are not heard here, so
     /// waiters poll on their backoff rather than trust a wake-up (see [`ReleaseWatch::hears`]).
     deaf: bool,
+    /// The server confirmed a subscription to this channel (since the backend was last asked to subscribe).
+    confirmed: bool,
     /// Notified for every message on the channel, whoever sent it: observers (an election's) that re-read state
     /// on any change, rather than waiters that take turns.
     any: Event,
@@ -94,6 +103,7 @@ impl Channel {
             any: Event::new(),
             subscribed: false,
             deaf: false,
+            confirmed: false,
         }
     }
 
@@ -141,7 +151,16 @@ pub struct ReleaseHub {
     origin: String,
     control: Box<dyn SubscriptionControl>,
     channels: Mutex<Registry>,
+    /// How a wake-up this process cannot use reaches the next waiting process (see [`Self::pass_on`]); set by
+    /// lock-core when a waiter first registers, since the hub is created inside the store it would call.
+    forward: std::sync::OnceLock<Forward>,
+    /// How many waiters are registered on all channels: while none is, no try lines this process up (see
+    /// [`lines_up`](Self::lines_up)), and finding that out takes no lock.
+    watching: std::sync::atomic::AtomicUsize,
 }
+
+/// Runs [`PASS_ON`](crate::scripts::PASS_ON) for a lock, in the background.
+pub(crate) type Forward = Box<dyn Fn(LockKeys) + Send + Sync>;
 
 /// How many channels without waiters a hub stays subscribed to (see [`Registry::idle`]).
 const LINGERING: usize = 32;
@@ -170,6 +189,8 @@ impl ReleaseHub {
             origin: format!("{:016x}", crate::token::random_u128() as u64),
             control: Box::new(control),
             channels: Mutex::new(Registry::default()),
+            forward: std::sync::OnceLock::new(),
+            watching: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -181,6 +202,37 @@ impl ReleaseHub {
     /// The payload this store's releases publish, so the hub can skip its own echoes.
     pub fn origin(&self) -> &str {
         &self.origin
+    }
+
+    /// Whether a try on `channel` should line this process up to be woken by the release (see
+    /// [`RELEASE`](crate::scripts::RELEASE)): only while a waiter of ours is registered on it and the server
+    /// confirmed the subscription, so that a release that names this process reaches it. A `try_acquire`, a
+    /// waiter's first try (before it subscribed) and a waiter that cannot hear releases do not line up: a release
+    /// that named them would wake nobody.
+    pub(crate) fn lines_up(&self, channel: &str) -> bool {
+        if self.watching.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.channels().get(channel).is_some_and(|state| {
+            let ch = lock(state);
+            ch.watchers > 0 && ch.confirmed && !ch.deaf
+        })
+    }
+
+    /// Installs how wake-ups this process cannot use are passed on (the first call wins).
+    pub(crate) fn forward_with(&self, make: impl FnOnce() -> Forward) {
+        let _ = self.forward.get_or_init(make);
+    }
+
+    /// A release named this process to wake a waiter on `channel`, and none is left: the next waiting process is
+    /// woken instead, if the lock is still free.
+    fn pass_on(&self, channel: &str) {
+        let (Some(forward), Some(keys)) = (self.forward.get(), LockKeys::of_channel(channel)) else {
+            tracing::debug!(channel, "a wake-up for a waiter that left could not be passed on");
+            return;
+        };
+        tracing::trace!(channel, "no waiter left for a wake-up; passing it on");
+        forward(keys);
     }
 
     fn channels(&self) -> MutexGuard<'_, Registry> {
@@ -216,6 +268,7 @@ impl ReleaseHub {
             let subscribe = {
                 let mut ch = lock(&state);
                 ch.watchers += 1;
+                self.watching.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if ch.watchers == 1 {
                     // Back from idle: a wake-up kept while nobody listened is stale (the newcomer tries anyway).
                     ch.stored = false;
@@ -252,7 +305,9 @@ impl ReleaseHub {
             if let Err(err) = &confirmed {
                 tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
             }
-            lock(&watch.state).deaf = confirmed.is_err();
+            let mut ch = lock(&watch.state);
+            ch.deaf = confirmed.is_err();
+            ch.confirmed |= confirmed.is_ok();
         }
         watch
     }
@@ -261,11 +316,39 @@ impl ReleaseHub {
     ///
     /// A payload `<origin> <token>` (a fair lock's release) wakes only the waiter holding `token`, if it is ours,
     /// whichever process released; `<origin>+<fence> <token>` (or `<origin>+ <token>`) also tells it that the
-    /// release granted it the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)); a payload `<origin>` wakes
-    /// the longest-waiting local waiter unless the release was our own (already woken locally).
+    /// release granted it the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)); `<origin>><process>` (a
+    /// mutex's release that names the first waiting process, see [`RELEASE`](crate::scripts::RELEASE)) wakes the
+    /// longest-waiting local waiter if `<process>` is this hub, or passes the wake-up on when none is left, and is
+    /// ignored by every other hub; a payload `<origin>` wakes the longest-waiting local waiter unless the release
+    /// was our own (already woken locally).
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
-        // One lookup per message: nobody on this channel in this process, nothing to wake.
-        let Some(state) = self.channels().get(channel).cloned() else { return };
+        // One lookup per message.
+        let state = self.channels().get(channel).cloned();
+        let named = payload
+            .iter()
+            .position(|b| *b == b'>')
+            .filter(|_| !payload.contains(&b' '))
+            .map(|at| (&payload[..at], &payload[at + 1..]));
+        if let Some((from, to)) = named {
+            if let Some(state) = &state {
+                lock(state).any.notify(usize::MAX);
+            }
+            if to != self.origin.as_bytes() || from == self.origin.as_bytes() {
+                return;
+            }
+            let woken = state.is_some_and(|state| {
+                let mut ch = lock(&state);
+                // Nobody listening right now (between tries, or leaving) keeps the wake-up: the next try takes it,
+                // or the last one to leave passes it on (see `Drop for ReleaseWatch`).
+                (ch.watchers > 0).then(|| ch.wake_one()).is_some()
+            });
+            if !woken {
+                self.pass_on(channel);
+            }
+            return;
+        }
+        // Nobody on this channel in this process, nothing to wake.
+        let Some(state) = state else { return };
         let mut ch = lock(&state);
         ch.any.notify(usize::MAX);
         if let Some(space) = payload.iter().position(|b| *b == b' ') {
@@ -484,19 +567,23 @@ impl ReleaseWatch {
 impl Drop for ReleaseWatch {
     fn drop(&mut self) {
         let mut registry = self.hub.channels();
-        let last = {
+        let (last, unheard) = {
             let mut ch = lock(&self.state);
             ch.watchers -= 1;
+            self.hub.watching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(token) = &self.token {
                 ch.tokens.remove(token);
             }
-            ch.watchers == 0
+            let last = ch.watchers == 0;
+            (last, last && std::mem::take(&mut ch.stored))
         };
         if !last {
             return;
         }
+
         // Stays subscribed while idle (see `Registry::idle`); the oldest idle channel beyond the bound is given up.
         registry.idle.push_back(self.channel.clone());
+        let mut evicted = None;
         if registry.idle.len() > LINGERING {
             if let Some(oldest) = registry.idle.pop_front() {
                 if let Some(state) = registry.channels.remove(&oldest) {
@@ -504,7 +591,19 @@ impl Drop for ReleaseWatch {
                 }
                 // Under the registry lock: a waiter arriving now subscribes after this (see `watch`).
                 self.hub.control.unsubscribe(&oldest);
+                evicted = Some(oldest);
             }
+        }
+        drop(registry);
+        if unheard {
+            // A wake-up nobody here took (a release named this process, or a waiter that left passed its wake-up
+            // on) and nobody is left to take it: another process may be waiting for the lock it announced.
+            self.hub.pass_on(&self.channel);
+        }
+        if let Some(evicted) = evicted {
+            // A release that named this process from now on would not reach it: take it out of the line (and wake
+            // the next process if the lock is free meanwhile).
+            self.hub.pass_on(&evicted);
         }
     }
 }

@@ -18,6 +18,7 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// | `{prefix}{resource}:fence` | the fencing counter; no TTL (one small key per resource) |
 /// | `{prefix}{resource}:released` | pub/sub channel a release publishes on |
 /// | `{prefix}{resource}:awaited` | `"1"` while a try that found the lock held may still be waiting, with a TTL (the holder's remaining TTL and one second): a release announces itself only when it deletes this mark |
+/// | `{prefix}{resource}:waiting` | sorted set of the processes (their hubs' origins, by arrival on the server clock) whose waiters found the lock held, with the mark's TTL: a release wakes the first of them only |
 ///
 /// ```
 /// let keys = lock_core::LockKeys::new("lock:", "orders/42")?;
@@ -25,6 +26,7 @@ pub const DEFAULT_PREFIX: &str = "lock:";
 /// assert_eq!(keys.fence(), "lock:{orders/42}:fence");
 /// assert_eq!(keys.channel(), "lock:{orders/42}:released");
 /// assert_eq!(keys.awaited(), "lock:{orders/42}:awaited");
+/// assert_eq!(keys.waiting(), "lock:{orders/42}:waiting");
 /// assert_eq!(lock_core::LockKeys::new("lock:", "a}b")?.lock(), "lock:{a%7Db}");
 /// assert!(lock_core::LockKeys::new("lock:", "").is_err());
 /// # Ok::<(), lock_core::LockError>(())
@@ -34,12 +36,12 @@ pub struct LockKeys {
     /// The resource name, then each key in full, back to back: one allocation per resource (an acquire derives
     /// its keys every time, so four separate strings were four allocations of every lock cycle).
     text: String,
-    /// Where each part of `text` ends: resource, lock, fence, channel (the mark ends `text`).
-    ends: [usize; 4],
+    /// Where each part of `text` ends: resource, lock, fence, channel, mark (the waiting processes end `text`).
+    ends: [usize; 5],
 }
 
 /// The suffixes of the keys derived from the lock key, in the order `text` holds them.
-const SUFFIXES: [&str; 3] = [":fence", ":released", ":awaited"];
+const SUFFIXES: [&str; 4] = [":fence", ":released", ":awaited", ":waiting"];
 
 impl LockKeys {
     /// Derives the keys for `resource` under `prefix`.
@@ -57,7 +59,7 @@ impl LockKeys {
         let escaped = resource.len().saturating_add(specials.saturating_mul(2));
         let lock_len = prefix.len().saturating_add(escaped).saturating_add(2);
         let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
-        let capacity = resource.len().saturating_add(lock_len.saturating_mul(4)).saturating_add(suffixes);
+        let capacity = resource.len().saturating_add(lock_len.saturating_mul(5)).saturating_add(suffixes);
         let mut text = String::with_capacity(capacity);
         text.push_str(resource);
         let resource_end = text.len();
@@ -77,7 +79,7 @@ impl LockKeys {
         }
         text.push('}');
         let lock_end = text.len();
-        let mut ends = [resource_end, lock_end, 0, 0];
+        let mut ends = [resource_end, lock_end, 0, 0, 0];
         for (i, suffix) in SUFFIXES.iter().enumerate() {
             text.extend_from_within(resource_end..lock_end);
             text.push_str(suffix);
@@ -123,6 +125,22 @@ impl LockKeys {
         Some(name)
     }
 
+    /// The keys whose release channel is `channel`, if it is one (the inverse of [`channel`](Self::channel)): how
+    /// a process that was asked to wake a waiter it no longer has finds the lock to pass the wake-up on for.
+    ///
+    /// ```
+    /// use lock_core::LockKeys;
+    /// let keys = LockKeys::new("app:", "a{b}")?;
+    /// assert_eq!(LockKeys::of_channel(keys.channel()), Some(keys));
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn of_channel(channel: &str) -> Option<LockKeys> {
+        let lock = channel.strip_suffix(":released")?;
+        let prefix = lock.get(..lock.find('{')?)?;
+        let resource = Self::resource_of(prefix, lock)?;
+        LockKeys::new(prefix, &resource).ok()
+    }
+
     fn part(&self, i: usize) -> &str {
         let start = i.checked_sub(1).and_then(|j| self.ends.get(j).copied()).unwrap_or(0);
         let end = self.ends.get(i).copied().unwrap_or(self.text.len());
@@ -154,6 +172,13 @@ impl LockKeys {
     pub fn awaited(&self) -> &str {
         self.part(4)
     }
+
+    /// The processes waiting for the lock, in arrival order: a release wakes the first one only (see
+    /// [`RELEASE`](crate::scripts::RELEASE)), so a lock awaited in many processes costs one retry per release,
+    /// not one per process.
+    pub fn waiting(&self) -> &str {
+        self.part(5)
+    }
 }
 
 impl std::fmt::Debug for LockKeys {
@@ -164,6 +189,7 @@ impl std::fmt::Debug for LockKeys {
             .field("fence", &self.fence())
             .field("channel", &self.channel())
             .field("awaited", &self.awaited())
+            .field("waiting", &self.waiting())
             .finish()
     }
 }
@@ -198,10 +224,16 @@ mod tests {
             assert_eq!(tag(k.lock()), tag(k.fence()), "{name}");
             assert_eq!(tag(k.lock()), tag(k.channel()), "{name}");
             assert_eq!(tag(k.lock()), tag(k.awaited()), "{name}");
+            assert_eq!(tag(k.lock()), tag(k.waiting()), "{name}");
             assert_eq!(k.resource(), name);
             assert_eq!(k.fence(), format!("{}:fence", k.lock()));
             assert_eq!(k.channel(), format!("{}:released", k.lock()));
             assert_eq!(k.awaited(), format!("{}:awaited", k.lock()));
+            assert_eq!(k.waiting(), format!("{}:waiting", k.lock()));
+            assert_eq!(LockKeys::of_channel(k.channel()).as_ref(), Some(&k), "{name}");
+        }
+        for not_a_channel in ["p:{x}", "p:{x}:fence", "p:x:released", "p:{a}b}:released", "{x}:released:released"] {
+            assert_eq!(LockKeys::of_channel(not_a_channel), None, "{not_a_channel}");
         }
     }
 
@@ -218,7 +250,7 @@ mod tests {
         for name in ["x", "}", "{", "{}", "%", "%7D", "a{b}c", "🦀 spaced: name", "lock:{x}:fence", "100%"] {
             let k = LockKeys::new("p:", name).unwrap();
             assert_eq!(LockKeys::resource_of("p:", k.lock()).as_deref(), Some(name));
-            for other in [k.fence(), k.channel(), k.awaited()] {
+            for other in [k.fence(), k.channel(), k.awaited(), k.waiting()] {
                 assert_eq!(LockKeys::resource_of("p:", other), None, "{other}");
             }
         }

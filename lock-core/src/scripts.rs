@@ -66,6 +66,65 @@ end
     };
 }
 
+/// What a mutex's try that can find the lock held starts with (after [`awaited_prelude`]): `line_up(waiting, mark,
+/// origin, pttl)` marks the lock as awaited and, when `origin` (the trying process's hub) is not empty, adds the
+/// process to the lock's waiting processes (a sorted set, by arrival on the server's clock; a process already in it
+/// keeps its place), which lives as long as the mark. A release wakes the first of them only (see [`RELEASE`]). A
+/// key of another type at either name is refused as `WRONGTYPE`, and nothing is left written then: the set is
+/// checked by the `ZADD` itself, and an entry it added is taken back when the mark is refused.
+macro_rules! waiting_prelude {
+    () => {
+        r#"
+local function line_up(waiting, mark, origin, pttl)
+  if not origin or origin == '' then
+    return awaited(mark, pttl)
+  end
+  local now = redis.call('TIME')
+  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local added = redis.pcall('ZADD', waiting, 'NX', string.format('%d', at), origin)
+  if type(added) == 'table' then
+    return redis.error_reply('WRONGTYPE waiting processes ' .. waiting .. ' holds a value that is not a sorted set')
+  end
+  local refused = awaited(mark, pttl)
+  if refused then
+    if added == 1 then
+      redis.call('ZREM', waiting, origin)
+    end
+    return refused
+  end
+  redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
+end
+"#
+    };
+}
+
+/// What a script that wakes a waiting process starts with: `next_waiting(waiting, origin)`, see [`RELEASE`].
+macro_rules! next_waiting_prelude {
+    () => {
+        r#"
+-- The first waiting process other than `origin` (the releasing one, whose waiters it wakes itself), taken out of
+-- the set with `origin` itself; false when there is none (or the set is not one: a wake-up for everyone is the
+-- safe answer then). ZRANGE and ZREM rather than ZPOPMIN, which the minimal ACL does not grant.
+local function next_waiting(waiting, origin)
+  local firsts = redis.pcall('ZRANGE', waiting, 0, 1)
+  if type(firsts) ~= 'table' or firsts.err or not firsts[1] then
+    return false
+  end
+  if firsts[1] ~= origin then
+    redis.call('ZREM', waiting, firsts[1])
+    return firsts[1]
+  end
+  if firsts[2] then
+    redis.call('ZREM', waiting, origin, firsts[2])
+    return firsts[2]
+  end
+  redis.call('ZREM', waiting, origin)
+  return false
+end
+"#
+    };
+}
+
 /// What every script that reads a lock key of any holder starts with: `lock_value(key)` is the key's value (`false`
 /// when absent), or `nil` and a `WRONGTYPE` reply when the key holds another type, checked before any write.
 macro_rules! lock_prelude {
@@ -84,11 +143,13 @@ end
 
 /// Acquire: `SET lock token NX PX ttl`; with fencing, advance the counter in the same step.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark; `ARGV[1]` token, `ARGV[2]` TTL in ms,
-/// `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional, decimal) the counter's floor in place of the server's clock
-/// (see [`AcquireRequest::fence_floor`](crate::AcquireRequest::fence_floor)).
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` the waiting processes;
+/// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (decimal, may be empty) the
+/// counter's floor in place of the server's clock (see
+/// [`AcquireRequest::fence_floor`](crate::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
+/// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up).
 /// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
-/// server reports none; the lock is marked as awaited). Errors with `WRONGTYPE` when a key holds a foreign value;
+/// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). Errors with `WRONGTYPE` when a key holds a foreign value;
 /// that check runs before any write.
 ///
 /// The fencing counter becomes `max(counter + 1, server time in µs)`. The time floor keeps tokens increasing
@@ -115,6 +176,7 @@ pub static ACQUIRE: Script = Script::new(
     concat!(
         fencing_prelude!(),
         awaited_prelude!(),
+        waiting_prelude!(),
         r#"
 local fencing = ARGV[3] == '1'
 local current = false
@@ -140,7 +202,7 @@ if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local refused = awaited(KEYS[3], pttl)
+local refused = line_up(KEYS[4], KEYS[3], ARGV[5], pttl)
 if refused then
   return refused
 end
@@ -152,7 +214,8 @@ return {0, pttl}
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
 /// it taken: the holder's remaining TTL, or `WRONGTYPE` when the key is not a lock at all.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` the release mark. Reply: the PTTL in ms (the lock is marked as awaited, as by
+/// `KEYS[1]` lock key, `KEYS[2]` the release mark, `KEYS[3]` the waiting processes; `ARGV[1]` (optional) the
+/// trying process's origin. Reply: the PTTL in ms (the lock is marked as awaited and the process lined up, as by
 /// [`ACQUIRE`]); -1 for a key without expiry; -2 when the key is gone (it expired or was released between the `SET`
 /// and this script: the lock is free, and [`parse_holder`] says "try again at once"). Backends acquiring without
 /// fencing send `SET NX PX` first (one round trip, the same command a hand-written client would send) and this
@@ -161,6 +224,7 @@ pub static HOLDER: Script = Script::new(
     "holder",
     concat!(
         awaited_prelude!(),
+        waiting_prelude!(),
         r#"
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind == 'none' then
@@ -170,7 +234,7 @@ if kind ~= 'string' then
   return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local refused = awaited(KEYS[2], pttl)
+local refused = line_up(KEYS[3], KEYS[2], ARGV[1], pttl)
 if refused then
   return refused
 end
@@ -181,9 +245,18 @@ return pttl
 
 /// Release: delete the lock key only if it holds our token, and announce the release when someone may wait.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark; `ARGV[1]` token, `ARGV[2]` the
-/// releasing store's origin (published as the payload), `ARGV[3]` `"1"` to announce with `SPUBLISH` (sharded
+/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark, `KEYS[4]` the waiting processes;
+/// `ARGV[1]` token, `ARGV[2]` the releasing store's origin, `ARGV[3]` `"1"` to announce with `SPUBLISH` (sharded
 /// pub/sub, Redis 7.0+) instead of `PUBLISH`. Reply: `1` released, `0` absent, `-1` held by another token.
+///
+/// **One process is woken, not all** (issue 19). A try that found the lock held lined its process up in the waiting
+/// processes (`line_up` in [`ACQUIRE`] and [`HOLDER`]); the release takes the first of them (skipping itself: its
+/// own waiters it wakes locally) and announces `<origin>><first>`, which only that process's hub acts on (it wakes
+/// its longest-waiting waiter, or passes the wake-up on with [`PASS_ON`] when it has none left). With one waiter in
+/// each of K processes, a release so costs one try instead of K. When nobody is lined up (the waiters could not
+/// hear releases, or they wait through a script that does not line up: a multi-resource or fair try), the release
+/// announces `<origin>` to every process as before. While processes not woken remain lined up, the release leaves
+/// the mark in place (with the set's TTL), so that the next release announces itself too.
 ///
 /// A release announces itself only when it deletes the mark a try left that found this lock held (see
 /// `awaited` in [`ACQUIRE`], [`HOLDER`], [`MULTI_ACQUIRE`] and [`FAIR_ACQUIRE`]): every waiter, in any process,
@@ -199,18 +272,57 @@ return pttl
 /// therefore announce with `SPUBLISH` and listen with `SSUBSCRIBE`; single servers keep `PUBLISH`.
 pub static RELEASE: Script = Script::new(
     "release",
-    r#"
+    concat!(
+        next_waiting_prelude!(),
+        r#"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[3]) > 1 then
-    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], ARGV[2])
+    local first = next_waiting(KEYS[4], ARGV[2])
+    if first then
+      -- The processes not woken still wait: the next release must announce itself too.
+      local left = redis.call('PTTL', KEYS[4])
+      if left > 0 then
+        redis.call('SET', KEYS[3], '1', 'PX', string.format('%d', left))
+      end
+    end
+    local payload = first and (ARGV[2] .. '>' .. first) or ARGV[2]
+    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
   end
   return 1
 elseif value then
   return -1
 end
 return 0
-"#,
+"#
+    ),
+);
+
+/// Pass on a wake-up: a process that a release (or another pass) woke, but that has no waiter left for the lock
+/// (they gave up, were cancelled, or took the lock another way), leaves the line and wakes the next waiting process
+/// instead, if the lock is still free. Also what a process runs when it stops listening on the lock's channel.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the waiting processes; `ARGV[1]` the passing process's
+/// origin, `ARGV[2]` `"1"` for `SPUBLISH`. Reply: `1` passed on, `0` the lock is held (its release wakes the next
+/// one) or nobody else is lined up (then any waiters that could not line up are told, as a release tells them).
+/// Each pass takes a process out of the set, so passes end.
+pub static PASS_ON: Script = Script::new(
+    "pass-on",
+    concat!(
+        next_waiting_prelude!(),
+        r#"
+if type(redis.pcall('ZREM', KEYS[3], ARGV[1])) == 'table' then
+  return 0
+end
+if redis.call('PTTL', KEYS[1]) ~= -2 then
+  return 0
+end
+local first = next_waiting(KEYS[3], ARGV[1])
+local payload = first and (ARGV[1] .. '>' .. first) or ARGV[1]
+redis.call(ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
+return first and 1 or 0
+"#
+    ),
 );
 
 /// Extend: set the lock key's TTL only if it holds our token (never recreates it).
@@ -1605,6 +1717,7 @@ pub static ALL: &[&Script] = &[
     &ACQUIRE,
     &HOLDER,
     &RELEASE,
+    &PASS_ON,
     &EXTEND,
     &RAISE_FENCE,
     &FENCE,

@@ -35,6 +35,10 @@ pub struct AcquireRequest<'a> {
     /// After a grant, wait for replicas on the same connection (Redis `WAIT`) and apply
     /// [`ReplicaAck::check`] to the count; a store without replicas reports 0.
     pub replicas: Option<ReplicaAck>,
+    /// When the lock is held: the [`origin`](ReleaseHub::origin) of the hub to wake when it is released (the
+    /// try lines its process up on the server, see [`RELEASE`](crate::scripts::RELEASE)); `None` when the waiter's
+    /// process cannot hear releases.
+    pub waiting_as: Option<&'a str>,
 }
 
 /// What the server did with an [`AcquireRequest`].

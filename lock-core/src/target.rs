@@ -376,13 +376,16 @@ impl Target {
             return self.acquire_fair(fair, store, ask).await;
         }
         if self.is_one() {
+            let keys = &self.resources[0];
+            let waiting_as = store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin());
             let request = AcquireRequest {
-                keys: &self.resources[0],
+                keys,
                 token: ask.token,
                 ttl: ask.ttl,
                 fencing: ask.fencing,
                 fence_floor: ask.fence_floor,
                 replicas: ask.replicas,
+                waiting_as,
             };
             return Ok(match store.acquire(request).await? {
                 AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },

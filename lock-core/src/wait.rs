@@ -2,7 +2,7 @@
 //! holder's expiry, bounded by the caller's wait budget and attempt limit.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::future::{select, select_all, Either};
@@ -10,7 +10,10 @@ use futures_util::future::{select, select_all, Either};
 use crate::error::{LockError, Result};
 use crate::notify::{ReleaseHub, ReleaseWatch, Wake};
 use crate::options::LockOptions;
+use crate::resource::LockKeys;
+use crate::scripts;
 use crate::store::LockStore;
+use crate::transport::{Call, Topology};
 
 /// The result of one try.
 pub(crate) enum Attempt<G> {
@@ -84,6 +87,45 @@ impl Watches {
     /// Whether no other local waiter is registered on any of these channels.
     fn alone(&self) -> bool {
         self.watches.iter().all(|w| w.hub().waiters(w.channel()) <= 1)
+    }
+}
+
+/// Lets the hubs of `stores` pass on wake-ups their process cannot use (see [`ReleaseHub::deliver`]). Done when a
+/// lock is built, before any of its tries can line its process up to be woken.
+pub(crate) fn forward_wake_ups(stores: &[Arc<dyn LockStore>]) {
+    for store in stores {
+        if let Some(hub) = store.release_hub() {
+            let store = Arc::downgrade(store);
+            hub.forward_with(|| Box::new(move |keys| pass_on(&store, keys)));
+        }
+    }
+}
+
+/// How long a pass-on may take (it runs in the background, for waiters of other processes).
+const PASS_ON_BOUND: Duration = crate::lock::DEFAULT_OPERATION_TIMEOUT;
+
+/// Passes a wake-up this process cannot use on to the next waiting process (see
+/// [`PASS_ON`](crate::scripts::PASS_ON)), in the background: it is called where a message is delivered or a
+/// registration dropped, neither of which may wait. Without a runtime (or once the store is gone) the wake-up is
+/// dropped, and the other processes' waiters try at their safety poll.
+fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {
+    let Some(store) = store.upgrade() else { return };
+    let task = async move {
+        let Some(origin) = store.release_hub().map(|hub| hub.origin().to_owned()) else { return };
+        let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+        let call_keys = [keys.lock(), keys.channel(), keys.waiting()];
+        let args = [origin.as_str(), sharded];
+        let call = Call::script("pass-on", &scripts::PASS_ON, &call_keys, &args);
+        match crate::rt::timeout("pass-on", PASS_ON_BOUND, store.call(call)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) | Err(err) => {
+                tracing::debug!(resource = keys.resource(), error = %err, "a wake-up could not be passed on");
+            }
+        }
+    };
+    match crate::rt::spawn_background(task) {
+        Some(task) => task.detach(),
+        None => tracing::debug!("no runtime to pass a wake-up on"),
     }
 }
 

@@ -43,6 +43,7 @@ async fn the_memory_store_takes_any_ttl_from_a_direct_caller() {
         fencing: false,
         fence_floor: None,
         replicas: None,
+        waiting_as: None,
     };
     assert!(matches!(store.acquire(request).await.unwrap(), AcquireReply::Acquired { .. }));
     assert!(matches!(store.extend(&keys, &token, Duration::MAX).await.unwrap(), lock_core::ExtendReply::Extended));

@@ -620,6 +620,7 @@ macro_rules! server_tests {
             a_release_mark_the_acl_refuses_is_auth_not_wrongtype,
             a_listening_waiter_does_not_poll_while_the_lock_is_held,
             a_waiter_the_acl_keeps_off_the_channels_still_takes_a_released_lock,
+            a_release_wakes_one_waiting_process,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -731,13 +731,19 @@ impl LockStore for ScriptedStore {
             let Some(memory) = &self.server.shared.memory else {
                 return self.server.shared.data.release(keys, token).await;
             };
-            let mut outcomes = observed_release(memory, std::slice::from_ref(keys), token).await?;
-            let (outcome, announced) = outcomes.pop().ok_or_else(|| LockError::backend("no release reply"))?;
-            if announced {
-                // Inside the release, when the RELEASE script publishes.
-                self.server.publish(keys.channel(), self.id);
+            // lock-core's RELEASE as a Redis backend sends it, with this client's origin: what it publishes (nothing,
+            // an announcement for every process, or one naming the first waiting process) reaches the clients
+            // through the notification rules, inside the release.
+            let origin = self.hub.as_ref().map(|hub| hub.origin()).unwrap_or_default();
+            let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
+            let args = [token.as_str(), origin, "0"];
+            let call = lock_core::Call::script("release", &lock_core::scripts::RELEASE, &call_keys, &args);
+            let (ran, published) = memory.run_observed(call).await?;
+            for (channel, payload) in published {
+                self.server.publish_payload(&channel, Some(payload), self.id);
             }
-            Ok(outcome)
+            let code = ran.reply.as_int().ok_or_else(|| LockError::backend("no release reply"))?;
+            lock_core::scripts::parse_release(code)
         };
         self.run(Op::Release, keys, token, apply).await
     }
@@ -792,6 +798,14 @@ impl LockStore for ScriptedStore {
             "fence" => Some(Op::Fence),
             _ => None,
         };
+        if let (true, Some(memory)) = (call.operation == "pass-on", &self.server.shared.memory) {
+            // A wake-up passed on to another process: what the script publishes reaches it as a release's does.
+            let (ran, published) = memory.run_observed(call).await?;
+            for (channel, payload) in published {
+                self.server.publish_payload(&channel, Some(payload), self.id);
+            }
+            return Ok(ran);
+        }
         let token = call.args.first().and_then(|arg| Token::parse(arg));
         let (Some(op), Some(token), Some(memory), Some(first)) =
             (op, token, &self.server.shared.memory, call.keys.first().copied())

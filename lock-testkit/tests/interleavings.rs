@@ -596,3 +596,123 @@ async fn a_redlock_waiter_retries_on_its_backoff_when_an_instance_comes_back() {
     assert_eq!(guard.held_instances(), vec![0, 2]);
     guard.release().await.unwrap();
 }
+
+/// `k` waiters on `resource`, each in its own process (its own client and hub), patient (only a wake-up gets them
+/// the lock in time), each having tried and listening; started in order, each once the one before has tried.
+async fn waiting_processes(
+    server: &ScriptedServer,
+    resource: &'static str,
+    k: usize,
+) -> Vec<tokio::task::JoinHandle<Result<lock_core::Guard, LockError>>> {
+    let mut waiters = Vec::new();
+    for _ in 0..k {
+        let lock = Lock::new(server.client());
+        let (client, hub) = (server.clients() - 1, lock.stores()[0].release_hub().cloned().unwrap());
+        waiters.push(tokio::spawn(async move { lock.acquire(resource, &patient()).await }));
+        let channel = keys(resource);
+        eventually("the waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+        // Its first try, and the look again once subscribed.
+        eventually("the waiter tried", ms(5_000), || tries_of(server, client) >= 2).await;
+    }
+    waiters
+}
+
+/// Issue 19: a release wakes one waiting process, not one waiter in every process. With one waiter in each of K
+/// processes (the usual shape: one per pod), the release names the first process its waiters lined up on the
+/// server, and only that one tries: K hand-offs cost K tries. A herd (every process's hub waking its own waiter on
+/// each release) costs K + (K − 1) + … + 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiting_process_not_every_one() {
+    const K: usize = 6;
+    let server = ScriptedServer::new();
+    let first = Lock::new(server.client());
+    let mut guard = first.try_acquire("herd", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let mut waiters = waiting_processes(&server, "herd", K).await;
+    let tries = || (1..=K).map(|c| tries_of(&server, c)).sum::<usize>();
+    let before = tries();
+    let mut order = Vec::new();
+    while !waiters.is_empty() {
+        let ((next, at, rest), waited) = timed(async {
+            guard.release().await.unwrap();
+            futures_util::future::select_all(waiters).await
+        })
+        .await;
+        assert!(waited < ms(2_000), "a hand-off took {waited:?}: the release woke nobody who could take the lock");
+        guard = next.unwrap().unwrap();
+        order.push(at);
+        waiters = rest;
+    }
+    guard.release().await.unwrap();
+    let per_client: Vec<usize> = (1..=K).map(|c| tries_of(&server, c)).collect();
+    assert_eq!(tries() - before, K, "{K} hand-offs, tries per process {per_client:?}");
+}
+
+/// A release names a process whose waiter has left (it ran out of budget, or was cancelled, after its try lined the
+/// process up): that process passes the wake-up on to the next waiting process, which takes the lock at once, not
+/// at its safety poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_for_a_process_whose_waiter_left_is_passed_on() {
+    for cancelled in [false, true] {
+        let server = ScriptedServer::new();
+        let resource = if cancelled { "left-cancelled" } else { "left-out-of-budget" };
+        let first = Lock::new(server.client());
+        let guard = first.try_acquire(resource, &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+        // Lined up first, then gone.
+        // The process lives on (its lock, store and subscriber); only its waiter leaves.
+        let process = Lock::new(server.client());
+        let leaving = process.clone();
+        let budget = if cancelled { ms(60_000) } else { ms(300) };
+        let left = tokio::spawn(async move { leaving.acquire(resource, &patient().with_wait(budget)).await });
+        eventually("the leaving waiter tried", ms(5_000), || tries_of(&server, 1) >= 2).await;
+        let mut rest = waiting_processes(&server, resource, 1).await;
+        if cancelled {
+            left.abort();
+            assert!(left.await.unwrap_err().is_cancelled());
+        } else {
+            assert!(matches!(left.await.unwrap(), Err(LockError::Contended { .. })));
+        }
+        let (next, waited) = timed(async {
+            guard.release().await.unwrap();
+            rest.pop().unwrap().await.unwrap().unwrap()
+        })
+        .await;
+        assert!(waited < ms(2_000), "cancelled: {cancelled}: the next process waited {waited:?}");
+        next.release().await.unwrap();
+        drop(process);
+    }
+}
+
+/// What the one-process wake-up costs: a process that dies while it is lined up (here: its waiter is gone and
+/// nothing reaches it any more) swallows the release that names it. The other processes' waiters then take the lock
+/// at their safety poll, once: the release took the dead process out of the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_dies_lined_up_costs_the_others_one_safety_poll() {
+    let server = ScriptedServer::new();
+    let first = Lock::new(server.client());
+    let guard = first.try_acquire("died", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let dead = Lock::new(server.client());
+    let dying = dead.clone();
+    let gone = tokio::spawn(async move { dying.acquire("died", &patient()).await });
+    eventually("the dying waiter lined up", ms(5_000), || tries_of(&server, 1) >= 2).await;
+    let poll = ms(600);
+    let waiting = LockOptions::new(ms(30_000))
+        .with_wait(ms(20_000))
+        .with_retry(RetryPolicy::default().with_max_delay(ms(100)).with_safety_poll(poll));
+    let survivor = Lock::new(server.client());
+    let hub = survivor.stores()[0].release_hub().cloned().unwrap();
+    let waiter = tokio::spawn(async move { survivor.acquire("died", &waiting).await });
+    eventually("the survivor lined up", ms(5_000), || tries_of(&server, 2) >= 2 && hub.waiters(&keys("died")) == 1)
+        .await;
+    gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
+    server.notification_rule(|note| (note.to == 1).then_some(lock_testkit::scripted::Delivery::Drop));
+    let (taken, waited) = timed(async {
+        guard.release().await.unwrap();
+        waiter.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited <= poll + ms(300), "the survivor waited {waited:?}, beyond its safety poll");
+    assert!(waited >= poll / 2, "the survivor took the lock after {waited:?}: was the dead process named at all?");
+    taken.release().await.unwrap();
+    drop(dead);
+}

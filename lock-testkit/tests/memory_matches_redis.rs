@@ -25,6 +25,9 @@ enum Seen {
     Nil,
     Int(i64),
     Ttl,
+    /// The remaining lease of a fair grant (3 s, see the `FAIR_ACQUIRE` steps): like [`Seen::Ttl`], a value the two
+    /// stores' clocks read a few microseconds apart, so it may differ by a millisecond.
+    Lease,
     TimeFloor,
     Text(Vec<u8>),
     Array(Vec<Seen>),
@@ -34,6 +37,7 @@ enum Seen {
 fn int(n: i64) -> Seen {
     match n {
         90_000..=100_000 => Seen::Ttl,
+        2_000..=3_000 => Seen::Lease,
         n if n > 1_000_000_000_000 => Seen::TimeFloor,
         n => Seen::Int(n),
     }
@@ -116,6 +120,9 @@ fn random_step(rng: &mut StdRng) -> Step {
         pairs.chain(subset.iter().map(|i| format!("lock:{{r{i}}}:awaited"))).collect()
     };
     let mark = format!("lock:{{r{r}}}:awaited");
+    let waiting = format!("lock:{{r{r}}}:waiting");
+    // The origin a try lines its process up as (none: a try that does not line up), or a release or pass names.
+    let origin = s(["", "o1", "o2", "o3"][rng.random_range(0..4)]);
     let info = format!("lock:{{r{r}}}:info");
     let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
@@ -151,7 +158,8 @@ fn random_step(rng: &mut StdRng) -> Step {
                 keys.push(readers);
                 String::new()
             } else {
-                format!("{} {fencing}", ["300", TTL_MS][rng.random_range(0..2)])
+                // A lease far from every fencing token the steps draw (below 2 000), so its PTTL is told apart.
+                format!("{} {fencing}", ["3000", TTL_MS][rng.random_range(0..2)])
             };
             let args =
                 vec![token, s(TTL_MS), s(fencing), String::new(), s(TTL_MS), s(waits), s("origin"), s("0"), grant];
@@ -214,15 +222,25 @@ fn random_step(rng: &mut StdRng) -> Step {
         }
         0..=19 => {
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
-            call(&scripts::ACQUIRE, vec![lock, fence, mark], vec![token, s(TTL_MS), s("1"), floor])
+            call(&scripts::ACQUIRE, vec![lock, fence, mark, waiting], vec![token, s(TTL_MS), s("1"), floor, origin])
         }
-        20..=27 => call(&scripts::ACQUIRE, vec![lock, fence, mark], vec![token, s(TTL_MS), s("0")]),
+        20..=27 => {
+            call(&scripts::ACQUIRE, vec![lock, fence, mark, waiting], vec![token, s(TTL_MS), s("0"), s(""), origin])
+        }
         28..=37 => {
             Step::Call { script: None, plain: "SET", keys: vec![lock], args: vec![token, s("NX"), s("PX"), s(TTL_MS)] }
         }
-        38..=43 => call(&scripts::HOLDER, vec![lock, mark], vec![]),
-        44 => Step::Foreign(vec![s("HSET"), mark, s("field"), s("value")]),
-        45..=59 => call(&scripts::RELEASE, vec![lock, channel, mark], vec![token, s("origin"), s("0")]),
+        38..=43 => call(&scripts::HOLDER, vec![lock, mark, waiting], vec![origin]),
+        44 => Step::Foreign(vec![s("HSET"), if rng.random_bool(0.5) { mark } else { waiting }, s("field"), s("value")]),
+        45..=55 => call(&scripts::RELEASE, vec![lock, channel, mark, waiting], vec![token, origin, s("0")]),
+        56..=57 => call(&scripts::PASS_ON, vec![lock, channel, waiting], vec![origin, s("0")]),
+        58..=59 => {
+            let key = if rng.random_bool(0.7) { waiting } else { mark };
+            match rng.random_bool(0.5) {
+                true => Step::Call { script: None, plain: "ZRANGE", keys: vec![key], args: vec![s("0"), s("-1")] },
+                false => Step::Call { script: None, plain: "GET", keys: vec![key], args: vec![] },
+            }
+        }
         60..=69 => call(&scripts::EXTEND, vec![lock], vec![token, s(TTL_MS)]),
         70..=74 => call(&scripts::RAISE_FENCE, vec![lock, fence], vec![token, floor]),
         75..=77 => call(&scripts::FENCE, vec![lock, fence], vec![token]),

@@ -152,6 +152,7 @@ async fn every_subset_of_blocked_instances() {
                         fencing: true,
                         fence_floor: None,
                         replicas: None,
+                        waiting_as: None,
                     };
                     assert!(matches!(inst.inner.acquire(req).await.unwrap(), AcquireReply::Acquired { .. }));
                 }
@@ -283,6 +284,7 @@ async fn fence_write_back_only_when_counters_disagree() {
         fencing: true,
         fence_floor: Some(ahead),
         replicas: None,
+        waiting_as: None,
     };
     assert!(
         matches!(instances[0].inner.acquire(req).await.unwrap(), AcquireReply::Acquired { fence: Some(f) } if f == ahead)
