@@ -115,9 +115,13 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
         let mut call_keys: Vec<&str> = request.keys.iter().flat_map(|k| [k.lock(), k.fence()]).collect();
         call_keys.extend(request.keys.iter().map(LockKeys::awaited));
+        if request.waiting_as.is_some() {
+            call_keys.extend(request.keys.iter().map(LockKeys::waiting));
+        }
         let fencing = if request.fencing { "1" } else { "0" };
-        let args = [request.token.as_str(), &ttl, fencing, &floor];
-        let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, &args).with_replicas(request.replicas);
+        let all_args = [request.token.as_str(), &ttl, fencing, &floor, request.waiting_as.unwrap_or_default()];
+        let args = &all_args[..4 + usize::from(request.waiting_as.is_some())];
+        let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, args).with_replicas(request.replicas);
         let ran = timed(self, call).await?;
         let ints = ran.reply.as_ints().ok_or_else(|| unexpected("multi-acquire", &ran.reply))?;
         let n = request.keys.len();

@@ -69,9 +69,9 @@ end
 /// What a mutex's try that can find the lock held starts with (after [`awaited_prelude`]): `line_up(waiting, mark,
 /// origin, pttl)` marks the lock as awaited and, when `origin` (the trying process's hub) is not empty, adds the
 /// process to the lock's waiting processes (a sorted set, by arrival on the server's clock; a process already in it
-/// keeps its place), which lives as long as the mark. A release wakes the first of them only (see [`RELEASE`]). A
-/// key of another type at either name is refused as `WRONGTYPE`, and nothing is left written then: the set is
-/// checked by the `ZADD` itself, and an entry it added is taken back when the mark is refused.
+/// keeps its place: a try of a process already in line costs one `ZSCORE`), which lives as long as the mark. A
+/// release wakes the first of them only (see [`RELEASE`]). A key of another type at either name is refused as
+/// `WRONGTYPE` before anything is written.
 macro_rules! waiting_prelude {
     () => {
         r#"
@@ -79,19 +79,18 @@ local function line_up(waiting, mark, origin, pttl)
   if not origin or origin == '' then
     return awaited(mark, pttl)
   end
-  local now = redis.call('TIME')
-  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local added = redis.pcall('ZADD', waiting, 'NX', string.format('%d', at), origin)
-  if type(added) == 'table' then
+  -- Read first: a process already in line keeps its place (and a key of another type is refused before any write).
+  local place = redis.pcall('ZSCORE', waiting, origin)
+  if type(place) == 'table' then
     return redis.error_reply('WRONGTYPE waiting processes ' .. waiting .. ' holds a value that is not a sorted set')
   end
   local refused = awaited(mark, pttl)
-  if refused then
-    if added == 1 then
-      redis.call('ZREM', waiting, origin)
-    end
+  if refused or place then
     return refused
   end
+  local now = redis.call('TIME')
+  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('ZADD', waiting, string.format('%d', at), origin)
   redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
 end
 "#
@@ -103,23 +102,19 @@ macro_rules! next_waiting_prelude {
     () => {
         r#"
 -- The first waiting process other than `origin` (the releasing one, whose waiters it wakes itself), taken out of
--- the set with `origin` itself; false when there is none (or the set is not one: a wake-up for everyone is the
--- safe answer then). ZRANGE and ZREM rather than ZPOPMIN, which the minimal ACL does not grant.
+-- the set; false when there is none (or the set is not one: a wake-up for everyone is the safe answer then). The
+-- releasing process keeps its own place: its waiters still wait. ZRANGE and ZREM rather than ZPOPMIN, which the
+-- minimal ACL does not grant.
 local function next_waiting(waiting, origin)
   local firsts = redis.pcall('ZRANGE', waiting, 0, 1)
-  if type(firsts) ~= 'table' or firsts.err or not firsts[1] then
+  if type(firsts) ~= 'table' or firsts.err then
     return false
   end
-  if firsts[1] ~= origin then
-    redis.call('ZREM', waiting, firsts[1])
-    return firsts[1]
+  local first = firsts[1] ~= origin and firsts[1] or firsts[2]
+  if first then
+    redis.call('ZREM', waiting, first)
   end
-  if firsts[2] then
-    redis.call('ZREM', waiting, origin, firsts[2])
-    return firsts[2]
-  end
-  redis.call('ZREM', waiting, origin)
-  return false
+  return first or false
 end
 "#
     };
@@ -407,11 +402,13 @@ return advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 /// Multi-resource acquire: all of the locks or none, with a fencing token per resource (see
 /// [`Lock::acquire_all`](crate::Lock::acquire_all)).
 ///
-/// `KEYS` = lock₁, fence₁, lock₂, fence₂, …, then mark₁, mark₂, … (the single lock's keys of each resource, so a
-/// multi-lock and a single lock on one resource exclude each other; on Cluster all in one slot); `ARGV[1]` token,
-/// `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (optional) the counters' floor in place of the
-/// server's clock. Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`,
-/// 1-based, is held by another token; its PTTL; that lock is marked as awaited, as by [`ACQUIRE`]). Every key's type is checked before any write (one `GET` per key, which refuses
+/// `KEYS` = lock₁, fence₁, lock₂, fence₂, …, then mark₁, mark₂, …, then (with `ARGV[5]`) the waiting processes₁,
+/// ₂, … (the single lock's keys of each resource, so a multi-lock and a single lock on one resource exclude each
+/// other; on Cluster all in one slot); `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]`
+/// (may be empty) the counters' floor in place of the server's clock, `ARGV[5]` (optional) the trying process's
+/// origin. Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based,
+/// is held by another token; its PTTL; that lock is marked as awaited and the process lined up on it, as by
+/// [`ACQUIRE`]). Every key's type is checked before any write (one `GET` per key, which refuses
 /// other types). Idempotent: a retry with the same token finds its own value, refreshes the TTL and replies the
 /// fences the first call set. Server commands for a free set of n resources with fencing: 4n + 2 (`EVALSHA`,
 /// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
@@ -420,8 +417,10 @@ pub static MULTI_ACQUIRE: Script = Script::new(
     concat!(
         fencing_prelude!(),
         awaited_prelude!(),
+        waiting_prelude!(),
         r#"
-local n = #KEYS / 3
+local lines_up = ARGV[5] and ARGV[5] ~= ''
+local n = #KEYS / (lines_up and 4 or 3)
 local fencing = ARGV[3] == '1'
 -- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
 -- until every key passed.
@@ -444,7 +443,7 @@ end
 for i = 1, n do
   if values[i] and values[i] ~= ARGV[1] then
     local pttl = redis.call('PTTL', KEYS[2 * i - 1])
-    local refused = awaited(KEYS[2 * n + i], pttl)
+    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[5], pttl)
     if refused then
       return refused
     end

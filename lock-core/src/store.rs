@@ -73,6 +73,9 @@ pub struct AcquireAllRequest<'a> {
     pub fence_floor: Option<u64>,
     /// As [`AcquireRequest::replicas`].
     pub replicas: Option<ReplicaAck>,
+    /// As [`AcquireRequest::waiting_as`]: when a resource is held, the process is lined up to be woken by its
+    /// release.
+    pub waiting_as: Option<&'a str>,
 }
 
 /// What the server did with an [`AcquireAllRequest`].

@@ -393,6 +393,11 @@ impl Target {
             });
         }
         let mut fences = Vec::with_capacity(self.resources.len());
+        // A multi-resource waiter listens on every resource's channel, so any of them tells whether it lines up.
+        let waiting_as = store
+            .release_hub()
+            .filter(|hub| self.resources.first().is_some_and(|keys| hub.lines_up(keys.channel())))
+            .map(|hub| hub.origin());
         for (g, group) in self.groups.iter().enumerate() {
             let request = AcquireAllRequest {
                 keys: &self.resources[group.clone()],
@@ -401,6 +406,7 @@ impl Target {
                 fencing: ask.fencing,
                 fence_floor: ask.fence_floor,
                 replicas: ask.replicas,
+                waiting_as,
             };
             let reply = match store.acquire_all(request).await {
                 Ok(reply) => reply,

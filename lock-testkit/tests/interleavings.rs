@@ -716,3 +716,40 @@ async fn a_process_that_dies_lined_up_costs_the_others_one_safety_poll() {
     taken.release().await.unwrap();
     drop(dead);
 }
+
+/// A multi-resource waiter lines its process up too: it takes its turn among single-lock waiters of other processes
+/// instead of waiting for a release that names nobody (a waiter that did not line up is woken only when nobody who
+/// did is left, or at its safety poll). Lined up in the order single, multi, single, the lock goes to them in that
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_resource_waiter_takes_its_turn_among_other_processes() {
+    let server = ScriptedServer::new();
+    let first = Lock::new(server.client());
+    let guard = first.try_acquire("shared", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let mut single = waiting_processes(&server, "shared", 1).await;
+    let multi = Lock::new(server.client());
+    let hub = multi.stores()[0].release_hub().cloned().unwrap();
+    let both = tokio::spawn(async move { multi.acquire_all(&["shared", "other"], &patient()).await });
+    eventually("the multi-resource waiter lined up", ms(5_000), || {
+        tries_of(&server, 2) >= 2 && hub.waiters(&keys("shared")) == 1
+    })
+    .await;
+    single.extend(waiting_processes(&server, "shared", 1).await);
+    let last = single.pop().unwrap();
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(ms(2_000), single.pop().unwrap()).await.unwrap().unwrap().unwrap();
+    let (both, waited) = timed(async {
+        next.release().await.unwrap();
+        both.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited < ms(2_000), "the multi-resource waiter waited {waited:?} for its turn");
+    assert!(!last.is_finished(), "the single-lock waiter lined up after the multi-resource one went first");
+    let (last, waited) = timed(async {
+        both.release().await.unwrap();
+        last.await.unwrap().unwrap()
+    })
+    .await;
+    assert!(waited < ms(2_000), "the last waiter waited {waited:?}");
+    last.release().await.unwrap();
+}

@@ -213,7 +213,12 @@ fn random_step(rng: &mut StdRng) -> Step {
         100..=109 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
-            call(&scripts::MULTI_ACQUIRE, locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor])
+            let (mut keys, mut args) = (locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor]);
+            if !origin.is_empty() {
+                keys.extend(subset.iter().map(|i| format!("lock:{{r{i}}}:waiting")));
+                args.push(origin);
+            }
+            call(&scripts::MULTI_ACQUIRE, keys, args)
         }
         110..=117 => call(&scripts::MULTI_RELEASE, locks(":released"), vec![token, s("origin"), s("0")]),
         118..=124 => {
