@@ -102,19 +102,28 @@ macro_rules! next_waiting_prelude {
     () => {
         r#"
 -- The first waiting process other than `origin` (the releasing one, whose waiters it wakes itself), taken out of
--- the set; false when there is none (or the set is not one: a wake-up for everyone is the safe answer then). The
--- releasing process keeps its own place: its waiters still wait. ZRANGE and ZREM rather than ZPOPMIN, which the
--- minimal ACL does not grant.
+-- the set, and whether another one (not `origin`) stays in line; false when there is none (or the set is not one: a
+-- wake-up for everyone is the safe answer then). The releasing process keeps its own place: its waiters still
+-- wait. ZRANGE and ZREM rather than ZPOPMIN, which the minimal ACL does not grant.
 local function next_waiting(waiting, origin)
-  local firsts = redis.pcall('ZRANGE', waiting, 0, 1)
+  local firsts = redis.pcall('ZRANGE', waiting, 0, 2)
   if type(firsts) ~= 'table' or firsts.err then
-    return false
+    return false, false
   end
-  local first = firsts[1] ~= origin and firsts[1] or firsts[2]
+  local first, others = false, false
+  for _, member in ipairs(firsts) do
+    if member ~= origin then
+      if first then
+        others = true
+      else
+        first = member
+      end
+    end
+  end
   if first then
     redis.call('ZREM', waiting, first)
   end
-  return first or false
+  return first, others
 end
 "#
     };
@@ -273,8 +282,8 @@ pub static RELEASE: Script = Script::new(
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[3]) > 1 then
-    local first = next_waiting(KEYS[4], ARGV[2])
-    if first then
+    local first, others = next_waiting(KEYS[4], ARGV[2])
+    if others then
       -- The processes not woken still wait: the next release must announce itself too.
       local left = redis.call('PTTL', KEYS[4])
       if left > 0 then

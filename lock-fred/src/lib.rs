@@ -30,8 +30,8 @@
 //! # What goes over the wire
 //! - acquire: one `EVALSHA` of [`ACQUIRE`](lock_core::scripts::ACQUIRE) (`SET NX PX` plus the fencing counter);
 //! - release: one `EVALSHA` of [`RELEASE`](lock_core::scripts::RELEASE) (compare-and-delete, then, when a try found
-//!   the lock held, `PUBLISH` on the resource's release channel; on a cluster `SPUBLISH`, which stays on the lock's
-//!   shard, heard with `SSUBSCRIBE`);
+//!   the lock held, `PUBLISH` on the resource's release channel, naming the first waiting process, whose store alone
+//!   wakes a waiter; on a cluster `SPUBLISH`, which stays on the lock's shard, heard with `SSUBSCRIBE`);
 //! - extend: one `EVALSHA` of [`EXTEND`](lock_core::scripts::EXTEND) (compare-and-`PEXPIRE`).
 //!
 //! A lock cycle is therefore two round trips. When the server answers `NOSCRIPT` (after a restart, a failover or

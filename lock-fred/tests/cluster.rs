@@ -53,4 +53,5 @@ lock_testkit::cluster_tests!(@cases store;
     releases_are_announced_on_their_shard_only,
     multi_resource_cross_slot_is_rejected_before_io,
     multi_resource_ordered_is_all_or_nothing_under_contention,
+    a_release_names_the_waiting_process_on_its_shard,
 );

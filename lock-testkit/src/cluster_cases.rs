@@ -123,6 +123,20 @@ pub async fn releases_are_announced_on_their_shard_only(store: &StoreFactory) {
     assert_eq!(calls(cluster, "publish"), 0, "no release may be broadcast with PUBLISH");
 }
 
+/// Issue 19 on a cluster: a release, announced with `SPUBLISH` on the lock's shard, names the first waiting process,
+/// and that process's waiter takes the lock at once (the waiters' safety poll is 20 s); so on through five
+/// processes. (That one process tries per release is counted on a single server, see
+/// [`server_cases::a_release_wakes_one_waiting_process`](crate::server_cases::a_release_wakes_one_waiting_process):
+/// the other cases of a binary share this cluster, and their scripts would be counted too.)
+pub async fn a_release_names_the_waiting_process_on_its_shard(store: &StoreFactory) {
+    let cluster = shared();
+    let mut locks = Vec::new();
+    for _ in 0..=crate::server_cases::HANDED_ON {
+        locks.push(Lock::from_arc(store(cluster).await));
+    }
+    crate::server_cases::hand_on_through_processes(&locks, "one-process-woken", true, None).await;
+}
+
 /// Calls of `command` summed over the live nodes (a `redis.call` in a script counts).
 fn calls(cluster: &RedisCluster, command: &str) -> u64 {
     (0..cluster.len())

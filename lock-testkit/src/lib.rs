@@ -569,6 +569,7 @@ macro_rules! cluster_tests {
             lock_keeps_working_after_primary_killed,
             multi_resource_cross_slot_is_rejected_before_io,
             multi_resource_ordered_is_all_or_nothing_under_contention,
+            a_release_names_the_waiting_process_on_its_shard,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

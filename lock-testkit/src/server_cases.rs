@@ -417,49 +417,66 @@ pub async fn a_listening_waiter_does_not_poll_while_the_lock_is_held(connect: &U
 /// minimal ACL user (the line-up uses only commands that user has); fenced (a try is the `ACQUIRE` script) and not
 /// (a try is `SET NX PX`, and the `HOLDER` script when that failed).
 pub async fn a_release_wakes_one_waiting_process(connect: &UrlFactory) {
-    use futures_util::StreamExt;
-    const K: usize = 5;
     for (minimal_user, fencing) in [(false, true), (false, false), (true, true)] {
         let server = if minimal_user { server_with_minimal_user() } else { start() };
         let url = if minimal_user { server.url_for("locker", "secret", false) } else { server.url().to_owned() };
         let mut locks = Vec::new();
-        for _ in 0..=K {
+        for _ in 0..=HANDED_ON {
             locks.push(Lock::from_arc(connect(url.clone()).await.or_panic()));
         }
         let resource = format!("one-process-woken-{minimal_user}-{fencing}");
-        let options = LockOptions::new(ms(30_000)).with_fencing(fencing);
-        for lock in &locks {
-            // Scripts and connections exist before counting.
-            lock.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
-        }
-        let mut guard = locks[0].try_acquire(&resource, &options).await.or_panic().or_panic();
-        // Only a wake-up gets a waiter the lock in time.
-        let patient = lock_core::RetryPolicy::default().with_safety_poll(ms(20_000));
-        let waiting = options.clone().with_wait(ms(20_000)).with_retry(patient);
-        let mut waiters: futures_util::stream::FuturesUnordered<_> =
-            locks[1..].iter().map(|lock| Box::pin(lock.acquire(&resource, &waiting))).collect();
-        // Every waiter tries, subscribes and tries again; none can finish while the lock is held.
-        let settled = futures_util::future::select(waiters.next(), Box::pin(crate::runtime::sleep(ms(500)))).await;
-        assert!(matches!(settled, futures_util::future::Either::Right(_)), "a waiter finished while the lock was held");
-        let channel = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, &resource).or_panic();
-        for lock in &locks[1..] {
-            let hub = lock.stores()[0].release_hub().or_panic();
-            assert_eq!(hub.waiters(channel.channel()), 1, "a waiter does not listen");
-        }
         let scripts = || server.command_calls().or_panic().get("evalsha").copied().unwrap_or(0);
-        let before = scripts();
-        for _ in 0..K {
-            let released = Instant::now();
-            guard.release().await.or_panic();
-            guard = waiters.next().await.or_panic().or_panic();
-            let waited = released.elapsed();
-            assert!(waited < ms(2_000), "minimal user {minimal_user}, fencing {fencing}: a hand-off took {waited:?}");
-        }
+        hand_on_through_processes(&locks, &resource, fencing, Some(&scripts)).await;
+    }
+}
+
+/// How many times [`hand_on_through_processes`] hands the lock on.
+pub(crate) const HANDED_ON: usize = 5;
+
+/// `locks[0]` takes `resource`, a waiter on each other lock (each over a store of its own: a process) waits for it,
+/// and the lock is handed from one to the next [`HANDED_ON`] times: each hand-off comes at once (only a wake-up can
+/// do that), and takes one release and one try (when `scripts` counts the scripts the server ran).
+pub(crate) async fn hand_on_through_processes(
+    locks: &[Lock],
+    resource: &str,
+    fencing: bool,
+    scripts: Option<&dyn Fn() -> u64>,
+) {
+    use futures_util::StreamExt;
+    assert_eq!(locks.len(), HANDED_ON + 1);
+    let options = LockOptions::new(ms(30_000)).with_fencing(fencing);
+    for lock in locks {
+        // Scripts and connections exist before counting.
+        lock.try_acquire(resource, &options).await.or_panic().or_panic().release().await.or_panic();
+    }
+    let mut guard = locks[0].try_acquire(resource, &options).await.or_panic().or_panic();
+    // Only a wake-up gets a waiter the lock in time.
+    let patient = lock_core::RetryPolicy::default().with_safety_poll(ms(20_000));
+    let waiting = options.clone().with_wait(ms(20_000)).with_retry(patient);
+    let mut waiters: futures_util::stream::FuturesUnordered<_> =
+        locks[1..].iter().map(|lock| Box::pin(lock.acquire(resource, &waiting))).collect();
+    // Every waiter tries, subscribes and tries again; none can finish while the lock is held.
+    let settled = futures_util::future::select(waiters.next(), Box::pin(crate::runtime::sleep(ms(500)))).await;
+    assert!(matches!(settled, futures_util::future::Either::Right(_)), "a waiter finished while the lock was held");
+    let channel = LockKeys::new(lock_core::DEFAULT_PREFIX, resource).or_panic();
+    for lock in &locks[1..] {
+        let hub = lock.stores()[0].release_hub().or_panic();
+        assert_eq!(hub.waiters(channel.channel()), 1, "{resource}: a waiter does not listen");
+    }
+    let before = scripts.map(|count| count());
+    for _ in 0..HANDED_ON {
+        let released = Instant::now();
         guard.release().await.or_panic();
-        let ran = scripts() - before;
+        guard = waiters.next().await.or_panic().or_panic();
+        let waited = released.elapsed();
+        assert!(waited < ms(2_000), "{resource}: a hand-off took {waited:?}");
+    }
+    guard.release().await.or_panic();
+    if let (Some(count), Some(before)) = (scripts, before) {
+        let ran = count() - before;
         // Every release; and with fencing, every acquire (an unfenced one that succeeds is a plain `SET`).
-        let expected = if fencing { 2 * K + 1 } else { K + 1 } as u64;
-        assert_eq!(ran, expected, "minimal user {minimal_user}, fencing {fencing}: {K} hand-offs ran {ran} scripts");
+        let expected = if fencing { 2 * HANDED_ON + 1 } else { HANDED_ON + 1 } as u64;
+        assert_eq!(ran, expected, "{resource}: {HANDED_ON} hand-offs ran {ran} scripts");
     }
 }
 
