@@ -14,12 +14,16 @@ use crate::peers;
 /// TTL of every lock the scenarios take, except renewal's: long enough never to expire during a measurement.
 pub(crate) const TTL: Duration = Duration::from_secs(10);
 
-/// Commands that only run inside lock-core's scripts (ACQUIRE, RELEASE, EXTEND, RAISE_FENCE): our backends send
-/// nothing but `EVALSHA` (and `SCRIPT LOAD`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`).
-const CORE_NESTED: &[&str] = &["get", "set", "del", "publish", "pexpire", "time", "incrby", "type", "pttl"];
+/// Commands that only run inside lock-core's scripts (ACQUIRE, HOLDER, RELEASE, PASS_ON, EXTEND, RAISE_FENCE, the
+/// line-up of waiting processes): our backends send nothing but `EVALSHA` (and `SCRIPT LOAD`, `SUBSCRIBE`,
+/// `UNSUBSCRIBE`, `PING`).
+const CORE_NESTED: &[&str] =
+    &["get", "set", "del", "publish", "pexpire", "time", "incrby", "type", "pttl", "zscore", "zadd", "zrange", "zrem"];
 
-/// The same without fencing, where acquire is a plain `SET NX PX` the client sends itself (counted as sent).
-const CORE_NESTED_NOFENCE: &[&str] = &["get", "del", "publish", "pexpire", "type", "pttl"];
+/// The same without fencing, where acquire is a plain `SET NX PX` the client sends itself (counted as sent; so is
+/// the `SET` of the release mark inside `HOLDER`, which the counts cannot tell apart).
+const CORE_NESTED_NOFENCE: &[&str] =
+    &["get", "del", "publish", "pexpire", "time", "type", "pttl", "zscore", "zadd", "zrange", "zrem"];
 
 /// What a fair lock's scripts call besides [`CORE_NESTED`]'s commands (see `lock_core::scripts::FAIR_ACQUIRE`).
 const CORE_NESTED_FAIR: &[&str] = &[

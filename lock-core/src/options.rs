@@ -206,16 +206,17 @@ impl LockOptions {
     /// replica acknowledgement ([`with_replica_ack`](Self::with_replica_ack)) claims its grant with a try instead
     /// (one round trip more), since no replica acknowledged the release's write.
     ///
-    /// **When to choose it.** Without it, a release wakes one waiter in *each* process that waits, and all but one
-    /// of those tries fail: cheap with a few processes, or with waiters in one process (where a release hands over
-    /// to the next local waiter in its own round trip), but one failed try per waiting process and release with
-    /// many. The queue is flat in the number of processes and serves them in order, at a price of its own: about
-    /// 30 server commands per contended acquisition whatever the number of processes, a heartbeat per waiting
-    /// process every `waiter_ttl / 3`, and a crashed waiter holding up those behind it for up to `waiter_ttl`.
-    /// Measured (BENCHMARKS.md, issue 19): with eight processes holding 1 ms each, the queue costs the server 0.54×
-    /// the default's commands, with 32 processes 0.16×, and serves them evenly (fairness 0.92–0.99, against
-    /// 0–0.5); with two processes it costs 2.4×, and with eight waiters in one process 3.1×, for the same hand-off
-    /// time. Take it for many processes contending on short holds, or when arrival order matters.
+    /// **When to choose it.** Without it, a release wakes one waiting process (the first its waiters' tries lined up
+    /// on the server; see [`RELEASE`](crate::scripts::RELEASE)), and that process's next waiter tries: the server's
+    /// work per acquisition does not grow with the number of waiting processes, but whoever's try reaches the
+    /// server first wins (a releaser looping straight back, a newcomer), so some processes may wait long. The queue
+    /// serves them in order and hands the lock over inside the release, at a price of its own: about 30 server
+    /// commands per contended acquisition, a heartbeat per waiting process every `waiter_ttl / 3`, and a crashed
+    /// waiter holding up those behind it for up to `waiter_ttl`. Measured (BENCHMARKS.md, issue 19; one waiter per
+    /// process, 1 ms holds): server commands per acquisition 42 against the default's 23 with two processes, 30
+    /// against 27 with eight, 32 against 24 with 32, and 32 against 11 with eight waiters in one process; fairness
+    /// 0.92–1 against 0–0.9, and a tail wait (p99) 3–12× shorter. Take it when arrival order or the tail wait
+    /// matters.
     ///
     /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
     /// is a try, so it counts toward a retry policy's attempt limit
