@@ -597,6 +597,13 @@ async fn a_redlock_waiter_retries_on_its_backoff_when_an_instance_comes_back() {
     guard.release().await.unwrap();
 }
 
+/// A process (client 0) holding `resource` for 30 s: its lock, to keep the process alive, and its guard.
+async fn held_by_first_process(server: &ScriptedServer, resource: &str) -> (Lock, lock_core::Guard) {
+    let first = Lock::new(server.client());
+    let guard = first.try_acquire(resource, &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    (first, guard)
+}
+
 /// `k` waiters on `resource`, each in its own process (its own client and hub), patient (only a wake-up gets them
 /// the lock in time), each having tried and listening; started in order, each once the one before has tried.
 async fn waiting_processes(
@@ -625,8 +632,7 @@ async fn waiting_processes(
 async fn a_release_wakes_one_waiting_process_not_every_one() {
     const K: usize = 6;
     let server = ScriptedServer::new();
-    let first = Lock::new(server.client());
-    let mut guard = first.try_acquire("herd", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let (_first, mut guard) = held_by_first_process(&server, "herd").await;
     let mut waiters = waiting_processes(&server, "herd", K).await;
     let tries = || (1..=K).map(|c| tries_of(&server, c)).sum::<usize>();
     let before = tries();
@@ -655,8 +661,7 @@ async fn a_wake_up_for_a_process_whose_waiter_left_is_passed_on() {
     for cancelled in [false, true] {
         let server = ScriptedServer::new();
         let resource = if cancelled { "left-cancelled" } else { "left-out-of-budget" };
-        let first = Lock::new(server.client());
-        let guard = first.try_acquire(resource, &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+        let (_first, guard) = held_by_first_process(&server, resource).await;
         // Lined up first, then gone.
         // The process lives on (its lock, store and subscriber); only its waiter leaves.
         let process = Lock::new(server.client());
@@ -688,8 +693,7 @@ async fn a_wake_up_for_a_process_whose_waiter_left_is_passed_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_dies_lined_up_costs_the_others_one_safety_poll() {
     let server = ScriptedServer::new();
-    let first = Lock::new(server.client());
-    let guard = first.try_acquire("died", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let (_first, guard) = held_by_first_process(&server, "died").await;
     let dead = Lock::new(server.client());
     let dying = dead.clone();
     let gone = tokio::spawn(async move { dying.acquire("died", &patient()).await });
@@ -724,8 +728,7 @@ async fn a_process_that_dies_lined_up_costs_the_others_one_safety_poll() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_resource_waiter_takes_its_turn_among_other_processes() {
     let server = ScriptedServer::new();
-    let first = Lock::new(server.client());
-    let guard = first.try_acquire("shared", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let (_first, guard) = held_by_first_process(&server, "shared").await;
     let mut single = waiting_processes(&server, "shared", 1).await;
     let multi = Lock::new(server.client());
     let hub = multi.stores()[0].release_hub().cloned().unwrap();
