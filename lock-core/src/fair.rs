@@ -142,8 +142,13 @@ pub(crate) async fn until_granted(
             (Some(0), Some(ttl)) => Some(now + ttl + Duration::from_millis(1)),
             _ => None,
         };
+        // A waiter that cannot hear releases (its subscription was refused) learns of its turn only by trying: it
+        // polls on its backoff, and a peer's renewal of its place does not put its own try off (found by the schedule
+        // explorer: a deaf waiter that became the head while peers renewed its place never tried again, and the
+        // others queued behind it while the lock was free).
+        let deaf = watch.as_ref().is_some_and(|w| !w.hears());
         let mut pause = heartbeat;
-        if last_error.is_some() {
+        if last_error.is_some() || deaf {
             pause = pause.min(delays.next().unwrap_or(Duration::from_millis(100)));
         }
         loop {
@@ -172,7 +177,7 @@ pub(crate) async fn until_granted(
             let renewed = watch.as_ref().and_then(ReleaseWatch::renewed_at).filter(|at| *at > sent);
             let next = renewed.map(|at| at + heartbeat + heartbeat / 4);
             match next {
-                Some(next) if next > now && head_due.is_none_or(|due| now < due) && now < deadline => {
+                Some(next) if !deaf && next > now && head_due.is_none_or(|due| now < due) && now < deadline => {
                     pause = next.saturating_duration_since(now);
                     listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
                 }

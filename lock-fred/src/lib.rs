@@ -44,8 +44,10 @@
 //! unavailable). No pooled connection is held while waiting. One limit: fred 10 reports a `SUBSCRIBE` that the
 //! server's ACL refused (a user without the lock's channels, `&lock:*`) as a success, so this store cannot tell its
 //! waiters that they hear nothing; they then take a released lock at their safety poll
-//! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Grant the channels (the README's
-//! minimal ACL line does) or shorten the safety poll.
+//! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Such a process also lines up to be
+//! woken by releases it never hears, so a release that names it costs the waiters of *other* processes a safety
+//! poll too (see [`RELEASE`](lock_core::scripts::RELEASE)). Grant the channels (the README's minimal ACL line does)
+//! or shorten the safety poll.
 //!
 //! # Keys
 //! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the
