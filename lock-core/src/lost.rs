@@ -151,6 +151,11 @@ impl LostSignal {
         self.state().on_deadline = LostReason::RenewalFailed;
     }
 
+    /// Reports a passed deadline as an expiry again (the watchdog stopped extending the lock).
+    pub(crate) fn left_unrenewed(&self) {
+        self.state().on_deadline = LostReason::Expired;
+    }
+
     /// Marks the lock lost; the first reason sticks. Returns whether this call was the one that marked it.
     pub(crate) fn mark(&self, reason: LostReason) -> bool {
         let marked = {

@@ -53,7 +53,9 @@ pub(crate) fn start(
     first: Instant,
     span: tracing::Span,
 ) -> Option<BackgroundTask> {
-    if let (Some(t), Some(_)) = (target.upgrade(), policy) {
+    // Until its extension succeeds, a once-watchdog is as responsible for the lock as a renewing one: a deadline that
+    // passes meanwhile is a failed renewal, whoever reads the signal first.
+    if let Some(t) = target.upgrade() {
         t.lost_signal().renewed_by_watchdog();
     }
     let interval = policy.map_or(ttl / 3, |p| p.interval(ttl));
@@ -139,6 +141,8 @@ async fn run(
             Ok(_) => {
                 telemetry::renewal(true);
                 if matches!(limit, Renewals::Once) {
+                    // Nobody extends it again: from here the lock simply expires.
+                    lost.left_unrenewed();
                     return;
                 }
                 renewals = renewals.saturating_add(1);

@@ -468,9 +468,35 @@ async fn a_granted_waiter_trusts_only_its_lease_until_extended() {
     assert!(holds(&server, "granted", &g), "granted to someone else");
     assert_eq!(head_tries(&server).last().copied(), Some(last_try), "the head tried for its grant");
     assert!(g.valid_until() <= last_try + waiter_ttl, "the grantee trusts the lock past its last try's lease");
-    tokio::time::sleep(waiter_ttl + ms(100)).await;
-    assert_eq!(g.lost_signal().reason(), Some(lock_core::LostReason::RenewalFailed));
+    // A holder that checks before each write (`is_lost`) reads the signal the moment the lease ends, before the
+    // watchdog's timer for the same deadline fires: the reason must already say that renewal failed.
+    let reason = async {
+        loop {
+            if let Some(reason) = g.lost_signal().reason() {
+                return reason;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let reason = tokio::time::timeout(waiter_ttl + ms(1_000), reason).await;
+    assert_eq!(reason, Ok(lock_core::LostReason::RenewalFailed));
     assert!(count(&server, Op::Extend) > 0, "the grantee never tried to extend its lease");
+}
+
+/// The other side of the test above: once the grantee's one extension got through, nobody renews the lock (no
+/// renewal policy), and the end of its TTL is an expiry, not a failed renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_waiter_extended_once_expires_at_its_ttl() {
+    let server = ScriptedServer::new();
+    let ttl = ms(2_500);
+    let fair = move |wait| LockOptions::new(ttl).with_wait(wait).with_fair_queue(ms(1_500));
+    let (holder, head) = holder_and_listening_head(&server, "extended", fair).await;
+    holder.release().await.unwrap();
+    let g = head.await.unwrap().unwrap();
+    eventually("the grantee's extension", ms(5_000), || count(&server, Op::Extend) > 0).await;
+    let reason = tokio::time::timeout(ttl + ms(1_000), g.lost_signal().lost()).await;
+    assert_eq!(reason, Ok(lock_core::LostReason::Expired));
+    assert_eq!(count(&server, Op::Extend), 1, "extended more than once without a renewal policy");
 }
 
 /// Issue 19: a fair release's grant is a write no replica acknowledged. A waiter that asked for replica
