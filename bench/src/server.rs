@@ -109,6 +109,14 @@ impl CommandStats {
         self.0.iter().filter(|(name, _)| !Self::is_ours(name) && !nested.contains(&name.as_str())).map(|(_, n)| n).sum()
     }
 
+    /// Each command's calls divided by `n` (for example per acquisition), most called first: where a row's
+    /// commands go (printed with `LOCK_BENCH_COMMANDS=1`).
+    pub(crate) fn per(&self, n: f64) -> String {
+        let mut calls: Vec<_> = self.0.iter().filter(|(name, _)| !Self::is_ours(name)).collect();
+        calls.sort_by(|a, b| b.1.cmp(a.1));
+        calls.iter().map(|(name, c)| format!("{name} {:.2}", **c as f64 / n)).collect::<Vec<_>>().join(", ")
+    }
+
     pub(crate) fn add(&mut self, other: &CommandStats) {
         for (name, n) in &other.0 {
             *self.0.entry(name.clone()).or_default() += n;

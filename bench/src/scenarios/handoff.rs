@@ -177,6 +177,9 @@ async fn process_segment(
 /// A report row of a contended scenario.
 fn row(name: &str, contender: &str, nested: &[&str], competitors: usize, t: &Totals) -> Row {
     let acquisitions = t.acquisitions.max(1) as f64;
+    if std::env::var_os("LOCK_BENCH_COMMANDS").is_some() {
+        eprintln!("{name} {contender}: {}", t.commands.per(acquisitions));
+    }
     Row::new(name, contender)
         .field("acq_per_s", t.acquisitions as f64 / t.elapsed.as_secs_f64())
         .field("handoffs_per_s", t.acquisitions.saturating_sub(t.retakes) as f64 / t.elapsed.as_secs_f64())
