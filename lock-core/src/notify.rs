@@ -219,6 +219,20 @@ impl ReleaseHub {
         })
     }
 
+    /// Whether this process already hears releases on `channel` without a new subscription: it is subscribed (a
+    /// channel whose last waiter left stays so for a while, see [`Registry::idle`]), the server confirmed it, and a
+    /// new waiter would not renew it. A waiter registered there before its first try lines the process up with
+    /// that try (see [`lines_up`](Self::lines_up)), and needs no look again for a release it could have missed.
+    pub(crate) fn listens(&self, channel: &str) -> bool {
+        if self.control.renew_on_reuse() {
+            return false;
+        }
+        self.channels().get(channel).is_some_and(|state| {
+            let ch = lock(state);
+            ch.subscribed && ch.confirmed && !ch.deaf
+        })
+    }
+
     /// Installs how wake-ups this process cannot use are passed on (the first call wins).
     pub(crate) fn forward_with(&self, make: impl FnOnce() -> Forward) {
         let _ = self.forward.get_or_init(make);

@@ -90,6 +90,13 @@ impl Watches {
     }
 }
 
+/// Whether every instance of `stores` already hears releases on every one of `channels` (see
+/// [`ReleaseHub::listens`](crate::notify::ReleaseHub::listens)).
+fn listening(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> bool {
+    let mut hubs = stores.iter().map(|s| s.release_hub()).peekable();
+    hubs.peek().is_some() && hubs.all(|hub| hub.is_some_and(|hub| channels.iter().all(|channel| hub.listens(channel))))
+}
+
 /// Lets the hubs of `stores` pass on wake-ups their process cannot use (see [`ReleaseHub::deliver`]). Done when a
 /// lock is built, before any of its tries can line its process up to be woken.
 pub(crate) fn forward_wake_ups(stores: &[Arc<dyn LockStore>]) {
@@ -272,6 +279,13 @@ where
                 }
             }
             watch = Some(queue);
+        }
+    } else if !options.wait().is_zero() && listening(stores, channels) {
+        // This process waited for the lock before and still listens: registered now, its first try lines it up
+        // to be woken (one failed try per wait instead of two), and no release can slip past the registration.
+        if let Some(registered) = Watches::new(stores, channels).await {
+            owed.registered(&registered);
+            watch = Some(registered);
         }
     }
     let mut attempts: u32 = 0;

@@ -283,7 +283,13 @@ async fn a_waiter_arriving_while_an_early_release_is_on_its_way_is_woken() {
         let lock = lock.clone();
         async move { lock.acquire("arrives", &patient()).await }
     });
-    eventually("the newcomer sleeps", ms(5_000), || count(&server, Op::Acquire) >= acquires + 2).await;
+    // Registered (the process still listens on the channel, so before its try) and tried once at least.
+    let hub = lock.stores()[0].release_hub().cloned().unwrap();
+    let channel = keys("arrives");
+    eventually("the newcomer sleeps", ms(5_000), || {
+        hub.waiters(&channel) == 1 && count(&server, Op::Acquire) > acquires
+    })
+    .await;
     tokio::time::sleep(ms(20)).await;
     gate.open();
     assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
@@ -677,6 +683,37 @@ async fn a_release_wakes_one_waiting_process_not_every_one() {
     guard.release().await.unwrap();
     let per_client: Vec<usize> = (1..=K).map(|c| tries_of(&server, c)).collect();
     assert_eq!(tries() - before, K, "{K} hand-offs, tries per process {per_client:?}");
+}
+
+/// Issue 19: a process that waits for a lock again (every competitor of a contended lock, looping) still listens on
+/// its channel (the hub keeps a few idle channels subscribed), so its waiter registers before its first try, and
+/// that try lines the process up: one failed try per wait, not two (a first try that cannot line up, then the look
+/// again once registered; with eight processes that second try was a third of the default lock's server commands).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_waits_again_lines_up_with_its_first_try() {
+    let server = ScriptedServer::new();
+    let (_first, guard) = held_by_first_process(&server, "again").await;
+    let process = Lock::new(server.client());
+    let waiting = |process: &Lock| {
+        let process = process.clone();
+        tokio::spawn(async move { process.acquire("again", &patient()).await })
+    };
+    // The first wait subscribes: a try that cannot line the process up, then the look again once subscribed.
+    let waiter = waiting(&process);
+    eventually("the waiter tried", ms(5_000), || tries_of(&server, 1) >= 2).await;
+    let (mine, _) = released_then_taken(guard, waiter).await;
+    assert_eq!(tries_of(&server, 1), 3);
+    mine.release().await.unwrap();
+    let (_first, guard) = held_by_first_process(&server, "again").await;
+    let waiter = waiting(&process);
+    eventually("the waiter tried", ms(5_000), || tries_of(&server, 1) >= 4).await;
+    // Long enough for a look again (it needs no network wait: the subscription is there).
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(tries_of(&server, 1), 4, "the waiter tried again before anything was released");
+    let (mine, waited) = released_then_taken(guard, waiter).await;
+    assert!(waited < ms(2_000), "the release did not reach the lined-up process: {waited:?}");
+    assert_eq!(tries_of(&server, 1), 5, "one failed try and the one that took the lock");
+    mine.release().await.unwrap();
 }
 
 /// A release names a process whose waiter has left (it ran out of budget, or was cancelled, after its try lined the
