@@ -72,6 +72,15 @@ pub(crate) async fn until_granted(
     // nobody else would hear of it. (Found by the schedule explorer: a reader slept its whole pause behind a
     // cancelled waiting writer while the lock was free.)
     let mut owed = crate::wait::OwedWake::default();
+    // A process that queued for this lock before and still listens on its channel registers first: its first try
+    // takes a place whose announcements already reach it, so the head needs no look again for a grant announced
+    // before it listened (with one waiter in each of two processes, that second try was a third of the server's
+    // commands).
+    if let Some(hub) = hub.as_ref().filter(|hub| hub.listens(channel)) {
+        let registered = hub.watch_as(channel, Some((token.as_str(), waiter_ttl))).await;
+        owed.registered_watch(&registered);
+        watch = Some(registered);
+    }
     let mut attempts: u32 = 0;
     loop {
         // A release that made us the holder said so: no try needed (see `FAIR_RELEASE`).
@@ -86,8 +95,12 @@ pub(crate) async fn until_granted(
         // Listen before trying: an announcement between the try and the sleep must still wake us.
         let mut listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
         // This try renews the places of our process's other waiters on this resource too (one heartbeat per process
-        // and resource, however many of its waiters queue).
-        let peers = watch.as_ref().map(|w| w.peers(MAX_PEERS)).unwrap_or_default();
+        // and resource, however many of its waiters queue); not the first, which takes our place: with every waiter
+        // of a process coming back for the lock in turn, each would renew all the others every time.
+        let peers = match &watch {
+            Some(w) if attempts > 1 => w.peers(MAX_PEERS),
+            _ => Vec::new(),
+        };
         let sent = Instant::now();
         let queued = Queued { token: &token, peers: &peers };
         let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(queued))).await {

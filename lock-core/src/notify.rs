@@ -492,7 +492,9 @@ impl ReleaseWatch {
         let mut peers: Vec<(&String, Option<std::time::Instant>)> = ch
             .tokens
             .iter()
-            .filter(|(t, p)| t.as_str() != me && p.waiter_ttl == ttl && live(p))
+            // A waiter whose place no try has shown yet (registered before its first try) or that lost it has no
+            // place to renew: it takes one with a try of its own.
+            .filter(|(t, p)| t.as_str() != me && p.waiter_ttl == ttl && live(p) && p.renewed.is_some())
             .map(|(t, p)| (t, p.renewed))
             .collect();
         peers.sort_by_key(|(_, renewed)| *renewed);

@@ -617,6 +617,7 @@ macro_rules! server_tests {
             job_finish_never_touches_the_next_runs_lock,
             job_at_least_for_is_kept_on_the_server_clock,
             fair_waiters_of_one_process_share_their_heartbeats,
+            fair_waiters_coming_back_renew_only_their_own_places,
             a_release_announces_itself_only_when_someone_tried,
             a_release_mark_the_acl_refuses_is_auth_not_wrongtype,
             a_listening_waiter_does_not_poll_while_the_lock_is_held,

@@ -716,6 +716,39 @@ async fn a_process_that_waits_again_lines_up_with_its_first_try() {
     mine.release().await.unwrap();
 }
 
+/// The same for a fair lock's waiter: a process that queues again, still listening on the channel, registers
+/// before its first try, which takes its place. Next in line, it no longer tries a second time (the look again for
+/// a grant announced before it listened): a release grants it the lock, and the announcement returns it. With one
+/// waiter in each of two processes, that second try was a third of the fair lock's server commands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_process_that_queues_again_takes_its_place_with_its_first_try() {
+    let server = ScriptedServer::new();
+    let fair = |wait| LockOptions::new(ms(30_000)).with_wait(wait).with_fair_queue(ms(30_000));
+    let (holding, process) = (Lock::new(server.client()), Lock::new(server.client()));
+    let hub = process.stores()[0].release_hub().cloned().unwrap();
+    let channel = keys("queues-again");
+    for round in 0..2 {
+        let holder = holding.try_acquire("queues-again", &fair(ms(0))).await.unwrap().unwrap();
+        let before = tries_of(&server, 1);
+        let waiter = {
+            let process = process.clone();
+            tokio::spawn(async move { process.acquire("queues-again", &fair(ms(10_000))).await })
+        };
+        eventually("the waiter queues", ms(5_000), || hub.waiters(&channel) == 1 && tries_of(&server, 1) > before)
+            .await;
+        tokio::time::sleep(ms(200)).await;
+        let queued = tries_of(&server, 1) - before;
+        let (mine, waited) = released_then_taken(holder, waiter).await;
+        assert!(waited < ms(2_000), "round {round}: the grant did not reach the head: {waited:?}");
+        assert!(holds(&server, "queues-again", &mine), "round {round}: granted to someone else");
+        let tries = (queued, tries_of(&server, 1) - before);
+        mine.release().await.unwrap();
+        // The first wait subscribes: the place-taking try, then the look again as the head. The grant needs none.
+        let expected = if round == 0 { (2, 2) } else { (1, 1) };
+        assert_eq!(tries, expected, "round {round}: tries while queued, and in all");
+    }
+}
+
 /// A release names a process whose waiter has left (it ran out of budget, or was cancelled, after its try lined the
 /// process up): that process passes the wake-up on to the next waiting process, which takes the lock at once, not
 /// at its safety poll.
