@@ -213,10 +213,10 @@ impl LockOptions {
     /// serves them in order and hands the lock over inside the release, at a price of its own: about 30 server
     /// commands per contended acquisition, a heartbeat per waiting process every `waiter_ttl / 3`, and a crashed
     /// waiter holding up those behind it for up to `waiter_ttl`. Measured (BENCHMARKS.md, issue 19; one waiter per
-    /// process, 1 ms holds): server commands per acquisition 42 against the default's 23 with two processes, 30
-    /// against 27 with eight, 32 against 24 with 32, and 32 against 11 with eight waiters in one process; fairness
-    /// 0.92–1 against 0–0.9, and a tail wait (p99) 3–12× shorter. Take it when arrival order or the tail wait
-    /// matters.
+    /// process, 1 ms holds): server commands per acquisition 29 against the default's 21 with two processes, 30
+    /// against 23 with eight, 31 against 24 with 32, and 32 against 10.5 with eight waiters in one process;
+    /// fairness 0.93–1 against 0.34–0.88, and a tail wait (p99) 1.7–26× shorter. Take it when arrival order or the
+    /// tail wait matters.
     ///
     /// A `try_acquire` takes no place and succeeds only when the lock is free and nobody is queued. Every heartbeat
     /// is a try, so it counts toward a retry policy's attempt limit
