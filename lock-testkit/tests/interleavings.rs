@@ -734,8 +734,13 @@ async fn a_fair_process_that_queues_again_takes_its_place_with_its_first_try() {
             let process = process.clone();
             tokio::spawn(async move { process.acquire("queues-again", &fair(ms(10_000))).await })
         };
-        eventually("the waiter queues", ms(5_000), || hub.waiters(&channel) == 1 && tries_of(&server, 1) > before)
-            .await;
+        // The first wait subscribes: the place-taking try, then the look again as the head. The grant needs none.
+        let expected = if round == 0 { (2, 2) } else { (1, 1) };
+        eventually("the waiter queues", ms(5_000), || {
+            hub.waiters(&channel) == 1 && tries_of(&server, 1) >= before + expected.0
+        })
+        .await;
+        // Long enough for a look again (it needs no network wait: the subscription is there).
         tokio::time::sleep(ms(200)).await;
         let queued = tries_of(&server, 1) - before;
         let (mine, waited) = released_then_taken(holder, waiter).await;
@@ -743,8 +748,6 @@ async fn a_fair_process_that_queues_again_takes_its_place_with_its_first_try() {
         assert!(holds(&server, "queues-again", &mine), "round {round}: granted to someone else");
         let tries = (queued, tries_of(&server, 1) - before);
         mine.release().await.unwrap();
-        // The first wait subscribes: the place-taking try, then the look again as the head. The grant needs none.
-        let expected = if round == 0 { (2, 2) } else { (1, 1) };
         assert_eq!(tries, expected, "round {round}: tries while queued, and in all");
     }
 }
