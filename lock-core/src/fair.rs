@@ -76,7 +76,7 @@ pub(crate) async fn until_granted(
     // takes a place whose announcements already reach it, so the head needs no look again for a grant announced
     // before it listened (with one waiter in each of two processes, that second try was a third of the server's
     // commands).
-    if let Some(hub) = hub.as_ref().filter(|hub| hub.listens(channel)) {
+    if let Some(hub) = hub.as_ref().filter(|hub| hub.presence(channel).listens) {
         let registered = hub.watch_as(channel, Some((token.as_str(), waiter_ttl))).await;
         owed.registered_watch(&registered);
         watch = Some(registered);

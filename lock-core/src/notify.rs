@@ -159,6 +159,19 @@ pub struct ReleaseHub {
     watching: std::sync::atomic::AtomicUsize,
 }
 
+/// What a waiter arriving on a channel finds (see [`ReleaseHub::presence`]).
+pub(crate) struct Presence {
+    /// How many waiters of this process are registered on it.
+    pub(crate) waiters: usize,
+    /// The server confirmed the subscription and did not refuse it since: releases on it reach this process.
+    pub(crate) heard: bool,
+    /// This process hears releases on it without a new subscription (it is `heard`, and a new waiter would not
+    /// renew it; a channel whose last waiter left stays subscribed for a while, see [`Registry::idle`]). A waiter
+    /// registered there before its first try lines the process up with that try (see
+    /// [`lines_up`](ReleaseHub::lines_up)), and needs no look again for a release it could have missed.
+    pub(crate) listens: bool,
+}
+
 /// Runs [`PASS_ON`](crate::scripts::PASS_ON) for a lock, in the background.
 pub(crate) type Forward = Box<dyn Fn(LockKeys) + Send + Sync>;
 
@@ -210,26 +223,19 @@ impl ReleaseHub {
     /// waiter's first try (before it subscribed) and a waiter that cannot hear releases do not line up: a release
     /// that named them would wake nobody.
     pub(crate) fn lines_up(&self, channel: &str) -> bool {
-        if self.watching.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-            return false;
+        self.watching.load(std::sync::atomic::Ordering::Relaxed) > 0 && {
+            let presence = self.presence(channel);
+            presence.waiters > 0 && presence.heard
         }
-        self.channels().get(channel).is_some_and(|state| {
-            let ch = lock(state);
-            ch.watchers > 0 && ch.confirmed && !ch.deaf
-        })
     }
 
-    /// Whether this process already hears releases on `channel` without a new subscription: it is subscribed (a
-    /// channel whose last waiter left stays so for a while, see [`Registry::idle`]), the server confirmed it, and a
-    /// new waiter would not renew it. A waiter registered there before its first try lines the process up with
-    /// that try (see [`lines_up`](Self::lines_up)), and needs no look again for a release it could have missed.
-    pub(crate) fn listens(&self, channel: &str) -> bool {
-        if self.control.renew_on_reuse() {
-            return false;
-        }
-        self.channels().get(channel).is_some_and(|state| {
+    /// What a waiter arriving on `channel` finds, in one lookup (see [`Presence`]).
+    pub(crate) fn presence(&self, channel: &str) -> Presence {
+        self.channels().get(channel).map_or(Presence { waiters: 0, heard: false, listens: false }, |state| {
             let ch = lock(state);
-            ch.subscribed && ch.confirmed && !ch.deaf
+            // Every channel the registry holds is subscribed (an evicted one leaves it).
+            let heard = ch.confirmed && !ch.deaf;
+            Presence { waiters: ch.watchers, heard, listens: heard && !self.control.renew_on_reuse() }
         })
     }
 

@@ -90,11 +90,23 @@ impl Watches {
     }
 }
 
-/// Whether every instance of `stores` already hears releases on every one of `channels` (see
-/// [`ReleaseHub::listens`](crate::notify::ReleaseHub::listens)).
-fn listening(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> bool {
-    let mut hubs = stores.iter().map(|s| s.release_hub()).peekable();
-    hubs.peek().is_some() && hubs.all(|hub| hub.is_some_and(|hub| channels.iter().all(|channel| hub.listens(channel))))
+/// What a waiter arriving on `channels` of `stores` finds, with one lookup per instance and channel: `(queued,
+/// listening)`, whether local waiters are registered on any of them, and whether every instance already hears
+/// releases on every one of them (see [`Presence::listens`](crate::notify::Presence::listens)).
+fn arrival(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> (bool, bool) {
+    let (mut queued, mut listening) = (false, !stores.is_empty());
+    for store in stores {
+        let Some(hub) = store.release_hub() else {
+            listening = false;
+            continue;
+        };
+        for channel in channels {
+            let presence = hub.presence(channel);
+            queued |= presence.waiters > 0;
+            listening &= presence.listens;
+        }
+    }
+    (queued, listening)
 }
 
 /// Lets the hubs of `stores` pass on wake-ups their process cannot use (see [`ReleaseHub::deliver`]). Done when a
@@ -252,40 +264,37 @@ where
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
     // wakes it, or after one backoff step at the latest.
-    let queued = stores
-        .iter()
-        .filter_map(|s| s.release_hub())
-        .any(|hub| channels.iter().any(|channel| hub.waiters(channel) > 0));
-    if !options.wait().is_zero() && queued {
+    let (queued, listening) = if options.wait().is_zero() { (false, false) } else { arrival(stores, channels) };
+    // Registered before the first try when local waiters queue for the lock (it queues behind them), or when this
+    // process waited for it before and still listens: that try then lines the process up to be woken (one failed
+    // try per wait instead of two), and no release can slip past the registration.
+    if queued || listening {
         if let Some(mut queue) = Watches::new(stores, channels).await {
             owed.registered(&queue);
-            // Listen before looking for a kept wake-up: a waiter leaving on another thread between the look and the
-            // listen would keep its wake-up for a newcomer that has already looked, and this one would sleep its
-            // whole pause while the lock is free (found by the schedule explorer on a multi-threaded runtime).
-            let listeners = queue.before_try();
-            // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept for
-            // a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
-            if queue.take_stored() {
-                tracing::trace!(resource, "a release nobody heard is pending; trying at once");
-            } else if queue.alone() {
-                // The waiters it would have queued behind left while it registered (the last one's wake-up, kept for
-                // a newcomer, was dropped as stale when this one registered first): nobody is ahead, try at once.
-                tracing::trace!(resource, "the local waiters left; trying at once");
-            } else {
-                let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
-                tracing::trace!(resource, ?pause, "queued behind local waiters");
-                if let Some(woke) = listeners.or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
-                    owed.owe(woke);
+            if queued {
+                // Listen before looking for a kept wake-up: a waiter leaving on another thread between the look and
+                // the listen would keep its wake-up for a newcomer that has already looked, and this one would sleep
+                // its whole pause while the lock is free (found by the schedule explorer on a multi-threaded
+                // runtime).
+                let listeners = queue.before_try();
+                // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept
+                // for a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
+                if queue.take_stored() {
+                    tracing::trace!(resource, "a release nobody heard is pending; trying at once");
+                } else if queue.alone() {
+                    // The waiters it would have queued behind left while it registered (the last one's wake-up, kept
+                    // for a newcomer, was dropped as stale when this one registered first): nobody is ahead, try at
+                    // once.
+                    tracing::trace!(resource, "the local waiters left; trying at once");
+                } else {
+                    let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
+                    tracing::trace!(resource, ?pause, "queued behind local waiters");
+                    if let Some(woke) = listeners.or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
+                        owed.owe(woke);
+                    }
                 }
             }
             watch = Some(queue);
-        }
-    } else if !options.wait().is_zero() && listening(stores, channels) {
-        // This process waited for the lock before and still listens: registered now, its first try lines it up
-        // to be woken (one failed try per wait instead of two), and no release can slip past the registration.
-        if let Some(registered) = Watches::new(stores, channels).await {
-            owed.registered(&registered);
-            watch = Some(registered);
         }
     }
     let mut attempts: u32 = 0;

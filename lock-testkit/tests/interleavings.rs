@@ -775,11 +775,7 @@ async fn a_wake_up_for_a_process_whose_waiter_left_is_passed_on() {
         } else {
             assert!(matches!(left.await.unwrap(), Err(LockError::Contended { .. })));
         }
-        let (next, waited) = timed(async {
-            guard.release().await.unwrap();
-            rest.pop().unwrap().await.unwrap().unwrap()
-        })
-        .await;
+        let (next, waited) = released_then_taken(guard, rest.pop().unwrap()).await;
         assert!(waited < ms(2_000), "cancelled: {cancelled}: the next process waited {waited:?}");
         next.release().await.unwrap();
         drop(process);
@@ -809,11 +805,7 @@ async fn a_process_that_dies_lined_up_costs_the_others_one_safety_poll() {
     gone.abort();
     assert!(gone.await.unwrap_err().is_cancelled());
     server.notification_rule(|note| (note.to == 1).then_some(lock_testkit::scripted::Delivery::Drop));
-    let (taken, waited) = timed(async {
-        guard.release().await.unwrap();
-        waiter.await.unwrap().unwrap()
-    })
-    .await;
+    let (taken, waited) = released_then_taken(guard, waiter).await;
     assert!(waited <= poll + ms(300), "the survivor waited {waited:?}, beyond its safety poll");
     assert!(waited >= poll / 2, "the survivor took the lock after {waited:?}: was the dead process named at all?");
     taken.release().await.unwrap();
