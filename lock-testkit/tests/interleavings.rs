@@ -752,6 +752,55 @@ async fn a_fair_process_that_queues_again_takes_its_place_with_its_first_try() {
     }
 }
 
+/// Cancellation storm on the path above: waiters of a process that still listens on the lock's channel (so each
+/// registers before its first try), one after another, are dropped at each of their first ten await points while
+/// another process holds the lock, plain and fair. None leaves a registration, a place or a wake-up behind: the
+/// process's next waiter is woken by the release at once, and a fair queue ends empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_register_before_their_first_try_survive_being_dropped_at_every_await() {
+    for fair in [false, true] {
+        let server = ScriptedServer::new();
+        let resource = if fair { "storm-again-fair" } else { "storm-again" };
+        let options = if fair { patient().with_fair_queue(ms(30_000)) } else { patient() };
+        let holder = Lock::new(server.client()).try_acquire(resource, &options.clone().with_wait(ms(0))).await;
+        let holder = holder.unwrap().unwrap();
+        let process = Lock::new(server.client());
+        let hub = process.stores()[0].release_hub().cloned().unwrap();
+        let channel = keys(resource);
+        // A first waiter subscribes the process, then leaves: the channel stays subscribed.
+        let first = {
+            let (process, options) = (process.clone(), options.clone());
+            tokio::spawn(async move { process.acquire(resource, &options).await })
+        };
+        eventually("the first waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        for polls in 0..10 {
+            // Cut off after `polls` polls, or (once it sleeps until a release) dropped where it sleeps.
+            let waiter = lock_testkit::scripted::CancelAfter::new(process.acquire(resource, &options), polls);
+            let cut = tokio::time::timeout(ms(100), waiter).await;
+            assert!(!matches!(cut, Ok(Some(_))), "fair: {fair}: a waiter finished while the lock was held: {cut:?}");
+            eventually("the dropped waiter unregistered", ms(5_000), || hub.waiters(&channel) == 0).await;
+        }
+        if fair {
+            // Dropped waiters give their places back in the background.
+            let t0 = Instant::now();
+            while process.fair_queue_len(resource).await.unwrap() > 0 {
+                assert!(t0.elapsed() < ms(5_000), "a dropped fair waiter kept its place");
+                tokio::time::sleep(ms(5)).await;
+            }
+        }
+        let waiter = {
+            let (process, options) = (process.clone(), options.clone());
+            tokio::spawn(async move { process.acquire(resource, &options).await })
+        };
+        eventually("the last waiter listens", ms(5_000), || hub.waiters(&channel) == 1).await;
+        let (guard, waited) = released_then_taken(holder, waiter).await;
+        assert!(waited < ms(2_000), "fair: {fair}: the waiter after the storm waited {waited:?}");
+        guard.release().await.unwrap();
+    }
+}
+
 /// A release names a process whose waiter has left (it ran out of budget, or was cancelled, after its try lined the
 /// process up): that process passes the wake-up on to the next waiting process, which takes the lock at once, not
 /// at its safety poll.
