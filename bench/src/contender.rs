@@ -9,6 +9,7 @@ use lock_core::{Fencing, Guard, Lock, LockOptions, LockStore, ReleaseOutcome, Re
 use rslock::LockManager;
 
 use crate::floor::{self, Floor, FloorHeld, PubSubWaiter};
+use crate::floor_fred::FredFloor;
 use crate::peers;
 
 /// TTL of every lock the scenarios take, except renewal's: long enough never to expire during a measurement.
@@ -88,6 +89,8 @@ pub(crate) enum Client {
     Core { lock: Lock, options: LockOptions, draw: bool },
     /// Bare commands.
     Floor(Floor),
+    /// Bare fred commands.
+    FredFloor(FredFloor),
     /// Bare commands, with one pub/sub subscription per waiter in contended scenarios.
     PubSub(Floor),
     /// rslock.
@@ -150,6 +153,12 @@ impl Contender {
         Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: floor::NESTED })
     }
 
+    /// The floor's commands sent by bare fred (see [`FredFloor`]).
+    pub(crate) async fn floor_fred(name: &str, url: &str) -> anyhow::Result<Self> {
+        let floor = FredFloor::connect(url, TTL).await?;
+        Ok(Contender { name: name.to_owned(), client: Client::FredFloor(floor), nested: floor::NESTED })
+    }
+
     /// The floor acquiring with lock-core's fenced script: how much of our gap to the floor is fencing's own
     /// server-side work (a diagnostic, not a target).
     pub(crate) async fn floor_fenced(name: &str, urls: &[String]) -> anyhow::Result<Self> {
@@ -178,6 +187,7 @@ impl Contender {
                 guard => guard.map(Held::Core),
             },
             Client::Floor(floor) | Client::PubSub(floor) => floor.try_lock(key).await?.map(Held::Floor),
+            Client::FredFloor(floor) => floor.try_lock(key).await?.map(Held::Floor),
             // rslock's `lock` is one attempt plus its own retries; on a free key the first attempt wins.
             Client::Rslock(manager) => Some(Held::Rslock(manager.lock(key, TTL).await?)),
         };
@@ -189,6 +199,7 @@ impl Contender {
         let ok = match (&self.client, held) {
             (Client::Core { .. }, Held::Core(guard)) => guard.release().await? == ReleaseOutcome::Released,
             (Client::Floor(floor) | Client::PubSub(floor), Held::Floor(held)) => floor.unlock(held).await?,
+            (Client::FredFloor(floor), Held::Floor(held)) => floor.unlock(held).await?,
             (Client::Rslock(manager), Held::Rslock(lock)) => {
                 // rslock's release reports nothing; it is best effort by design.
                 manager.unlock(&lock).await;
@@ -213,7 +224,7 @@ impl Contender {
                 Competitor::PubSub(Box::new(floor.pubsub_waiter(&format!("{key}:released")).await?))
             }
             Client::Rslock(manager) => Competitor::Rslock(manager.clone()),
-            Client::Floor(_) => bail!("{}: the plain floor has no waiting acquire", self.name),
+            Client::Floor(_) | Client::FredFloor(_) => bail!("{}: the plain floor has no waiting acquire", self.name),
         })
     }
 

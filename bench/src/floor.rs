@@ -60,7 +60,7 @@ fn connection_config() -> AsyncConnectionConfig {
         .set_response_timeout(Some(Duration::from_secs(1)))
 }
 
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
@@ -79,6 +79,16 @@ pub(crate) struct Floor {
 pub(crate) struct FloorHeld {
     key: String,
     token: String,
+}
+
+impl FloorHeld {
+    pub(crate) fn new(key: &str, token: String) -> Self {
+        FloorHeld { key: key.to_owned(), token }
+    }
+
+    pub(crate) fn parts(&self) -> (&str, &str) {
+        (&self.key, &self.token)
+    }
 }
 
 impl Floor {

@@ -14,6 +14,7 @@ mod args;
 mod contender;
 mod cpu;
 mod floor;
+mod floor_fred;
 mod measure;
 mod peers;
 mod report;

@@ -32,6 +32,8 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         Contender::core_on_demand("redis-rs-ondemand", Backend::RedisRs, url, false).await?,
         Contender::core_on_demand("fred-ondemand", Backend::Fred, url, false).await?,
         Contender::core_on_demand("redis-rs-ondemand-drawn", Backend::RedisRs, url, true).await?,
+        // Not a target: the floor's commands sent by bare fred, how much of fred's gap is fred's own.
+        Contender::floor_fred("floor-fred", url).await?,
     ])
 }
 
