@@ -5,11 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fred::bytes::Bytes;
+use fred::bytes_utils::Str;
 use fred::clients::{Client, ExclusivePool, SubscriberClient};
 use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::{ClientLike, EventInterface, LuaInterface, ServerInterface};
 use fred::prelude::{Builder, Config, Options, Pool, ReconnectPolicy, ServerConfig, Value};
-use fred::types::{ClusterHash, ConnectHandle, CustomCommand, InfoKind};
+use fred::types::{ClusterHash, ConnectHandle, CustomCommand, InfoKind, Key};
 use lock_core::transport::Command;
 use lock_core::{scripts, Call, LockError, Ran, ReleaseHub, ReplicaAck, Reply, Result, ScriptStore, Topology};
 use tokio::sync::mpsc;
@@ -191,23 +193,66 @@ impl FredStore {
 /// the body once with `EVAL`, which also caches it again, so no `NOSCRIPT` reaches the caller even when another
 /// flush lands between two calls (a `SCRIPT LOAD` + `EVALSHA` retry could lose that race).
 async fn send(client: &Client, call: &Call<'_>) -> std::result::Result<Value, FredError> {
-    // fred takes its arguments by value: the lists are built per send (not cloned up front for a NOSCRIPT retry
-    // that almost never comes; two allocations of every script call).
+    let words = Words::of(call);
     match call.command {
         Command::Plain(name) => {
             let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-            client.custom::<Value, _>(command, call.keys.iter().chain(call.args).copied().collect()).await
+            client.custom::<Value, _>(command, words.keys().map(Value::Bytes).chain(words.args()).collect()).await
         }
         Command::Script(script) => {
-            match client.evalsha::<Value, _, _, _>(script.sha1(), call.keys.to_vec(), call.args.to_vec()).await {
+            let sha1 = Str::from_static(script.sha1());
+            match client
+                .evalsha::<Value, _, _, _>(sha1, words.keys().map(Key::from).collect::<Vec<_>>(), words.args())
+                .await
+            {
                 Err(err) if has_code(&err, "NOSCRIPT") => {
-                    client.eval::<Value, _, _, _>(script.body(), call.keys.to_vec(), call.args.to_vec()).await
+                    let (keys, args) = (words.keys().map(Key::from).collect::<Vec<_>>(), words.args());
+                    client.eval::<Value, _, _, _>(Str::from_static(script.body()), keys, args).await
                 }
                 other => other,
             }
         }
         // A command lock-core added after this backend was written.
         _ => Err(FredError::new(ErrorKind::InvalidCommand, "lock-core asked for a command this backend cannot send")),
+    }
+}
+
+/// A call's keys and arguments copied into one shared buffer, each handed to fred as a slice of it.
+///
+/// fred takes its arguments by value and clones each one again into the frame it writes. Built one by one from
+/// `&str`, each argument cost about three allocations (its buffer, its string, and the promotion of that buffer
+/// when fred cloned it); slices of one shared buffer are cloned by a reference count, so a call costs two (the
+/// buffer, and its promotion at the first slice) and fred's argument lists.
+struct Words<'c> {
+    buffer: Bytes,
+    keys: &'c [&'c str],
+    args: &'c [&'c str],
+}
+
+impl<'c> Words<'c> {
+    fn of(call: &Call<'c>) -> Self {
+        let words = call.keys.iter().chain(call.args);
+        let mut buffer = Vec::with_capacity(words.clone().map(|word| word.len()).sum());
+        words.for_each(|word| buffer.extend_from_slice(word.as_bytes()));
+        Words { buffer: Bytes::from(buffer), keys: call.keys, args: call.args }
+    }
+
+    /// Every key, then every argument, as a slice of the buffer.
+    fn slices(&self) -> impl Iterator<Item = Bytes> + '_ {
+        self.keys.iter().chain(self.args).scan(0, |start, word| {
+            let end = *start + word.len();
+            let slice = self.buffer.slice(*start..end);
+            *start = end;
+            Some(slice)
+        })
+    }
+
+    fn keys(&self) -> impl Iterator<Item = Bytes> + '_ {
+        self.slices().take(self.keys.len())
+    }
+
+    fn args(&self) -> Vec<Value> {
+        self.slices().skip(self.keys.len()).map(Value::Bytes).collect()
     }
 }
 
@@ -640,5 +685,29 @@ impl fmt::Debug for FredStoreBuilder {
             .field("command_timeout", &self.command_timeout)
             .field("tls", &self.tls)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_the_calls_keys_then_its_arguments_byte_for_byte() {
+        let keys = ["lock:{ré}", ""];
+        let args = ["tok€n", "", "10000"];
+        let call = Call::plain("acquire", "SET", &keys, &args);
+        let words = Words::of(&call);
+        let as_text = |bytes: Bytes| String::from_utf8(bytes.to_vec()).unwrap();
+        assert_eq!(words.keys().map(as_text).collect::<Vec<_>>(), keys);
+        let args_sent: Vec<String> = words
+            .args()
+            .into_iter()
+            .map(|value| match value {
+                Value::Bytes(bytes) => as_text(bytes),
+                other => panic!("an argument sent as {other:?}"),
+            })
+            .collect();
+        assert_eq!(args_sent, args);
     }
 }
