@@ -150,6 +150,15 @@ fn targets(report: &Report) {
         report.target("concurrent-distinct", "cycles_per_s", &on_demand, Some("rslock"), Bar::AtLeast(0.85));
         report.target("uncontended", "server_cmds_per_cycle", &on_demand, None, Bar::AtMost(6.0));
     }
+    // The library around the commands, against the same client's bare commands (no bar): fred's own cost per
+    // cycle differs from redis-rs's, which the floor (redis-rs) puts on the fred rows.
+    for scenario in ["uncontended", "concurrent-distinct"] {
+        for fred in ["fred-nofence", "fred-ondemand"] {
+            report.ratio(scenario, "cycles_per_s", fred, "floor-fred");
+            report.ratio(scenario, "client_cpu_us_per_cycle", fred, "floor-fred");
+        }
+        report.ratio(scenario, "cycles_per_s", "floor-fred", "floor");
+    }
     // What a holder that does ask for its token on demand pays, against one drawn with the grant.
     for scenario in ["uncontended", "concurrent-distinct"] {
         report.ratio(scenario, "cycles_per_s", "redis-rs-ondemand-drawn", "redis-rs");
