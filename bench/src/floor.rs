@@ -16,12 +16,11 @@ use redis::aio::{MultiplexedConnection, PubSubStream};
 use redis::{AsyncConnectionConfig, Client, Script, Value};
 
 /// Compare-and-delete: the release every lock library sends.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0",
-    )
-});
+pub(crate) const RELEASE_BODY: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0";
+
+/// [`RELEASE_BODY`], sent by `EVALSHA`.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_BODY));
 
 /// Compare-and-delete that also announces the release on `KEYS[2]` (for [`PubSubWaiter`]).
 static RELEASE_PUBLISH: LazyLock<Script> = LazyLock::new(|| {

@@ -11,11 +11,7 @@ use lock_fred::fred::types::{Builder, Expiration, SetOptions, Value};
 
 use crate::floor::FloorHeld;
 
-/// Compare-and-delete, the floor's release script.
-const RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0";
-
-/// A fred pool of the store's default size and its script's SHA-1.
+/// A fred pool of the store's default size and the SHA-1 of the floor's release script.
 #[derive(Clone)]
 pub(crate) struct FredFloor {
     pool: Pool,
@@ -30,7 +26,7 @@ impl FredFloor {
         builder.with_performance_config(|p| p.default_command_timeout = lock_fred::DEFAULT_COMMAND_TIMEOUT);
         let pool = builder.build_pool(lock_fred::DEFAULT_POOL_SIZE).context("fred pool")?;
         pool.init().await.context("connecting fred")?;
-        let release_sha: String = pool.next().script_load(RELEASE).await.context("SCRIPT LOAD")?;
+        let release_sha: String = pool.next().script_load(crate::floor::RELEASE_BODY).await.context("SCRIPT LOAD")?;
         let ttl_ms = i64::try_from(ttl.as_millis()).context("ttl too large")?;
         Ok(FredFloor { pool, release_sha, ttl_ms })
     }
