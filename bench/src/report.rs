@@ -98,6 +98,23 @@ impl Report {
         }
     }
 
+    /// `a`'s `metric` in `scenario` divided by `b`'s in `base` (another scenario of the same run), held against a
+    /// bar and printed as a `target` line whose `b` is `base/b`.
+    pub(crate) fn target_across(&self, scenario: &str, metric: &str, a: &str, base: &str, b: &str, bar: Bar) {
+        let (Some(va), Some(vb)) = (self.value(scenario, a, metric), self.value(base, b, metric)) else {
+            return;
+        };
+        if vb == 0.0 {
+            return;
+        }
+        let value = va / vb;
+        let pass = if bar.passes(value) { "yes" } else { "no" };
+        println!(
+            "target scenario={scenario} metric={metric} a={a} b={base}/{b} value={value:.3} bar={} pass={pass}",
+            bar.text()
+        );
+    }
+
     /// A ratio (or, with `b = None`, `a`'s own value) held against an issue-8 bar, printed as a `target` line.
     pub(crate) fn target(&self, scenario: &str, metric: &str, a: &str, b: Option<&str>, bar: Bar) {
         let value = match b {

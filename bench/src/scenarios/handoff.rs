@@ -220,6 +220,7 @@ async fn scenario(
         Contender::core("redis-rs", Backend::RedisRs, &urls, true).await?,
         Contender::core("fred", Backend::Fred, &urls, true).await?,
         Contender::core_fair("redis-rs-fair", Backend::RedisRs, &urls[0]).await?,
+        Contender::core_fair("fred-fair", Backend::Fred, &urls[0]).await?,
         Contender::pubsub("pubsub-waiter", &urls[0]).await?,
         Contender::rslock("rslock", &urls, None)?,
     ];

@@ -170,6 +170,10 @@ fn targets(report: &Report) {
         report.target(k, "cmds_per_acq", "redis-rs-fair", None, Bar::AtMost(4.0));
     }
     report.target("procs-8", "server_cmds_per_acq", "redis-rs", None, Bar::AtMost(12.0));
+    // The fair hand-off across processes against the same lock's hand-off within one process.
+    for fair in ["redis-rs-fair", "fred-fair"] {
+        report.target_across("procs-8", "gap_p50_us", fair, "handoff-8", fair, Bar::AtMost(1.5));
+    }
     report.ratio("procs-8", "gap_p50_us", "redis-rs-fair", "redis-rs");
     report.ratio("procs-32", "server_cmds_per_acq", "redis-rs-fair", "rslock");
     // Why the queue is an option and not the default (no bar): its cost against the herd's, with waiters in one
