@@ -197,16 +197,13 @@ async fn send(client: &Client, call: &Call<'_>) -> std::result::Result<Value, Fr
     match call.command {
         Command::Plain(name) => {
             let command = CustomCommand::new_static(name, ClusterHash::FirstKey, false);
-            client.custom::<Value, _>(command, words.keys().map(Value::Bytes).chain(words.args()).collect()).await
+            client.custom::<Value, _>(command, words.slices().map(Value::Bytes).collect()).await
         }
         Command::Script(script) => {
-            let sha1 = Str::from_static(script.sha1());
-            match client
-                .evalsha::<Value, _, _, _>(sha1, words.keys().map(Key::from).collect::<Vec<_>>(), words.args())
-                .await
-            {
+            let (keys, args) = words.script_lists();
+            match client.evalsha::<Value, _, _, _>(Str::from_static(script.sha1()), keys, args).await {
                 Err(err) if has_code(&err, "NOSCRIPT") => {
-                    let (keys, args) = (words.keys().map(Key::from).collect::<Vec<_>>(), words.args());
+                    let (keys, args) = words.script_lists();
                     client.eval::<Value, _, _, _>(Str::from_static(script.body()), keys, args).await
                 }
                 other => other,
@@ -247,12 +244,10 @@ impl<'c> Words<'c> {
         })
     }
 
-    fn keys(&self) -> impl Iterator<Item = Bytes> + '_ {
-        self.slices().take(self.keys.len())
-    }
-
-    fn args(&self) -> Vec<Value> {
-        self.slices().skip(self.keys.len()).map(Value::Bytes).collect()
+    /// The keys and the arguments as separate lists, as fred's `evalsha` and `eval` take them.
+    fn script_lists(&self) -> (Vec<Key>, Vec<Value>) {
+        let keys = self.slices().take(self.keys.len()).map(Key::from).collect();
+        (keys, self.slices().skip(self.keys.len()).map(Value::Bytes).collect())
     }
 }
 
@@ -699,9 +694,10 @@ mod tests {
         let call = Call::plain("acquire", "SET", &keys, &args);
         let words = Words::of(&call);
         let as_text = |bytes: Bytes| String::from_utf8(bytes.to_vec()).unwrap();
-        assert_eq!(words.keys().map(as_text).collect::<Vec<_>>(), keys);
-        let args_sent: Vec<String> = words
-            .args()
+        let (keys_sent, args_sent) = words.script_lists();
+        let keys_sent: Vec<String> = keys_sent.into_iter().map(|key| as_text(key.into_bytes())).collect();
+        assert_eq!(keys_sent, keys);
+        let args_sent: Vec<String> = args_sent
             .into_iter()
             .map(|value| match value {
                 Value::Bytes(bytes) => as_text(bytes),
@@ -709,5 +705,7 @@ mod tests {
             })
             .collect();
         assert_eq!(args_sent, args);
+        let plain: Vec<String> = words.slices().map(as_text).collect();
+        assert_eq!(plain, keys.iter().chain(&args).copied().collect::<Vec<_>>());
     }
 }
