@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use lock_core::{Fencing, Guard, Lock, LockOptions, LockStore, ReleaseOutcome, RenewPolicy};
+use lock_core::{
+    AcquireReply, AcquireRequest, Fencing, Guard, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RenewPolicy,
+    Token, DEFAULT_PREFIX,
+};
 use rslock::LockManager;
 
 use crate::floor::{self, Floor, FloorHeld, PubSubWaiter};
@@ -91,6 +94,9 @@ pub(crate) enum Client {
     Floor(Floor),
     /// Bare fred commands.
     FredFloor(FredFloor),
+    /// The calls lock-core's lock makes (acquire without fencing, release), straight to our backend's
+    /// [`LockStore`]: the backend's cost without the engine around it (guard, validity, lost signal, spans).
+    Store(Arc<dyn LockStore>),
     /// Bare commands, with one pub/sub subscription per waiter in contended scenarios.
     PubSub(Floor),
     /// rslock.
@@ -109,6 +115,7 @@ pub(crate) struct Contender {
 pub(crate) enum Held {
     Core(Guard),
     Floor(FloorHeld),
+    Store(LockKeys, Token),
     Rslock(rslock::Lock),
 }
 
@@ -146,6 +153,14 @@ impl Contender {
             client: Client::Core { lock, options, draw: false },
             nested: CORE_NESTED_FAIR,
         })
+    }
+
+    /// Our backend's [`LockStore`] on one server, called without the lock around it (see [`Client::Store`]); a
+    /// diagnostic, not a target: with the floor of the same client library, it splits our gap to that floor into
+    /// the backend's share and the engine's.
+    pub(crate) async fn store(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
+        let store = backend.store(url).await?;
+        Ok(Contender { name: name.to_owned(), client: Client::Store(store), nested: CORE_NESTED_NOFENCE })
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {
@@ -188,6 +203,23 @@ impl Contender {
             },
             Client::Floor(floor) | Client::PubSub(floor) => floor.try_lock(key).await?.map(Held::Floor),
             Client::FredFloor(floor) => floor.try_lock(key).await?.map(Held::Floor),
+            Client::Store(store) => {
+                let keys = LockKeys::new(DEFAULT_PREFIX, key)?;
+                let token = Token::generate();
+                let request = AcquireRequest {
+                    keys: &keys,
+                    token: &token,
+                    ttl: TTL,
+                    fencing: false,
+                    fence_floor: None,
+                    replicas: None,
+                    waiting_as: None,
+                };
+                match store.acquire(request).await? {
+                    AcquireReply::Acquired { .. } => Some(Held::Store(keys, token)),
+                    _ => None,
+                }
+            }
             // rslock's `lock` is one attempt plus its own retries; on a free key the first attempt wins.
             Client::Rslock(manager) => Some(Held::Rslock(manager.lock(key, TTL).await?)),
         };
@@ -200,6 +232,9 @@ impl Contender {
             (Client::Core { .. }, Held::Core(guard)) => guard.release().await? == ReleaseOutcome::Released,
             (Client::Floor(floor) | Client::PubSub(floor), Held::Floor(held)) => floor.unlock(held).await?,
             (Client::FredFloor(floor), Held::Floor(held)) => floor.unlock(held).await?,
+            (Client::Store(store), Held::Store(keys, token)) => {
+                store.release(&keys, &token).await? == ReleaseOutcome::Released
+            }
             (Client::Rslock(manager), Held::Rslock(lock)) => {
                 // rslock's release reports nothing; it is best effort by design.
                 manager.unlock(&lock).await;
@@ -224,7 +259,9 @@ impl Contender {
                 Competitor::PubSub(Box::new(floor.pubsub_waiter(&format!("{key}:released")).await?))
             }
             Client::Rslock(manager) => Competitor::Rslock(manager.clone()),
-            Client::Floor(_) | Client::FredFloor(_) => bail!("{}: the plain floor has no waiting acquire", self.name),
+            Client::Floor(_) | Client::FredFloor(_) | Client::Store(_) => {
+                bail!("{}: the plain floor has no waiting acquire", self.name)
+            }
         })
     }
 

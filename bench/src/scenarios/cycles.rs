@@ -34,6 +34,9 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         Contender::core_on_demand("redis-rs-ondemand-drawn", Backend::RedisRs, url, true).await?,
         // Not a target: the floor's commands sent by bare fred, how much of fred's gap is fred's own.
         Contender::floor_fred("floor-fred", url).await?,
+        // Not targets: our backends' stores called without the lock (lock-core's engine) around them.
+        Contender::store("redis-rs-store", Backend::RedisRs, url).await?,
+        Contender::store("fred-store", Backend::Fred, url).await?,
     ])
 }
 

@@ -158,6 +158,15 @@ fn targets(report: &Report) {
             report.ratio(scenario, "client_cpu_us_per_cycle", fred, "floor-fred");
         }
         report.ratio(scenario, "cycles_per_s", "floor-fred", "floor");
+        // The same gap split in two (no bar): the backend's store against its client's bare commands, and the
+        // lock (lock-core's engine) against the store it calls.
+        for (backend, floor) in [("redis-rs", "floor"), ("fred", "floor-fred")] {
+            let store = format!("{backend}-store");
+            for metric in ["cycles_per_s", "client_cpu_us_per_cycle"] {
+                report.ratio(scenario, metric, &store, floor);
+                report.ratio(scenario, metric, &format!("{backend}-nofence"), &store);
+            }
+        }
     }
     // What a holder that does ask for its token on demand pays, against one drawn with the grant.
     for scenario in ["uncontended", "concurrent-distinct"] {
