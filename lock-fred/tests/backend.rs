@@ -442,6 +442,41 @@ async fn an_absurd_command_timeout_is_a_typed_error() {
     assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{err:?}");
 }
 
+/// The store's bound also holds on a pool the caller built without a command timeout of fred's own: each command
+/// carries the time the call has left (scripts included: fred 10.1's `evalsha` on a client with options drops
+/// them). Against a silent network, a call fails within the store's 300 ms, with fencing (a script) and without
+/// (a plain `SET`).
+#[tokio::test]
+async fn a_callers_pool_without_a_timeout_keeps_the_stores_bound() {
+    use lock_fred::fred::interfaces::ClientLike as _;
+    use lock_fred::fred::types::config::Config;
+    use lock_fred::fred::types::Builder;
+    let server = RedisServer::start().expect("redis-server");
+    let proxy = lock_testkit::FaultProxy::start(server.addr()).expect("proxy");
+    let mut builder = Builder::from_config(Config::from_url(&proxy.url()).expect("url"));
+    builder.with_performance_config(|p| p.default_command_timeout = Duration::ZERO);
+    let pool = builder.build_pool(1).expect("pool");
+    pool.init().await.expect("connect");
+    let store = FredStoreBuilder::from_pool(pool).with_command_timeout(ms(300)).connect().await.expect("store");
+    let lock = Lock::new(store).with_operation_timeout(Duration::from_secs(30));
+    for fencing in [true, false] {
+        proxy.blackhole(false);
+        let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO).with_fencing(fencing);
+        let warm = lock.try_acquire("unbounded-warm", &opts).await.expect("acquire").expect("free");
+        assert_eq!(warm.release().await.expect("release"), ReleaseOutcome::Released);
+        proxy.blackhole(true);
+        let started = Instant::now();
+        // An outer bound far above the store's, so that a store that ignores its bound fails rather than hangs.
+        let result = tokio::time::timeout(Duration::from_secs(5), lock.try_acquire("unbounded", &opts))
+            .await
+            .unwrap_or_else(|_| panic!("fencing {fencing}: the call did not return within 5 s"));
+        let took = started.elapsed();
+        assert!(matches!(result, Err(LockError::Timeout { .. })), "fencing {fencing}: {result:?}");
+        // The acquire's 300 ms, then the give-back of a grant that may have happened, another 300 ms at most.
+        assert!(took < ms(900), "fencing {fencing}: the call returned after {took:?}; the store's bound is 300 ms");
+    }
+}
+
 /// The store promises every call within its command timeout (`LockStore::call_bound`), and the engine then sets no
 /// timer of its own around it. Eight calls at once against a silent network (connections accepted, nothing
 /// answered), command timeout 300 ms, the lock's operation timeout 30 s: each call fails within the store's bound.
