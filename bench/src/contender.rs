@@ -159,8 +159,22 @@ impl Contender {
     /// diagnostic, not a target: with the floor of the same client library, it splits our gap to that floor into
     /// the backend's share and the engine's.
     pub(crate) async fn store(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
-        let store = backend.store(url).await?;
-        Ok(Contender { name: name.to_owned(), client: Client::Store(store), nested: CORE_NESTED_NOFENCE })
+        Ok(Contender::over_store(name, backend.store(url).await?))
+    }
+
+    /// The calls of [`Client::Store`] to any store.
+    pub(crate) fn over_store(name: &str, store: Arc<dyn LockStore>) -> Self {
+        Contender { name: name.to_owned(), client: Client::Store(store), nested: CORE_NESTED_NOFENCE }
+    }
+
+    /// `lock` with default options except fencing off, as `*-nofence` (over any store).
+    pub(crate) fn core_over(name: &str, lock: Lock) -> Self {
+        let options = LockOptions::new(TTL).with_fencing(false);
+        Contender {
+            name: name.to_owned(),
+            client: Client::Core { lock, options, draw: false },
+            nested: CORE_NESTED_NOFENCE,
+        }
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {

@@ -1,6 +1,7 @@
 //! The scenarios of issue 8, the interleaving of contenders in rounds, and the targets checked at the end.
 
 mod cycles;
+mod engine;
 mod handoff;
 mod redlock;
 mod renewal;
@@ -62,6 +63,9 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     let started = Instant::now();
     print_machine(&settings, workers);
     let mut ctx = Ctx { settings, report: Report::default() };
+    if ctx.settings.wants("engine") {
+        engine::run(&mut ctx).await.context("scenario engine")?;
+    }
     if ctx.settings.wants("uncontended") {
         cycles::uncontended(&mut ctx).await.context("scenario uncontended")?;
     }
