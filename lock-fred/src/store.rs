@@ -215,7 +215,8 @@ async fn send(client: &Client, call: &Call<'_>, deadline: &Deadline) -> std::res
 
 /// `EVALSHA sha` or `EVAL body` (`name`, `head`) with the call's keys and arguments, as a custom command: fred 10.1's
 /// `evalsha` and `eval` on a client with options (`WithOptions`) drop the options (it does not implement the Lua
-/// interface, so the call goes to the bare client) and with them the command's timeout.
+/// interface, so the call goes to the bare client) and with them the command's timeout
+/// (<https://github.com/aembke/fred.rs/issues/353>, open).
 async fn script_call(
     client: &Client,
     deadline: &Deadline,
