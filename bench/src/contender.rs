@@ -130,9 +130,14 @@ impl Contender {
             [one] => Lock::from_arc(one.clone()),
             _ => Lock::redlock(stores).build().context("building the Redlock")?,
         };
+        Ok(Contender::core_over(name, lock, fencing))
+    }
+
+    /// `lock` (over any stores) with default options except `fencing`.
+    pub(crate) fn core_over(name: &str, lock: Lock, fencing: bool) -> Self {
         let options = LockOptions::new(TTL).with_fencing(fencing);
         let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested })
+        Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested }
     }
 
     /// Our backend on one server with fencing on demand ([`Fencing::OnDemand`]): the acquire is a plain
@@ -165,16 +170,6 @@ impl Contender {
     /// The calls of [`Client::Store`] to any store.
     pub(crate) fn over_store(name: &str, store: Arc<dyn LockStore>) -> Self {
         Contender { name: name.to_owned(), client: Client::Store(store), nested: CORE_NESTED_NOFENCE }
-    }
-
-    /// `lock` with default options except fencing off, as `*-nofence` (over any store).
-    pub(crate) fn core_over(name: &str, lock: Lock) -> Self {
-        let options = LockOptions::new(TTL).with_fencing(false);
-        Contender {
-            name: name.to_owned(),
-            client: Client::Core { lock, options, draw: false },
-            nested: CORE_NESTED_NOFENCE,
-        }
     }
 
     pub(crate) async fn floor(name: &str, urls: &[String]) -> anyhow::Result<Self> {
@@ -274,7 +269,7 @@ impl Contender {
             }
             Client::Rslock(manager) => Competitor::Rslock(manager.clone()),
             Client::Floor(_) | Client::FredFloor(_) | Client::Store(_) => {
-                bail!("{}: the plain floor has no waiting acquire", self.name)
+                bail!("{}: bare commands have no waiting acquire", self.name)
             }
         })
     }

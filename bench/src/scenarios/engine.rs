@@ -49,7 +49,7 @@ impl LockStore for Answering {
 pub(crate) async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     let store: Arc<dyn LockStore> = Arc::new(Answering);
     let contenders = [
-        Contender::core_over("null-engine", Lock::from_arc(store.clone())),
+        Contender::core_over("null-engine", Lock::from_arc(store.clone()), false),
         Contender::over_store("null-store", store),
     ];
     let cycles = ((200_000.0 * ctx.settings.scale) as u64).max(1_000);
