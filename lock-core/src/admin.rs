@@ -97,26 +97,103 @@ impl Inspection {
     }
 }
 
+/// Whose lock a forced release may delete ([`Lock::force_release_expecting`]): the holder the operator was shown,
+/// so that a lock that changed hands while the operator read the prompt is left alone (compare-and-delete).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExpectedHolder {
+    /// Whoever holds it ([`Lock::force_release`]).
+    Anyone,
+    /// Only the holder whose owner id ([`Holder::owner`]: the first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) or more
+    /// hex digits of its token) is this one.
+    Owner(String),
+    /// Nobody: the operator saw the lock free and only wants its waiters told to try again; a lock someone took
+    /// meanwhile is left alone.
+    Nobody,
+}
+
+impl ExpectedHolder {
+    /// The script's argument for it, after checking an owner id (before any I/O).
+    fn argument(&self) -> Result<String> {
+        match self {
+            ExpectedHolder::Anyone => Ok("*".to_owned()),
+            ExpectedHolder::Nobody => Ok(String::new()),
+            ExpectedHolder::Owner(id) => {
+                let id = id.to_ascii_lowercase();
+                let hex = id.bytes().all(|b| b.is_ascii_hexdigit());
+                if !hex || id.len() < crate::OWNER_ID_LEN || id.len() > TOKEN_HEX_DIGITS {
+                    return Err(LockError::invalid(format!(
+                        "an owner id is {} to {} hex digits (as inspect shows it), not {id:?}",
+                        crate::OWNER_ID_LEN,
+                        TOKEN_HEX_DIGITS
+                    )));
+                }
+                Ok(id)
+            }
+        }
+    }
+}
+
+/// How many hex digits an owner token has (an owner id is a prefix of them).
+const TOKEN_HEX_DIGITS: usize = 32;
+
+/// What a forced release found on one instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Forced {
+    /// This holder's lock was deleted.
+    Deleted(Holder),
+    /// The lock was free; nothing to delete.
+    Free,
+    /// Someone other than the expected holder holds it; nothing was deleted.
+    Kept(Holder),
+}
+
 /// What [`Lock::force_release`] did.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct ForcedRelease {
     /// The resource released.
     pub resource: String,
-    /// Per instance, in the order of [`Lock::stores`]: the holder whose lock was deleted, `None` when the lock was
-    /// free there.
-    pub instances: Vec<Result<Option<Holder>>>,
+    /// Per instance, in the order of [`Lock::stores`]: what the forced release found and did there.
+    pub instances: Vec<Result<Forced>>,
+    /// How many instances must be free for the lock to be free (1 on a single instance; a majority on a Redlock).
+    pub quorum: usize,
 }
 
 impl ForcedRelease {
-    /// Whether a lock was deleted on any instance.
+    /// Whether the lock is free now and a holder's lock was deleted to make it so: deleted on some instance, and
+    /// free on a quorum. Over Redlock, deleting on a minority while the holder keeps a majority is not a release.
     pub fn released(&self) -> bool {
-        self.previous().next().is_some()
+        self.is_free() && self.previous().next().is_some()
+    }
+
+    /// Whether the lock is free on a quorum of instances now (deleted there, or found free).
+    pub fn is_free(&self) -> bool {
+        let free = self.instances.iter().filter(|outcome| matches!(outcome, Ok(Forced::Deleted(_) | Forced::Free)));
+        free.count() >= self.quorum
     }
 
     /// The holders whose locks were deleted.
     pub fn previous(&self) -> impl Iterator<Item = &Holder> {
-        self.instances.iter().filter_map(|outcome| outcome.as_ref().ok()?.as_ref())
+        self.instances.iter().filter_map(|outcome| match outcome {
+            Ok(Forced::Deleted(holder)) => Some(holder),
+            _ => None,
+        })
+    }
+
+    /// The holders other than the expected one, left in place.
+    pub fn kept(&self) -> impl Iterator<Item = &Holder> {
+        self.instances.iter().filter_map(|outcome| match outcome {
+            Ok(Forced::Kept(holder)) => Some(holder),
+            _ => None,
+        })
+    }
+
+    /// Whether the lock changed hands: someone other than the expected holder holds it on some instance, and
+    /// nothing was deleted.
+    pub fn holder_changed(&self) -> bool {
+        self.kept().next().is_some() && self.previous().next().is_none()
     }
 }
 
@@ -173,6 +250,8 @@ impl Lock {
     /// Deletes the lock on `resource` whoever holds it, on every instance, and announces the release so that a
     /// waiter (in any process; a fair queue's head) tries at once. The fencing counter is kept, so the next grant's
     /// token is still higher than the deleted holder's. Logged as a warning naming the resource and the holder.
+    /// The same as [`force_release_expecting`](Self::force_release_expecting) with [`ExpectedHolder::Anyone`]:
+    /// after showing a holder to an operator, prefer that form with the holder shown.
     ///
     /// For administrators: the holder is not told. Its next extend or renewal finds the lock gone and fires its
     /// [`LostSignal`](crate::LostSignal); until then it may still act, which only fencing tokens make safe.
@@ -201,33 +280,76 @@ impl Lock {
     /// A dropped call may have deleted the lock on some instances and not on others; calling it again finishes
     /// the job (it is idempotent).
     pub async fn force_release(&self, resource: &str) -> Result<ForcedRelease> {
+        self.force_release_expecting(resource, &ExpectedHolder::Anyone).await
+    }
+
+    /// Deletes the lock on `resource` only where `expected` holds it (compare-and-delete, per instance, in one
+    /// script), otherwise as [`force_release`](Self::force_release). An operator who was shown a holder passes its
+    /// owner id: if that holder released and another acquired while the operator decided, the new holder's lock is
+    /// left alone and [`ForcedRelease::holder_changed`] says so.
+    ///
+    /// ```
+    /// use lock_core::{ExpectedHolder, Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let opts = LockOptions::new(Duration::from_secs(60));
+    /// let first = lock.acquire("nightly", &opts).await?;
+    /// let shown = lock.inspect("nightly").await?.holder().and_then(|h| h.owner.clone()).expect("held");
+    /// // While the operator reads the prompt, the holder finishes and another one takes the lock.
+    /// first.release().await?;
+    /// let second = lock.acquire("nightly", &opts).await?;
+    /// let forced = lock.force_release_expecting("nightly", &ExpectedHolder::Owner(shown)).await?;
+    /// assert!(forced.holder_changed() && !forced.released());
+    /// assert!(lock.inspect("nightly").await?.is_held(), "the new holder keeps its lock");
+    /// # second.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect); [`LockError::InvalidArgument`] for an owner id that is not 8 to 32 hex digits.
+    ///
+    /// # Cancel safety
+    /// As [`force_release`](Self::force_release).
+    pub async fn force_release_expecting(&self, resource: &str, expected: &ExpectedHolder) -> Result<ForcedRelease> {
         let keys = LockKeys::new(self.key_prefix(), resource)?;
+        let expect = expected.argument()?;
         let queue = fair::queue_key(&keys);
         let call_keys = [keys.lock(), keys.channel(), keys.awaited(), queue.as_str()];
         let span = tracing::debug_span!("lock.force_release", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
             let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-            let call_keys = &call_keys;
+            let (call_keys, expect) = (&call_keys, expect.as_str());
             async move {
-                let args = [FORCED_ORIGIN, sharded];
+                let args = [FORCED_ORIGIN, sharded, expect];
                 let call = Call::script("force-release", &scripts::FORCE_RELEASE, call_keys, &args);
                 parse_forced(&self.call_bounded(store.as_ref(), call).await?)
             }
         });
         let instances = first_error_if_all_failed(join_all(calls).instrument(span).await)?;
-        let forced = ForcedRelease { resource: resource.to_owned(), instances };
+        let forced = ForcedRelease { resource: resource.to_owned(), instances, quorum: self.quorum() };
         let failed = forced.instances.iter().filter(|outcome| outcome.is_err()).count();
         crate::telemetry::force_release(forced.released());
-        match forced.previous().next() {
-            Some(holder) => tracing::warn!(
+        match (forced.previous().next(), forced.kept().next()) {
+            (Some(holder), _) => tracing::warn!(
                 resource,
                 owner = holder.owner.as_deref().unwrap_or("foreign"),
                 label = holder.label.as_deref().unwrap_or(""),
                 ttl_left = ?holder.ttl,
+                free = forced.is_free(),
                 failed_instances = failed,
                 "lock force-released by an administrator; its holder is not told until it extends"
             ),
-            None => tracing::info!(resource, failed_instances = failed, "force-release found the lock free"),
+            (None, Some(holder)) => tracing::info!(
+                resource,
+                owner = holder.owner.as_deref().unwrap_or("foreign"),
+                failed_instances = failed,
+                "force-release left the lock alone: another holder than the one expected holds it"
+            ),
+            (None, None) => tracing::info!(resource, failed_instances = failed, "force-release found the lock free"),
         }
         Ok(forced)
     }
@@ -288,14 +410,18 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
     })
 }
 
-fn parse_forced(reply: &Reply) -> Result<Option<Holder>> {
+fn parse_forced(reply: &Reply) -> Result<Forced> {
     let Reply::Array(items) = reply else { return Err(unexpected("force-release", reply)) };
     match items.as_slice() {
-        [flag] if flag.as_int() == Some(0) => Ok(None),
-        [flag, value, pttl] if flag.as_int() == Some(1) => {
+        [flag] if flag.as_int() == Some(0) => Ok(Forced::Free),
+        [flag, value, pttl] => {
             let value = value.to_text_lossy().ok_or_else(|| unexpected("force-release", reply))?;
             let pttl = pttl.as_int().ok_or_else(|| unexpected("force-release", reply))?;
-            Ok(Some(holder(&value, pttl)))
+            match flag.as_int() {
+                Some(1) => Ok(Forced::Deleted(holder(&value, pttl))),
+                Some(2) => Ok(Forced::Kept(holder(&value, pttl))),
+                _ => Err(unexpected("force-release", reply)),
+            }
         }
         _ => Err(unexpected("force-release", reply)),
     }
@@ -333,6 +459,41 @@ mod tests {
         let foreign = Reply::Array(vec![bulk("x"), Reply::Int(-1), bulk("nope"), Reply::Int(-2), Reply::Int(0)]);
         assert!(matches!(parse_state(&foreign), Err(LockError::WrongType { .. })));
         assert!(parse_state(&Reply::Int(1)).is_err());
+    }
+
+    #[test]
+    fn a_forced_release_is_parsed_and_counts_a_quorum() {
+        let value = bulk("0123456789abcdef0123456789abcdef ops");
+        assert_eq!(parse_forced(&Reply::Array(vec![Reply::Int(0)])).unwrap(), Forced::Free);
+        let deleted = parse_forced(&Reply::Array(vec![Reply::Int(1), value.clone(), Reply::Int(5)])).unwrap();
+        assert!(matches!(&deleted, Forced::Deleted(h) if h.owner.as_deref() == Some("01234567")), "{deleted:?}");
+        let kept = parse_forced(&Reply::Array(vec![Reply::Int(2), value, Reply::Int(5)])).unwrap();
+        assert!(matches!(kept, Forced::Kept(_)), "{kept:?}");
+        assert!(parse_forced(&Reply::Array(vec![Reply::Int(3), bulk("x"), Reply::Int(5)])).is_err());
+
+        let holder = Holder { owner: Some("01234567".into()), label: None, ttl: None };
+        let minority = ForcedRelease {
+            resource: "r".into(),
+            instances: vec![
+                Ok(Forced::Deleted(holder.clone())),
+                Err(LockError::backend("refused")),
+                Err(LockError::backend("refused")),
+            ],
+            quorum: 2,
+        };
+        assert!(!minority.released() && !minority.is_free() && !minority.holder_changed(), "{minority:?}");
+        let changed = ForcedRelease { resource: "r".into(), instances: vec![Ok(Forced::Kept(holder))], quorum: 1 };
+        assert!(changed.holder_changed() && !changed.released());
+    }
+
+    #[test]
+    fn an_owner_id_is_checked_before_any_io() {
+        assert_eq!(ExpectedHolder::Owner("0123ABCD".into()).argument().unwrap(), "0123abcd");
+        for bad in ["", "0123abc", "0123abcg", "0123abcd 1", &"a".repeat(33)] {
+            assert!(ExpectedHolder::Owner(bad.into()).argument().is_err(), "{bad:?}");
+        }
+        assert_eq!(ExpectedHolder::Anyone.argument().unwrap(), "*");
+        assert_eq!(ExpectedHolder::Nobody.argument().unwrap(), "");
     }
 
     #[test]

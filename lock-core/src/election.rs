@@ -392,7 +392,7 @@ impl Election {
                     return Err(err)
                 }
                 Err(err) => {
-                    tracing::warn!(election = self.name(), id, error = %err, "campaign failed; campaigning again");
+                    tracing::warn!(election = self.name(), id, error = %err.report(), "campaign failed; campaigning again");
                     rt::sleep(pause).await?;
                     continue;
                 }
@@ -402,7 +402,7 @@ impl Election {
             match lost.guard(work(ctx)).await {
                 Ok(()) => {
                     if let Err(err) = leadership.resign().await {
-                        tracing::warn!(election = self.name(), id, error = %err, "resigning failed; the lease ends it");
+                        tracing::warn!(election = self.name(), id, error = %err.report(), "resigning failed; the lease ends it");
                     }
                     rt::sleep(pause).await?;
                 }

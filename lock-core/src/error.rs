@@ -184,7 +184,46 @@ impl std::fmt::Display for AclRefusal {
 
 impl std::error::Error for AclRefusal {}
 
+/// An error with its causes on one line, each said once ([`LockError::report`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Report<'_> {
+    /// `what failed: why: why that`: the error's text, then each [`source`](std::error::Error::source) in turn,
+    /// leaving out a cause whose text is already in the line (a client error that repeats its own cause, say).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut line = self.0.to_string();
+        let mut cause = self.0.source();
+        // Bounded: a cycle of sources is a bug elsewhere, but must not hang a log line.
+        for _ in 0..16 {
+            let Some(error) = cause else { break };
+            let text = error.to_string();
+            if !text.is_empty() && !line.contains(&text) {
+                line.push_str(": ");
+                line.push_str(&text);
+            }
+            cause = error.source();
+        }
+        f.write_str(&line)
+    }
+}
+
 impl LockError {
+    /// The error and its causes on one line, each cause once: `lock server unavailable: Connection refused (os
+    /// error 111)`. `Display` says what failed and [`source`](std::error::Error::source) chains the causes (the
+    /// convention error reporters such as `anyhow` walk); this is the line for a log or a terminal that prints
+    /// errors without walking the chain. The library's own warnings use it.
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    /// let err = LockError::unavailable(std::io::Error::other("connection refused"));
+    /// assert_eq!(err.to_string(), "lock server unavailable");
+    /// assert_eq!(err.report().to_string(), "lock server unavailable: connection refused");
+    /// ```
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+
     /// Builds [`LockError::InvalidArgument`].
     pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
         LockError::InvalidArgument(message.into())

@@ -117,7 +117,7 @@ pub(crate) async fn until_granted(
                 (holder_ttl, rank, None)
             }
             Err(err) if err.is_retryable() => {
-                tracing::debug!(resource, error = %err, "transient error while queued for a fair lock");
+                tracing::debug!(resource, error = %err.report(), "transient error while queued for a fair lock");
                 (None, None, Some(err))
             }
             Err(err) => {

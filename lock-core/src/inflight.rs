@@ -92,7 +92,7 @@ pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], target: &Target, 
                 }
             }
             Ok(Err(err)) | Err(err) => {
-                tracing::debug!(resource = target.label(), error = %err, "best-effort release failed; TTL applies")
+                tracing::debug!(resource = target.label(), error = %err.report(), "best-effort release failed; TTL applies")
             }
         }
     });

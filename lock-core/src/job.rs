@@ -203,6 +203,10 @@ pub enum RunOutcome {
     Cancelled,
     /// The run lost its lock while it ran (its work was cancelled).
     Lost,
+    /// The work never ran: the start reached the server, but its reply was lost or came after the lock's validity,
+    /// or the caller was cancelled before it arrived, and the start was given back. It kept neither `at_least_for`
+    /// nor its tick, so the next firing runs.
+    GivenBack,
     /// A value this version does not know.
     Other(String),
 }
@@ -224,6 +228,8 @@ pub struct LastRun {
 /// How a run ends, as its record says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ending {
+    /// The start is given back before the work began: it keeps neither `at_least_for` nor the tick.
+    GivenBack,
     Finished,
     Cancelled,
     Lost,
@@ -232,6 +238,7 @@ pub(crate) enum Ending {
 impl Ending {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
+            Ending::GivenBack => "given_back",
             Ending::Finished => "finished",
             Ending::Cancelled => "cancelled",
             Ending::Lost => "lost",
@@ -286,8 +293,9 @@ impl JobLock {
     ///
     /// # Cancel safety
     /// Dropping the future drops the work at its current await point and finishes the run in the background,
-    /// recorded as cancelled (the lock is kept until `at_least_for` after the start, or released); a start the
-    /// dropped future may have made is finished the same way.
+    /// recorded as cancelled (the lock is kept until `at_least_for` after the start, or released). A start the
+    /// dropped future may have made before its work began is given back: released at once, recorded as
+    /// [`RunOutcome::GivenBack`], its tick forgotten.
     pub async fn run<T, F, Fut>(&self, job: &str, options: &JobOptions, work: F) -> Result<JobOutcome<T>>
     where
         F: FnOnce(JobContext) -> Fut,
@@ -309,7 +317,8 @@ impl JobLock {
     /// As [`run`](Self::run).
     ///
     /// # Cancel safety
-    /// As [`run`](Self::run); the tick stays remembered.
+    /// As [`run`](Self::run): the tick stays remembered once the work started, and is forgotten when the start is
+    /// given back before it.
     pub async fn run_tick<T, F, Fut>(
         &self,
         job: &str,
@@ -344,7 +353,8 @@ impl JobLock {
             tick: tick.map(|t| (format!("{}:tick:{t}", keys.lock()), retention)),
             holder: options.holder(),
             at_least_ms: u64::try_from(options.at_least_for.as_millis()).unwrap_or(u64::MAX),
-            ending: Mutex::new(Ending::Cancelled),
+            // Until the work starts, any end of this run is a give-back of a start that never ran.
+            ending: Mutex::new(Ending::GivenBack),
         };
         let target = Arc::new(Target::job(keys, spec));
         let mut lock_options =
@@ -360,6 +370,8 @@ impl JobLock {
             }
             Attempt::Acquired(guard) => guard,
         };
+        // From here the work runs: a run dropped now is cancelled, keeping `at_least_for` and the tick.
+        target.end_as(Ending::Cancelled);
         let started = Instant::now();
         let lost = guard.lost_signal();
         let fencing_token = guard.fencing_token();
@@ -369,7 +381,7 @@ impl JobLock {
         target.end_as(if output.is_ok() { Ending::Finished } else { Ending::Lost });
         let held = started.elapsed();
         if let Err(err) = guard.release_reports().await {
-            tracing::warn!(job, error = %err, "finishing the job failed; its lock expires at its TTL");
+            tracing::warn!(job, error = %err.report(), "finishing the job failed; its lock expires at its TTL");
         }
         match output {
             Ok(value) => Ok(JobOutcome::Ran { value, fencing_token, held }),
@@ -382,7 +394,7 @@ impl JobLock {
 
     /// The record of `job`'s last run, `None` if it never ran. Over Redlock each instance keeps its own record; this
     /// reads every instance that answers and returns the latest start (a start that reached only a minority of
-    /// the instances is recorded there as cancelled).
+    /// the instances is recorded there as given back).
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name; [`LockError::WrongType`] when the record's key holds
@@ -435,6 +447,7 @@ fn parse_record(reply: &Reply) -> Result<Option<LastRun>> {
         Some("finished") => RunOutcome::Finished,
         Some("cancelled") => RunOutcome::Cancelled,
         Some("lost") => RunOutcome::Lost,
+        Some("given_back") => RunOutcome::GivenBack,
         Some(other) => RunOutcome::Other(other.to_owned()),
     };
     Ok(Some(LastRun {

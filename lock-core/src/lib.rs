@@ -120,10 +120,10 @@ pub mod transport;
 mod wait;
 mod watchdog;
 
-pub use admin::{ForcedRelease, Holder, Inspection, LockState};
+pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, LockState};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
-pub use error::{AclRefusal, BoxError, LockError, Result};
+pub use error::{AclRefusal, BoxError, LockError, Report, Result};
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
@@ -137,7 +137,7 @@ pub use options::{
     MIN_TTL, MIN_WAITER_TTL,
 };
 pub use redlock::RedlockBuilder;
-pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX, MAX_RESOURCE_NAME};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};

@@ -633,7 +633,7 @@ impl Tally {
                 };
             }
             Err(err) => {
-                tracing::debug!(instance, error = %err, "acquire failed on an instance");
+                tracing::debug!(instance, error = %err.report(), "acquire failed on an instance");
                 self.errors.push(err);
             }
         }
@@ -1299,7 +1299,7 @@ impl Drop for Guard {
         let state = self.state.clone();
         let release = async move {
             if let Err(err) = state.release().await {
-                tracing::debug!(resource = state.target.label(), error = %err, "release on drop failed; TTL applies");
+                tracing::debug!(resource = state.target.label(), error = %err.report(), "release on drop failed; TTL applies");
             }
         };
         let spawned = match &self.state.runtime {

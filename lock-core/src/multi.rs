@@ -192,7 +192,7 @@ impl Lock {
             LockError::Lost { resource: label.clone(), reason }
         });
         if let Err(err) = guard.release().await {
-            tracing::warn!(resources = label, error = %err, "release after scoped work failed; locks expire at TTL");
+            tracing::warn!(resources = label, error = %err.report(), "release after scoped work failed; locks expire at TTL");
         }
         output
     }

@@ -323,7 +323,7 @@ impl ReleaseHub {
         if let Some(confirmation) = confirmation {
             let confirmed = confirmation.await;
             if let Err(err) = &confirmed {
-                tracing::debug!(channel, error = %err, "release notifications unavailable; waiters poll");
+                tracing::debug!(channel, error = %err.report(), "release notifications unavailable; waiters poll");
             }
             let mut ch = lock(&watch.state);
             ch.deaf = confirmed.is_err();

@@ -5,6 +5,12 @@ use crate::error::{LockError, Result};
 /// The key prefix locks use unless told otherwise.
 pub const DEFAULT_PREFIX: &str = "lock:";
 
+/// The longest resource name (lock, semaphore, election, job, read-write lock, …) in bytes.
+///
+/// A name becomes part of five keys and of every log line and `lockctl` row about it; a bound keeps a name that
+/// was built by mistake (a whole request body, say) from turning into megabytes of keys.
+pub const MAX_RESOURCE_NAME: usize = 1024;
+
 /// The keys and channel that one lock on one resource touches.
 ///
 /// All of them share one hash tag, `{resource}`, so on Redis Cluster they live in one slot and one script may name
@@ -46,13 +52,15 @@ const SUFFIXES: [&str; 4] = [":fence", ":released", ":awaited", ":waiting"];
 impl LockKeys {
     /// Derives the keys for `resource` under `prefix`.
     ///
+    /// The rule for names, the same for every primitive and checked before any I/O: 1 to [`MAX_RESOURCE_NAME`]
+    /// bytes of UTF-8 without control characters (a newline in a name would forge lines in logs and rows in
+    /// `lockctl list`). Any other character is fine, `{`, `}` and `%` included.
+    ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] when the resource name is empty or the prefix contains `{` or `}` (which
-    /// would move the hash tag).
+    /// [`LockError::InvalidArgument`] when the resource name breaks that rule, or the prefix contains `{` or `}`
+    /// (which would move the hash tag) or a control character.
     pub fn new(prefix: &str, resource: &str) -> Result<Self> {
-        if resource.is_empty() {
-            return Err(LockError::invalid("resource name must not be empty"));
-        }
+        validate_name(resource)?;
         validate_prefix(prefix)?;
         // The characters escaped are ASCII, so bytes count them; a name without any is copied in one go.
         let specials = resource.bytes().filter(|b| matches!(b, b'%' | b'{' | b'}')).count();
@@ -104,6 +112,11 @@ impl LockKeys {
     /// ```
     pub fn resource_of(prefix: &str, key: &str) -> Option<String> {
         let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?.strip_suffix('}')?;
+        // Only a name the rule admits is a lock's: a key someone else wrote with a newline in its name must not
+        // forge a row where it is listed.
+        if tagged.len() > MAX_RESOURCE_NAME.saturating_mul(3) || tagged.chars().any(char::is_control) {
+            return None;
+        }
         // Inside the tag every `{`, `}` and `%` is escaped, so a `}` there means this is not a lock key.
         if tagged.is_empty() || tagged.contains(['{', '}']) {
             return None;
@@ -122,7 +135,7 @@ impl LockKeys {
             rest = rest.get(at + 3..)?;
         }
         name.push_str(rest);
-        Some(name)
+        validate_name(&name).is_ok().then_some(name)
     }
 
     /// The keys whose release channel is `channel`, if it is one (the inverse of [`channel`](Self::channel)): how
@@ -197,10 +210,30 @@ impl std::fmt::Debug for LockKeys {
 /// Checks a key prefix.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] when it contains `{` or `}`.
+/// [`LockError::InvalidArgument`] when it contains `{` or `}`, or a control character.
 pub fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.contains(['{', '}']) {
         return Err(LockError::invalid("key prefix must not contain '{' or '}' (it would move the hash tag)"));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Err(LockError::invalid("key prefix must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Checks a resource name against the rule of [`LockKeys::new`].
+fn validate_name(resource: &str) -> Result<()> {
+    if resource.is_empty() {
+        return Err(LockError::invalid("resource name must not be empty"));
+    }
+    if resource.len() > MAX_RESOURCE_NAME {
+        return Err(LockError::invalid(format!(
+            "resource name is {} bytes; at most {MAX_RESOURCE_NAME} are allowed",
+            resource.len()
+        )));
+    }
+    if resource.chars().any(char::is_control) {
+        return Err(LockError::invalid("resource name must not contain control characters (newline, tab, …)"));
     }
     Ok(())
 }
@@ -262,6 +295,23 @@ mod tests {
     #[test]
     fn bad_prefix_rejected() {
         assert!(LockKeys::new("{p}:", "x").is_err());
+        assert!(LockKeys::new("a\nb:", "x").is_err());
         assert!(LockKeys::new("", "x").is_ok());
+    }
+
+    #[test]
+    fn names_have_one_rule() {
+        let longest = "n".repeat(MAX_RESOURCE_NAME);
+        assert!(LockKeys::new("p:", &longest).is_ok());
+        let too_long = "n".repeat(MAX_RESOURCE_NAME + 1);
+        let err = LockKeys::new("p:", &too_long).unwrap_err();
+        assert!(matches!(err, LockError::InvalidArgument(_)) && err.to_string().contains("1025 bytes"), "{err}");
+        for bad in ["", "a\nb", "a\rb", "tab\there", "nul\0", "del\u{7f}", "c1\u{85}"] {
+            assert!(matches!(LockKeys::new("p:", bad), Err(LockError::InvalidArgument(_))), "{bad:?} accepted");
+        }
+        // The inverse admits only what the rule admits: a planted key with a newline is nobody's lock.
+        assert_eq!(LockKeys::resource_of("p:", "p:{a\nb}"), None);
+        assert_eq!(LockKeys::resource_of("p:", &format!("p:{{{too_long}}}")), None);
+        assert_eq!(LockKeys::resource_of("p:", &format!("p:{{{longest}}}")).as_deref(), Some(longest.as_str()));
     }
 }

@@ -93,7 +93,7 @@ pub trait DistributedLockExt: DistributedLock {
             LockError::Lost { resource: resource.to_owned(), reason }
         });
         if let Err(err) = guard.release().await {
-            tracing::warn!(resource, error = %err, "release after scoped work failed; the lock expires at its TTL");
+            tracing::warn!(resource, error = %err.report(), "release after scoped work failed; the lock expires at its TTL");
         }
         output
     }

@@ -628,11 +628,14 @@ return {1, fence, started}
 /// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
 /// releases it, and records the outcome.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` info hash, `KEYS[3]` release channel; `ARGV[1]` token, `ARGV[2]` outcome
-/// (`finished`, `cancelled`, `lost`), `ARGV[3]` the releasing store's origin, `ARGV[4]` `"1"` for `SPUBLISH`.
-/// Reply: `1` released, `2` kept until `at_least_for` has passed since the start, `0` absent, `-1` held by another
-/// token (a run that overran: the next run's lock is never touched). The record is updated only while it is this
-/// run's (same token), whatever the lock key holds.
+/// `KEYS[1]` lock key, `KEYS[2]` info hash, `KEYS[3]` release channel, `KEYS[4]` (tick mode) the tick key; `ARGV[1]`
+/// token, `ARGV[2]` outcome (`finished`, `cancelled`, `lost`, or `given_back` for a start whose work never ran: its
+/// reply was lost, came too late, or its caller was cancelled before it), `ARGV[3]` the releasing store's origin,
+/// `ARGV[4]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` kept until `at_least_for` has passed since the start, `0`
+/// absent, `-1` held by another token (a run that overran: the next run's lock is never touched). The record is
+/// updated only while it is this run's (same token), whatever the lock key holds. A give-back keeps nothing: the
+/// lock is released at once (no `at_least_for`) and the tick, if this start claimed it, is forgotten, so the firing
+/// is not burned by a run that never ran.
 pub static JOB_FINISH: Script = Script::new(
     "job-finish",
     r#"
@@ -646,12 +649,16 @@ local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 if record[1] == ARGV[1] then
   redis.call('HSET', KEYS[2], 'finished_ms', string.format('%d', now_ms), 'outcome', ARGV[2])
 end
+local given_back = ARGV[2] == 'given_back'
+if given_back and KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
+  redis.call('DEL', KEYS[4])
+end
 local value = redis.call('GET', KEYS[1])
 if value ~= ARGV[1] then
   return value and -1 or 0
 end
 local keep = -1
-if record[1] == ARGV[1] then
+if record[1] == ARGV[1] and not given_back then
   keep = tonumber(record[2] or '0') + tonumber(record[3] or '0') - now_ms
 end
 if keep > 0 then
@@ -1033,14 +1040,18 @@ return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL'
     ),
 );
 
-/// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key whoever holds it,
-/// keeps the fencing counter (the next grant's token still increases), and always announces the release, to a fair
-/// queue's head when there is one, so that a waiter in any process tries at once.
+/// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key if its holder is
+/// the one the operator expects (compare-and-delete on what was shown), keeps the fencing counter (the next grant's
+/// token still increases), and announces the release, to a fair queue's head when there is one, so that a waiter
+/// in any process tries at once.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue;
 /// `ARGV[1]` the announcement's origin (one no store uses, so every process's subscriber wakes a waiter),
-/// `ARGV[2]` `"1"` to announce with `SPUBLISH`. Reply: `{1, value, pttl}` (the holder's value and remaining TTL
-/// before the delete) or `{0}` when nobody held it. A lock key of another type is `WRONGTYPE` and kept.
+/// `ARGV[2]` `"1"` to announce with `SPUBLISH`, `ARGV[3]` whom to expect: `*` (or absent) anyone, `""` nobody (the
+/// operator saw the lock free), else an owner id, the first hex digits of the holder's token. Reply: `{1, value,
+/// pttl}` (the holder's value and remaining TTL before the delete), `{0}` when nobody held it, `{2, value, pttl}`
+/// when someone other than expected holds it (nothing deleted, nothing announced). A lock key of another type is
+/// `WRONGTYPE` and kept.
 pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
     concat!(
@@ -1053,6 +1064,10 @@ end
 local pttl = -2
 if value then
   pttl = redis.call('PTTL', KEYS[1])
+end
+local expect = ARGV[3] or '*'
+if value and expect ~= '*' and (expect == '' or string.sub(value, 1, #expect) ~= expect) then
+  return {2, value, pttl}
 end
 redis.call('DEL', KEYS[1], KEYS[3])
 local publish = ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH'

@@ -35,6 +35,10 @@ pub(crate) struct Target {
     /// What errors and traces call an acquisition of several resources: their names joined by `", "` (empty for
     /// one resource, whose name is its label: no copy per acquisition).
     label: String,
+    /// Taken by [`Lock::acquire_all`](crate::Lock::acquire_all): its guard reads each resource's token from the
+    /// grant and has no way to draw one later, so its tokens are drawn with the grant even when the list named
+    /// one resource (`["a", "a"]`, or a computed list of one).
+    bundle: bool,
     /// A job's run ([`JobLock`](crate::JobLock)): started and finished by the job scripts instead of the mutex's.
     job: Option<JobSpec>,
     /// An election's leadership: elected, renewed and resigned by the election scripts.
@@ -169,6 +173,7 @@ impl Target {
             resources: vec![keys],
             groups: std::iter::once(0..1).collect(),
             label: String::new(),
+            bundle: false,
             job: None,
             election: None,
             semaphore: None,
@@ -231,10 +236,12 @@ impl Target {
     }
 
     /// Whether a [`Fencing::OnDemand`](crate::Fencing::OnDemand) token may be drawn after the grant (by
-    /// [`FENCE`](scripts::FENCE), which reads the plain lock key): a single resource, plain or fair. The other
-    /// primitives keep their holds in keys of their own and draw at the grant.
+    /// [`FENCE`](scripts::FENCE), which reads the plain lock key): a single resource, plain or fair, taken by
+    /// `acquire`. The other primitives keep their holds in keys of their own, and a multi-lock's guard has no later
+    /// draw: they draw at the grant.
     pub(crate) fn draws_fence_later(&self) -> bool {
         self.resources.len() == 1
+            && !self.bundle
             && self.job.is_none()
             && self.election.is_none()
             && self.semaphore.is_none()
@@ -336,7 +343,17 @@ impl Target {
         } else {
             String::new()
         };
-        Ok(Target { resources, groups, label, job: None, election: None, semaphore: None, fair: None, rw: None })
+        Ok(Target {
+            resources,
+            groups,
+            label,
+            bundle: true,
+            job: None,
+            election: None,
+            semaphore: None,
+            fair: None,
+            rw: None,
+        })
     }
 
     /// The resources, in the order every reply and fence list follows.
@@ -441,7 +458,7 @@ impl Target {
     async fn release_groups(&self, store: &dyn LockStore, token: &Token, range: Range<usize>) {
         for group in &self.groups[range] {
             if let Err(err) = store.release_all(&self.resources[group.clone()], token).await {
-                tracing::debug!(resources = self.label(), error = %err, "giving back a slot group failed; TTL applies");
+                tracing::debug!(resources = self.label(), error = %err.report(), "giving back a slot group failed; TTL applies");
             }
         }
     }
@@ -541,7 +558,8 @@ impl Target {
         let ending = *job.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), job.info.as_str(), keys.channel()];
+        let mut call_keys = vec![keys.lock(), job.info.as_str(), keys.channel()];
+        call_keys.extend(job.tick.as_ref().map(|(key, _)| key.as_str()));
         let args = [token.as_str(), ending.as_str(), origin, sharded];
         let ran = store.call(Call::script("release", &scripts::JOB_FINISH, &call_keys, &args)).await?;
         match ran.reply.as_int() {

@@ -138,7 +138,7 @@ fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {
         match crate::rt::timeout("pass-on", PASS_ON_BOUND, store.call(call)).await {
             Ok(Ok(_)) => {}
             Ok(Err(err)) | Err(err) => {
-                tracing::debug!(resource = keys.resource(), error = %err, "a wake-up could not be passed on");
+                tracing::debug!(resource = keys.resource(), error = %err.report(), "a wake-up could not be passed on");
             }
         }
     };
@@ -322,7 +322,7 @@ where
                 (holder_ttl, None)
             }
             Err(err) if err.is_retryable() => {
-                tracing::debug!(resource, error = %err, "transient error while waiting for lock");
+                tracing::debug!(resource, error = %err.report(), "transient error while waiting for lock");
                 (None, Some(err))
             }
             Err(err) => return Err(err),

@@ -152,12 +152,12 @@ async fn run(
             Err(err) if err.is_retryable() => {
                 telemetry::renewal(false);
                 let left = lost.valid_until().saturating_duration_since(Instant::now());
-                tracing::debug!(resource = target.resource(), error = %err, ?left, "lock renewal failed; retrying");
+                tracing::debug!(resource = target.resource(), error = %err.report(), ?left, "lock renewal failed; retrying");
                 next = Instant::now() + (left / 4).clamp(MIN_RETRY, interval.max(MIN_RETRY));
             }
             Err(err) => {
                 telemetry::renewal(false);
-                tracing::warn!(resource = target.resource(), error = %err, "lock lost: renewal failed permanently");
+                tracing::warn!(resource = target.resource(), error = %err.report(), "lock lost: renewal failed permanently");
                 if lost.mark(LostReason::RenewalFailed) {
                     target.note_lost(LostReason::RenewalFailed);
                 }

@@ -435,12 +435,13 @@ pub async fn invalid_inputs_rejected(s: &Subject) {
     assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
 }
 
-/// Any non-empty UTF-8 name works, and names that differ only in escaping are different locks.
+/// Any name the rule admits works (1 to `MAX_RESOURCE_NAME` bytes of UTF-8 without control characters), and names
+/// that differ only in escaping are different locks.
 pub async fn any_resource_name_works(s: &Subject) {
     let lock = s.lock();
     let base = fresh("names");
     let names = [
-        "with spaces and\ttabs",
+        "with spaces and ünïcode",
         "{braced}",
         "}{",
         "}",
