@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use lock_core::{HolderLabel, Lock, LockOptions, ReleaseOutcome, RetryPolicy, OWNER_ID_LEN};
+use lock_core::{ExpectedHolder, HolderLabel, Lock, LockError, LockOptions, ReleaseOutcome, RetryPolicy, OWNER_ID_LEN};
 
 use crate::conformance::{ok, some};
 use crate::or_panic::ms;
@@ -122,6 +122,36 @@ pub async fn force_release_frees_wakes_and_keeps_the_fence(s: &Subject) {
     ok(next.release().await, "release");
 }
 
+/// A forced release that names the holder the operator was shown (compare-and-delete) leaves a lock that changed
+/// hands alone: A was shown, A released, B acquired; forcing with A's owner id deletes nothing, says the holder
+/// changed, and B keeps its lock. Forcing with B's id then frees it; expecting nobody leaves a held lock alone.
+pub async fn force_release_spares_a_holder_other_than_the_one_shown(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("shown");
+    let opts = LockOptions::new(ms(30_000));
+    let first = ok(lock.acquire(&r, &opts).await, "acquire A");
+    let shown = ok(lock.inspect(&r).await, "inspect");
+    let shown = some(shown.holder().and_then(|h| h.owner.clone()), "A's owner id");
+    ok(first.release().await, "A releases while the operator reads the prompt");
+    let second = ok(lock.acquire(&r, &opts).await, "acquire B");
+    let forced = ok(lock.force_release_expecting(&r, &ExpectedHolder::Owner(shown)).await, "force_release A");
+    assert!(forced.holder_changed() && !forced.released(), "B's lock was not spared: {forced:?}");
+    assert_eq!(forced.previous().count(), 0, "a lock was deleted: {forced:?}");
+    let kept = some(forced.kept().next().and_then(|h| h.owner.clone()), "the holder left in place");
+    assert!(second.token().as_str().starts_with(&kept), "kept {kept}, B is {}", second.token());
+    assert!(ok(lock.inspect(&r).await, "inspect").is_held(), "B lost its lock to a forced release of A");
+    let untouched = ok(lock.force_release_expecting(&r, &ExpectedHolder::Nobody).await, "force_release nobody");
+    assert!(untouched.holder_changed(), "expecting a free lock, a held one was not reported: {untouched:?}");
+    ok(second.extend(ms(30_000)).await, "B extends its lock after both forced releases");
+
+    let forced = ok(lock.force_release_expecting(&r, &ExpectedHolder::Owner(kept)).await, "force_release B");
+    assert!(forced.released() && forced.is_free(), "the holder shown was not freed: {forced:?}");
+    assert!(!ok(lock.inspect(&r).await, "inspect").is_held());
+    assert_eq!(ok(second.release().await, "B's release"), ReleaseOutcome::AlreadyExpired);
+    let bad = lock.force_release_expecting(&r, &ExpectedHolder::Owner("not hex!".into())).await;
+    assert!(matches!(bad, Err(LockError::InvalidArgument(_))), "a malformed owner id: {bad:?}");
+}
+
 /// Forcing the release of a free lock reports that nothing was freed and leaves the resource free.
 pub async fn force_release_of_a_free_lock_frees_nothing(s: &Subject) {
     let lock = s.engine();
@@ -172,6 +202,39 @@ pub async fn admin_calls_refuse_an_empty_name(s: &Subject) {
     let lock: &Lock = s.engine();
     assert!(matches!(lock.inspect("").await, Err(lock_core::LockError::InvalidArgument(_))));
     assert!(matches!(lock.force_release("").await, Err(lock_core::LockError::InvalidArgument(_))));
+}
+
+/// Every primitive takes names by one rule, checked before any I/O: 1 to [`MAX_RESOURCE_NAME`] bytes without
+/// control characters (a newline would forge rows in `lockctl list`). Each bad name is `InvalidArgument` from the
+/// lock, the multi-lock, the operator's calls, the job lock, the semaphore, the election and the read-write lock;
+/// and no key is left behind.
+pub async fn every_primitive_refuses_a_name_outside_the_rule(s: &Subject) {
+    use lock_core::{Election, ElectionOptions, JobLock, JobOptions, RwLock, Semaphore, MAX_RESOURCE_NAME};
+    let lock: &Lock = s.engine();
+    let too_long = "n".repeat(MAX_RESOURCE_NAME + 1);
+    let opts = LockOptions::new(ms(5_000));
+    let fine = fresh("rule");
+    let invalid = |what: &str, name: &str, err: Option<LockError>| match err {
+        Some(LockError::InvalidArgument(_)) => {}
+        other => panic!("{what} with the name {name:?}: {other:?}, expected InvalidArgument"),
+    };
+    for name in ["", "line\nbreak", "tab\t", "nul\0", too_long.as_str()] {
+        invalid("acquire", name, lock.acquire(name, &opts).await.err());
+        invalid("try_acquire", name, lock.try_acquire(name, &opts).await.err());
+        invalid("acquire_all", name, lock.acquire_all(&[fine.as_str(), name], &opts).await.err());
+        invalid("inspect", name, lock.inspect(name).await.err());
+        invalid("force_release", name, lock.force_release(name).await.err());
+        let jobs = JobLock::new(lock.clone());
+        let job = JobOptions::new(ms(5_000));
+        invalid("job run", name, jobs.run(name, &job, |_| async {}).await.err());
+        invalid("job run_tick", name, jobs.run_tick(name, 1, &job, |_| async {}).await.err());
+        invalid("job last_run", name, jobs.last_run(name).await.err());
+        invalid("semaphore", name, Semaphore::new(lock.clone(), name, 2).err());
+        invalid("election", name, Election::new(lock.clone(), name, ElectionOptions::default()).err());
+        invalid("read-write lock", name, RwLock::new(lock.clone(), name).err());
+    }
+    let seen = ok(lock.inspect(&fine).await, "inspect");
+    assert!(!seen.is_held(), "a refused acquire_all left {fine:?} held: {seen:?}");
 }
 
 /// Waits (bounded) until a try has marked `resource` as awaited.

@@ -234,6 +234,7 @@ macro_rules! multi_resource_tests {
             release_wakes_waiters_of_every_resource,
             scoped_work_over_several_resources,
             cancelled_acquire_all_storm_leaves_nothing,
+            on_demand_fencing_gives_every_resource_a_token,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
@@ -467,8 +468,10 @@ macro_rules! admin_tests {
             inspect_reports_that_someone_waits,
             force_release_frees_wakes_and_keeps_the_fence,
             force_release_of_a_free_lock_frees_nothing,
+            force_release_spares_a_holder_other_than_the_one_shown,
             force_release_hands_a_fair_lock_to_the_head,
             admin_calls_refuse_an_empty_name,
+            every_primitive_refuses_a_name_outside_the_rule,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

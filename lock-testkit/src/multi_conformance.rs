@@ -308,3 +308,27 @@ pub async fn cancelled_acquire_all_storm_leaves_nothing(s: &Subject) {
     assert!(t0.elapsed() < ms(5_000), "resources stayed taken for {:?} after the storm", t0.elapsed());
     assert!(ok(all.release().await, "release").all_released());
 }
+
+/// Review finding 12: with [`Fencing::OnDemand`](lock_core::Fencing::OnDemand) a multi-lock draws every token with
+/// the grant (its guard has no later draw), also when the list names one distinct resource (`[r, r]`, or a
+/// computed list of one): each resource has a token, and it is above the last single lock's on that resource.
+pub async fn on_demand_fencing_gives_every_resource_a_token(s: &Subject) {
+    let lock = s.engine();
+    let r = fresh("ondemand", 2);
+    let lazy = opts(5_000, 0).with_fencing_mode(lock_core::Fencing::OnDemand);
+    let single = ok(lock.acquire(&r[0], &opts(5_000, 0)).await, "single lock");
+    let before = some(single.fencing_token(), "the single lock's token");
+    ok(single.release().await, "release");
+    for list in [vec![r[0].as_str(), r[0].as_str()], vec![r[0].as_str()], names(&r)] {
+        let guard = ok(lock.acquire_all(&list, &lazy).await, "acquire_all on demand");
+        for (resource, token) in guard.fencing_tokens() {
+            let token = some(token, "a multi-lock's token on demand");
+            if resource == r[0] {
+                assert!(token > before, "{resource}: token {token} not above the single lock's {before}");
+            }
+        }
+        ok(guard.release().await, "release");
+        let scoped = ok(lock.with_all(&list, &lazy, |ctx| async move { ctx.fencing_tokens }).await, "with_all");
+        assert!(scoped.iter().all(|(_, token)| token.is_some()), "with_all on demand: {scoped:?}");
+    }
+}

@@ -896,3 +896,44 @@ async fn a_multi_resource_waiter_takes_its_turn_among_other_processes() {
     assert!(waited < ms(2_000), "the last waiter waited {waited:?}");
     last.release().await.unwrap();
 }
+
+/// Review finding 8: a job start that the server applied but whose reply was lost is given back, and a give-back
+/// of a start whose work never ran keeps nothing: the same tick runs on the next try (it was not burned), a plain
+/// run's `at_least_for` does not hold the job, and the record says the start was given back. The same for a start
+/// whose caller was cancelled while its reply was on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_start_given_back_burns_neither_its_tick_nor_at_least_for() {
+    use lock_core::{JobLock, JobOptions, JobOutcome, RunOutcome};
+    let server = ScriptedServer::new();
+    let jobs = JobLock::new(Lock::new(server.client()));
+    let opts = JobOptions::new(ms(30_000)).with_at_least_for(ms(30_000));
+    let ran = |outcome: &JobOutcome<bool>| matches!(outcome, JobOutcome::Ran { value: true, .. });
+
+    server.once(Op::Acquire, Fault::fail_after_unavailable());
+    let lost_reply = jobs.run_tick("report", 7, &opts, |_| async { true }).await;
+    assert!(lost_reply.as_ref().is_err_and(lock_testkit::scripted::is_injected), "{lost_reply:?}");
+    let last = jobs.last_run("report").await.unwrap().expect("a record of the start");
+    let again = jobs.run_tick("report", 7, &opts, |_| async { true }).await.unwrap();
+    assert!(ran(&again), "tick 7 was burned by a start that never ran: {again:?}");
+    assert_eq!(last.outcome, RunOutcome::GivenBack, "{last:?}");
+
+    server.once(Op::Acquire, Fault::fail_after_unavailable());
+    assert!(jobs.run("nightly", &opts, |_| async { true }).await.is_err());
+    let again = jobs.run("nightly", &opts, |_| async { true }).await.unwrap();
+    assert!(ran(&again), "at_least_for held the job after a start that never ran: {again:?}");
+
+    // Cancelled while the start's reply is on its way: the start was applied, the work never begins.
+    let gate = Gate::new();
+    server.once(Op::Acquire, Fault::GateReply(gate.clone()));
+    let started = jobs.run_tick("weekly", 8, &opts, |_| async { true });
+    let outcome = tokio::time::timeout(ms(300), started).await;
+    assert!(outcome.is_err(), "the gated start returned: {outcome:?}");
+    gate.open();
+    let exists = |key: &str| server.memory().command(&["EXISTS", key]).and_then(|r| r.as_int()) == Some(1);
+    eventually("the cancelled start was given back", ms(5_000), || {
+        !exists("lock:{weekly}") && !exists("lock:{weekly}:tick:8")
+    })
+    .await;
+    let again = jobs.run_tick("weekly", 8, &opts, |_| async { true }).await.unwrap();
+    assert!(ran(&again), "tick 8 was burned by a cancelled start: {again:?}");
+}
