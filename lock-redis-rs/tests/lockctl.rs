@@ -205,3 +205,155 @@ fn errors_are_typed_exit_codes_and_never_show_a_password() {
     let usage = Command::new(env!("CARGO_BIN_EXE_lockctl")).arg("inspect").output().unwrap();
     assert_eq!(usage.status.code(), Some(2), "a missing argument is a usage error: {usage:?}");
 }
+
+fn owner_of(url: &str, resource: &str) -> String {
+    let doc = json(&run(url, &["inspect", resource, "--json"]));
+    doc["holder"]["owner"].as_str().unwrap_or_else(|| panic!("no owner: {doc}")).to_owned()
+}
+
+/// Review finding 3: the holder shown is the only one deleted. A held the lock when the operator looked; A released
+/// and B acquired before the operator answered; forcing with A's owner id leaves B's lock alone and exits 5.
+#[tokio::test]
+async fn force_release_with_the_owner_shown_spares_a_new_holder() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let a = lock.acquire("ledger", &labelled("A", 60_000)).await.unwrap();
+    let shown = owner_of(&url, "ledger");
+    a.release().await.unwrap();
+    let b = lock.acquire("ledger", &labelled("B", 60_000)).await.unwrap();
+
+    let out = run(&url, &["force-release", "ledger", "--yes", "--owner", &shown]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert!(stdout(&out).contains("changed hands") && stdout(&out).contains("held by B"), "{}", stdout(&out));
+    let seen = lock.inspect("ledger").await.unwrap();
+    assert_eq!(seen.holder().and_then(|h| h.label.as_deref()), Some("B"), "B's lock was deleted: {seen:?}");
+    b.extend(ms(60_000)).await.expect("B still holds its lock");
+
+    let doc = json(&run(&url, &["force-release", "ledger", "--yes", "--owner", &shown, "--json"]));
+    assert_eq!((doc["holder_changed"].as_bool(), doc["exit_code"].as_u64()), (Some(true), Some(5)), "{doc}");
+    let bad = run(&url, &["force-release", "ledger", "--yes", "--owner", "B"]);
+    assert_eq!(bad.status.code(), Some(2), "a malformed owner id is a usage error: {bad:?}");
+
+    let freed = run(&url, &["force-release", "ledger", "--yes", "--owner", &owner_of(&url, "ledger")]);
+    assert_eq!(freed.status.code(), Some(0), "{freed:?}");
+    assert!(!lock.inspect("ledger").await.unwrap().is_held());
+}
+
+/// Review finding 4: over Redlock, deleting on a minority while the holder keeps a majority is not a release. The
+/// holder's key is on all three instances; the operator's user may not `DEL` on two of them, so the forced release
+/// frees one instance only: exit 6, each instance's error printed (text and JSON), and the lock still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_over_redlock_that_frees_a_minority_is_partial() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let holder = "0123456789abcdef0123456789abcdef holder";
+    for (i, server) in servers.iter().enumerate() {
+        let set = server.command(&["SET", "lock:{batch}", holder, "PX", "60000"]).unwrap();
+        assert!(!set.is_error(), "{set:?}");
+        if i > 0 {
+            let acl = server.command(&["ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-del"]).unwrap();
+            assert!(!acl.is_error(), "{acl:?}");
+        }
+    }
+    let urls = [servers[0].url(), servers[1].url_for("ops", "pw", false), servers[2].url_for("ops", "pw", false)];
+    let args = |extra: &[&'static str]| {
+        let mut all: Vec<&str> = Vec::new();
+        for url in &urls {
+            all.extend(["-u", url.as_str()]);
+        }
+        all.extend(["force-release", "batch", "--yes"]);
+        all.extend(extra);
+        all.into_iter().map(str::to_owned).collect::<Vec<String>>()
+    };
+    let exec = |args: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_lockctl")).args(args).env_remove("REDIS_URL").output().expect("lockctl")
+    };
+    let out = exec(args(&[]));
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("not free") && text.contains("instance 1  error") && text.contains("instance 2  error"),
+        "{text}"
+    );
+    assert!(text.contains("instance 0  released"), "{text}");
+    for server in &servers[1..] {
+        let value = server.command(&["GET", "lock:{batch}"]).unwrap();
+        assert_eq!(value.as_text().as_deref(), Some(holder), "the holder lost its key where the release was refused");
+    }
+    let doc: Value = serde_json::from_slice(&exec(args(&["--json"])).stdout).unwrap();
+    assert_eq!(
+        (doc["released"].as_bool(), doc["free"].as_bool(), doc["exit_code"].as_u64()),
+        (Some(false), Some(false), Some(6))
+    );
+    assert_eq!(doc["errors"].as_array().map(Vec::len), Some(2), "{doc}");
+}
+
+/// Review finding 5: once its subscription's connection is killed, `watch` polls on its interval (and subscribes
+/// again) instead of spinning: a spinning watcher ran thousands of INSPECT scripts a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_whose_subscription_drops_polls_on_its_interval() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let mut child = lockctl(&url, &["watch", "quiet", "--interval-ms", "200", "--for-secs", "30"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn lockctl watch");
+    let subscribers = || {
+        let reply = server.command(&["PUBSUB", "NUMSUB", "lock:{quiet}:released"]).unwrap();
+        match reply {
+            lock_testkit::Reply::Array(items) => items.last().and_then(lock_testkit::Reply::as_int).unwrap_or(0),
+            _ => 0,
+        }
+    };
+    let t0 = Instant::now();
+    while subscribers() == 0 {
+        assert!(t0.elapsed() < ms(10_000), "watch never subscribed");
+        tokio::time::sleep(ms(20)).await;
+    }
+    let killed = server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).unwrap();
+    assert!(!killed.is_error(), "{killed:?}");
+    let scripts =
+        || server.command_calls().unwrap().iter().filter(|(k, _)| k.starts_with("eval")).map(|(_, v)| v).sum::<u64>();
+    let before = scripts();
+    let window = Instant::now();
+    tokio::time::sleep(ms(1_500)).await;
+    let ran = scripts() - before;
+    let elapsed = window.elapsed();
+    // One inspection per 200 ms interval (plus a few around a resubscription); a spin runs thousands.
+    let bound = 10 + 2 * (elapsed.as_millis() as u64 / 200);
+    assert!(ran <= bound, "{ran} inspections in {elapsed:?} after the subscription dropped (at most {bound})");
+    let t0 = Instant::now();
+    while subscribers() == 0 {
+        assert!(t0.elapsed() < ms(10_000), "watch never subscribed again");
+        tokio::time::sleep(ms(20)).await;
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+}
+
+/// Review finding 6: a key of another type under the prefix is skipped and reported; the other locks are listed.
+/// Finding 7: a key planted with a newline in its name forges no row.
+#[tokio::test]
+async fn list_skips_foreign_keys_and_lists_the_rest() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let _a = lock.acquire("a", &labelled("holder a", 30_000)).await.unwrap();
+    let _b = lock.acquire("b", &labelled("holder b", 30_000)).await.unwrap();
+    assert!(!server.command(&["HSET", "lock:{foreign}", "f", "v"]).unwrap().is_error());
+    let forged = "lock:{x\nforged-row    holder    00000000}";
+    assert!(!server.command(&["SET", forged, "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
+
+    let out = run(&url, &["list"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 3, "a header and two locks: {text}");
+    assert!(text.contains("holder a") && text.contains("holder b") && !text.contains("forged"), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("skipped \"foreign\"") && stderr.lines().count() == 1, "{stderr}");
+    let doc = json(&run(&url, &["list", "--json"]));
+    assert_eq!(doc.as_array().map(Vec::len), Some(2), "{doc}");
+
+    let newline = run(&url, &["inspect", "a\nb"]);
+    assert_eq!(newline.status.code(), Some(2), "a name with a newline is a usage error: {newline:?}");
+}

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Exit codes: 0 done (for `inspect`: the lock is held); 1 `inspect` found the lock free, or `force-release` found
-//! nothing to free; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed.
+//! nothing to free; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed;
+//! 5 `force-release` found another holder than the one shown (or given with `--owner`) and did nothing; 6
+//! `force-release` could not free the lock on a quorum of instances (some failed, or still hold it).
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -40,7 +42,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use futures_util::StreamExt;
-use lock_redis_rs::lock_core::{Holder, Inspection, Lock, LockError, LockKeys, LockStore, DEFAULT_PREFIX};
+use lock_redis_rs::lock_core::{
+    ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, Lock, LockError, LockKeys, LockStore, DEFAULT_PREFIX,
+};
 use lock_redis_rs::redis;
 use lock_redis_rs::RedisStore;
 use serde_json::{json, Value};
@@ -68,7 +72,13 @@ struct Cli {
 }
 
 const EXIT_CODES: &str = "Exit codes: 0 done (inspect: held), 1 inspect: free / force-release: nothing to free, \
-2 bad usage, 3 server unreachable or refused, 4 force-release not confirmed";
+2 bad usage, 3 server unreachable or refused, 4 force-release not confirmed, 5 force-release: the holder changed, \
+nothing done, 6 force-release: not freed on a quorum of instances";
+
+/// `force-release` found another holder than the one expected and deleted nothing.
+const EXIT_HOLDER_CHANGED: u8 = 5;
+/// `force-release` left the lock held (or unknown) on too many instances for it to be free.
+const EXIT_PARTIAL: u8 = 6;
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -83,13 +93,18 @@ enum Command {
         /// The resource name, as the application passes it.
         resource: String,
     },
-    /// Delete a lock whoever holds it, wake its waiters, keep its fencing counter. Asks first unless --yes.
+    /// Delete a lock, wake its waiters, keep its fencing counter. Asks first unless --yes, and then deletes only
+    /// the holder it showed: one that took the lock meanwhile is left alone (exit 5).
     ForceRelease {
         /// The resource name.
         resource: String,
-        /// Do not ask for confirmation (needed when stdin is not a terminal).
+        /// Do not ask for confirmation (needed when stdin is not a terminal). Without --owner it deletes whoever
+        /// holds the lock.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Delete only the holder with this owner id (as `inspect` shows it); another holder is left alone.
+        #[arg(long)]
+        owner: Option<String>,
     },
     /// Print each change of holder as it happens (release notifications, plus polling).
     Watch {
@@ -116,14 +131,7 @@ struct Failure {
 impl From<LockError> for Failure {
     fn from(err: LockError) -> Self {
         let code = if matches!(err, LockError::InvalidArgument(_)) { 2 } else { 3 };
-        let mut message = err.to_string();
-        let mut source = std::error::Error::source(&err);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        Failure { code, message }
+        Failure { code, message: err.report().to_string() }
     }
 }
 
@@ -180,7 +188,9 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             print_inspection(&cli, &seen);
             Ok(if seen.is_held() { 0 } else { 1 })
         }
-        Command::ForceRelease { resource, yes } => force_release(&cli, &lock, resource, *yes).await,
+        Command::ForceRelease { resource, yes, owner } => {
+            force_release(&cli, &lock, resource, *yes, owner.as_deref()).await
+        }
         Command::Watch { resource, interval_ms, changes, for_secs } => {
             watch(&cli, &lock, resource, Duration::from_millis((*interval_ms).max(10)), *changes, *for_secs).await
         }
@@ -299,12 +309,19 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
         }
     }
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     for name in names.iter().take(limit) {
-        let seen = lock.inspect(name).await?;
-        // A lock that expired between the SCAN and the inspection is not listed.
-        if seen.states().any(|state| state.holder.is_some()) {
-            rows.push(seen);
+        match lock.inspect(name).await {
+            // A lock that expired between the SCAN and the inspection is not listed.
+            Ok(seen) if seen.states().any(|state| state.holder.is_some()) => rows.push(seen),
+            Ok(_) => {}
+            // A key of another type under the prefix (written by something else) is reported, and the rest listed.
+            Err(err @ LockError::WrongType { .. }) => skipped.push((name.clone(), err)),
+            Err(err) => return Err(err.into()),
         }
+    }
+    for (name, err) in &skipped {
+        say!("lockctl: skipped {name:?}: {}", err.report());
     }
     if cli.json {
         out!("{}", Value::Array(rows.iter().map(inspection_json).collect()));
@@ -322,12 +339,29 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
     Ok(0)
 }
 
-async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool) -> Result<u8, Failure> {
+/// Whom a confirmed prompt expects: the holder it showed, "nobody" when it showed the lock free, anyone when what
+/// it showed has no owner id to compare (a foreign value, or Redlock instances that disagree; each was listed).
+fn expected_from(seen: &Inspection) -> ExpectedHolder {
+    match seen.holder() {
+        Some(Holder { owner: Some(owner), .. }) => ExpectedHolder::Owner(owner.clone()),
+        None if seen.states().all(|state| state.holder.is_none()) => ExpectedHolder::Nobody,
+        _ => ExpectedHolder::Anyone,
+    }
+}
+
+async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool, owner: Option<&str>) -> Result<u8, Failure> {
+    let mut expected = match owner {
+        Some(owner) => ExpectedHolder::Owner(owner.to_owned()),
+        None => ExpectedHolder::Anyone,
+    };
     if !yes {
         let seen = lock.inspect(resource).await?;
         if !std::io::stdin().is_terminal() {
             say!("lockctl: refusing to force-release {resource:?} without --yes (stdin is not a terminal)");
             return Ok(4);
+        }
+        if seen.instances.len() > 1 {
+            print_inspection(cli, &seen);
         }
         prompt!("Force-release {resource:?}, {}? Its holder is not told. [y/N] ", describe_holder(seen.holder()));
         let mut answer = String::new();
@@ -335,22 +369,78 @@ async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool) -> Res
             say!("lockctl: not confirmed; nothing done");
             return Ok(4);
         }
+        if owner.is_none() {
+            expected = expected_from(&seen);
+        }
     }
-    let forced = lock.force_release(resource).await?;
-    let previous = forced.previous().next();
-    if cli.json {
-        let failed: Vec<String> =
-            forced.instances.iter().filter_map(|r| r.as_ref().err()).map(|e| e.to_string()).collect();
-        out!(
-            "{}",
-            json!({ "resource": resource, "released": forced.released(), "previous": holder_json(previous), "errors": failed })
-        );
-    } else if forced.released() {
-        out!("released {resource}, which was {}", describe_holder(previous));
+    let forced = lock.force_release_expecting(resource, &expected).await?;
+    let code = if forced.is_free() {
+        if forced.released() {
+            0
+        } else {
+            1
+        }
+    } else if forced.holder_changed() {
+        EXIT_HOLDER_CHANGED
     } else {
-        out!("{resource} was not held; waiters were told to try again");
+        EXIT_PARTIAL
+    };
+    if cli.json {
+        out!("{}", forced_json(&forced, code));
+        return Ok(code);
     }
-    Ok(if forced.released() { 0 } else { 1 })
+    match code {
+        0 => out!("released {resource}, which was {}", describe_holder(forced.previous().next())),
+        1 => out!("{resource} was not held; waiters were told to try again"),
+        EXIT_HOLDER_CHANGED => out!(
+            "{resource} changed hands: it is {}, not the holder expected; nothing done",
+            describe_holder(forced.kept().next())
+        ),
+        _ => out!(
+            "{resource} is not free: freed on {} of {} instances, {} needed",
+            forced.instances.iter().filter(|o| matches!(o, Ok(Forced::Deleted(_) | Forced::Free))).count(),
+            forced.instances.len(),
+            forced.quorum
+        ),
+    }
+    if forced.instances.len() > 1 || code == EXIT_PARTIAL {
+        for (i, outcome) in forced.instances.iter().enumerate() {
+            match outcome {
+                Ok(Forced::Deleted(holder)) => out!("instance {i}  released, was {}", describe_holder(Some(holder))),
+                Ok(Forced::Kept(holder)) => out!("instance {i}  left alone: {}", describe_holder(Some(holder))),
+                Ok(_) => out!("instance {i}  free"),
+                Err(err) => out!("instance {i}  error: {}", err.report()),
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn forced_json(forced: &ForcedRelease, code: u8) -> Value {
+    let instances: Vec<Value> = forced
+        .instances
+        .iter()
+        .map(|outcome| match outcome {
+            Ok(Forced::Deleted(holder)) => json!({ "outcome": "released", "holder": holder_json(Some(holder)) }),
+            Ok(Forced::Kept(holder)) => json!({ "outcome": "kept", "holder": holder_json(Some(holder)) }),
+            Ok(_) => json!({ "outcome": "free" }),
+            Err(err) => json!({ "outcome": "error", "error": err.report().to_string() }),
+        })
+        .collect();
+    let errors: Vec<String> =
+        forced.instances.iter().filter_map(|r| r.as_ref().err()).map(|e| e.report().to_string()).collect();
+    json!({
+        "resource": forced.resource,
+        "released": forced.released(),
+        "free": forced.is_free(),
+        "holder_changed": forced.holder_changed(),
+        "previous": holder_json(forced.previous().next()),
+        "holder": holder_json(forced.kept().next()),
+        "quorum": forced.quorum,
+        "instances": instances,
+        "errors": errors,
+        "exit_code": code,
+    })
 }
 
 async fn watch(
@@ -367,16 +457,8 @@ async fn watch(
     // Release notifications make a change show at once; polling covers grants (which announce nothing) and a
     // subscription that could not be made.
     let url = urls(cli).into_iter().next().unwrap_or_default();
-    let mut messages = match redis::Client::open(url.as_str()) {
-        Ok(client) => match client.get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.subscribe(keys.channel()).await {
-                Ok(()) => Some(pubsub.into_on_message()),
-                Err(_) => None,
-            },
-            Err(_) => None,
-        },
-        Err(_) => None,
-    };
+    let bound = Duration::from_millis(cli.timeout_ms);
+    let mut messages = subscribe(&url, keys.channel(), bound).await;
     let mut last: Option<(bool, Option<String>, Option<u64>)> = None;
     let mut seen_changes: u64 = 0;
     loop {
@@ -408,9 +490,32 @@ async fn watch(
         }
         match messages.as_mut() {
             Some(stream) => {
-                let _ = tokio::time::timeout(pause, stream.next()).await;
+                if let Ok(None) = tokio::time::timeout(pause, stream.next()).await {
+                    // The subscription's connection ended: poll on the interval until a new one is made (an ended
+                    // stream answers at once, and reading it again would spin).
+                    messages = None;
+                }
             }
-            None => tokio::time::sleep(pause).await,
+            None => {
+                tokio::time::sleep(pause).await;
+                messages = subscribe(&url, keys.channel(), bound).await;
+            }
         }
     }
+}
+
+/// A stream of the messages on `channel`, `None` when the subscription cannot be made within `bound` (the caller
+/// polls instead, and tries again later).
+async fn subscribe(
+    url: &str,
+    channel: &str,
+    bound: Duration,
+) -> Option<impl futures_util::Stream<Item = redis::Msg> + Unpin> {
+    let client = redis::Client::open(url).ok()?;
+    let subscribed = async {
+        let mut pubsub = client.get_async_pubsub().await.ok()?;
+        pubsub.subscribe(channel).await.ok()?;
+        Some(pubsub.into_on_message())
+    };
+    tokio::time::timeout(bound, subscribed).await.ok().flatten()
 }
