@@ -96,3 +96,6 @@ cargo test --workspace --all-features --exclude lock-bench "$@"
 # non-tokio spawns, so the run above does not show that smol alone works. These builds leave async-std out.
 cargo test -p lock-testkit --test conformance_memory "$@"
 cargo test -p lock-redis-rs --no-default-features --features smol --test conformance_smol --test renewal "$@"
+# lock-fred as most applications build it, without a TLS feature: a TLS URL is refused before any I/O instead of
+# connecting over plain TCP and sending its password in clear (the run above has TLS on, where the handshake fails).
+cargo test -p lock-fred --lib --test backend tls "$@"

@@ -491,8 +491,11 @@ impl FredStoreBuilder {
     /// Starts from a URL (see [`Config::from_url`]).
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] when fred cannot parse the URL.
+    /// [`LockError::InvalidArgument`] when fred cannot parse the URL, and for a TLS URL (`rediss://`,
+    /// `rediss-cluster://`, `rediss-sentinel://`) in a build without the `tls-rustls` or `tls-native-tls` feature:
+    /// fred would connect over plain TCP and send the URL's password in clear.
     pub fn from_url(url: &str) -> Result<Self> {
+        crate::tls::refuse_tls_url_without_tls(url, crate::tls::BUILT_WITH_TLS)?;
         let config = Config::from_url(url).map_err(|err| error::from_fred(err, "connect", DEFAULT_COMMAND_TIMEOUT))?;
         Ok(Self::from_config(config))
     }

@@ -6,6 +6,29 @@ use std::fmt;
 
 use lock_core::{LockError, Result};
 
+/// Whether this build can connect over TLS (a feature of this crate's turned fred's TLS on).
+pub(crate) const BUILT_WITH_TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
+
+/// The URL schemes that ask for TLS.
+const TLS_SCHEMES: [&str; 3] = ["rediss://", "rediss-cluster://", "rediss-sentinel://"];
+
+/// Refuses a URL that asks for TLS when the build has none (`tls_built` false). Without its TLS features fred
+/// parses such a URL, logs a warning (which an application that only listens to `tracing` never sees), and connects
+/// over plain TCP, sending the password in clear.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming the features to enable.
+pub(crate) fn refuse_tls_url_without_tls(url: &str, tls_built: bool) -> Result<()> {
+    let scheme = url.trim_start().get(..url.trim_start().find("://").map_or(0, |at| at + 3)).unwrap_or_default();
+    if !tls_built && TLS_SCHEMES.iter().any(|tls| scheme.eq_ignore_ascii_case(tls)) {
+        return Err(LockError::invalid(format!(
+            "{scheme} asks for TLS, and this build of lock-fred has none: enable its feature tls-rustls or \
+             tls-native-tls (without it the password would be sent in clear)"
+        )));
+    }
+    Ok(())
+}
+
 /// PEM material for TLS connections.
 #[derive(Clone, Default)]
 pub(crate) struct TlsOptions {
@@ -116,5 +139,23 @@ impl fmt::Debug for TlsOptions {
             .field("ca", &self.ca.as_ref().map(|_| "<set>"))
             .field("client_certificate", &self.client.as_ref().map(|_| "<redacted>"))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_urls_are_refused_by_a_build_without_tls() {
+        for url in ["rediss://:pw@host:6380", "REDISS://host", "rediss-cluster://h:1", " rediss-sentinel://h:1/svc"] {
+            let err = refuse_tls_url_without_tls(url, false).expect_err(url);
+            assert!(matches!(err, LockError::InvalidArgument(_)), "{url}: {err:?}");
+            assert!(err.to_string().contains("tls-rustls") && !err.to_string().contains("pw"), "{err}");
+            assert!(refuse_tls_url_without_tls(url, true).is_ok(), "{url} refused by a TLS build");
+        }
+        for url in ["redis://:pw@host", "redis-cluster://h:1", "redis-sentinel://h:1/svc", "unix:///tmp/r.sock", ""] {
+            assert!(refuse_tls_url_without_tls(url, false).is_ok(), "{url}");
+        }
     }
 }

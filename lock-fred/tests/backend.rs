@@ -515,3 +515,49 @@ async fn calls_through_a_silent_network_keep_the_stores_bound() {
         assert!(*took < ms(900), "call {i} returned after {took:?}: the store's bound is 300 ms");
     }
 }
+
+/// Review finding 1: a `rediss://` URL never sends its password in clear. The "server" is a listener that records
+/// what it receives; whatever this build is (with a TLS feature: a TLS handshake that fails; without: refused before
+/// any I/O), the password never reaches it. Without a TLS feature the refusal is typed and names the feature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_url_never_sends_its_password_in_clear() {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let recorder = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let until = Instant::now() + ms(3_000);
+        while Instant::now() < until {
+            match listener.accept() {
+                Ok((mut conn, _)) => {
+                    let _ = conn.set_read_timeout(Some(ms(300)));
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n @ 1..) = conn.read(&mut buf) {
+                        seen.extend_from_slice(&buf[..n]);
+                    }
+                }
+                Err(_) => std::thread::sleep(ms(10)),
+            }
+        }
+        seen
+    });
+    for scheme in ["rediss", "rediss-cluster"] {
+        let url = format!("{scheme}://:hunter2secret@127.0.0.1:{port}");
+        let connected = tokio::time::timeout(
+            ms(5_000),
+            async { FredStoreBuilder::from_url(&url)?.with_command_timeout(ms(500)).connect().await },
+        )
+        .await;
+        match connected {
+            Ok(Err(LockError::InvalidArgument(message))) => {
+                assert!(message.contains("tls-rustls"), "the refusal does not name the feature: {message}");
+            }
+            Ok(Err(_)) | Err(_) => {}
+            Ok(Ok(store)) => panic!("{scheme}: connected to a listener that never answers: {store:?}"),
+        }
+    }
+    let seen = recorder.join().expect("recorder");
+    let text = String::from_utf8_lossy(&seen);
+    assert!(!text.contains("hunter2secret"), "the password went out in clear: {text:?}");
+}
