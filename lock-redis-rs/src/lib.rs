@@ -114,8 +114,11 @@
 //!   lost token is handed out again, or a lower one (the tests show the exact repeat with a counter set ahead of
 //!   the clock). A grant acknowledged with `WAIT` by the replica that is promoted carries its increment along.
 //!
-//! Credentials and TLS in the Sentinel URLs are used for the Sentinels; the primary is reached over plain TCP,
-//! without credentials, database 0.
+//! Credentials and TLS in the Sentinel URLs are used for the Sentinels. The primary is reached with what
+//! [`RedisStoreBuilder::with_primary_credentials`], [`with_primary_tls`](RedisStoreBuilder::with_primary_tls) and
+//! [`with_primary_db`](RedisStoreBuilder::with_primary_db) say (by default: no credentials, plain TCP, database 0);
+//! the certificates of [`with_ca_certificate`](RedisStoreBuilder::with_ca_certificate) and
+//! [`with_client_certificate`](RedisStoreBuilder::with_client_certificate) apply to both.
 //!
 //! # Errors
 //! Errors are [`LockError`](lock_core::LockError)s with the redis error as their source: a key of another type
