@@ -87,6 +87,10 @@ struct Channel {
     /// Notified for every message on the channel, whoever sent it: observers (an election's) that re-read state
     /// on any change, rather than waiters that take turns.
     any: Event,
+    /// How many more times the last wake-up may be passed on to the next local waiter because it left room (see
+    /// [`ReleaseHub::pass_room_on`]): the waiters registered when it came, so one release lets each of them try at
+    /// most once and the passing ends.
+    sweep: usize,
 }
 
 impl Channel {
@@ -101,6 +105,7 @@ impl Channel {
             stored: false,
             tokens: HashMap::new(),
             any: Event::new(),
+            sweep: 0,
             subscribed: false,
             deaf: false,
             confirmed: false,
@@ -109,8 +114,17 @@ impl Channel {
 
     /// Wakes the longest-waiting listener, or keeps the wake-up for the next newcomer when nobody listens.
     fn wake_one(&mut self) {
+        self.sweep = self.watchers;
         if self.event.notify(1.additional()) == 0 {
             self.stored = true;
+        }
+    }
+
+    /// Passes the current wake-up on to the next listening waiter, within the sweep the wake-up allowed.
+    fn pass_room_on(&mut self) {
+        if self.sweep > 0 {
+            self.sweep -= 1;
+            self.event.notify(1.additional());
         }
     }
 }
@@ -401,6 +415,17 @@ impl ReleaseHub {
         if let Some(place) = ch.tokens.get_mut(token) {
             place.renewed = None;
             place.event.notify(1);
+        }
+    }
+
+    /// A waiter's try showed that the holds on `channel` leave room for another waiter (a semaphore with free slots
+    /// after a grant, or with fewer free slots than this waiter asked for but some): the next local waiter is woken
+    /// to try, since one wake-up per release would leave it asleep until its safety poll while it could get in.
+    /// Bounded: each wake-up lets every waiter registered when it came try once, then the passing stops.
+    pub(crate) fn pass_room_on(&self, channel: &str) {
+        let state = self.channels().get(channel).cloned();
+        if let Some(state) = state {
+            lock(&state).pass_room_on();
         }
     }
 

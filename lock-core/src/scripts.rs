@@ -1290,8 +1290,9 @@ end
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string), `KEYS[5]` the fencing counter, `KEYS[6]` the release mark; `ARGV[1]`
 /// token, `ARGV[2]` n, `ARGV[3]` TTL in ms, `ARGV[4]` limit, `ARGV[5]` `"1"` for fencing, `ARGV[6]` (optional) the
 /// counter's floor. Reply: `{1, fence, slot…}` (granted the lowest free slots; fence `-1` without fencing; a retry
-/// with the same token renews and replies the same grant), `{0, wait_ms}` (too few free: the earliest expiry is
-/// `wait_ms` away, `-1` when none; the semaphore is marked as awaited), `{-1, limit}` (another client uses the
+/// with the same token renews and replies the same grant), `{0, wait_ms, free}` (too few free: the earliest expiry
+/// is `wait_ms` away, `-1` when none, and `free` slots are free, which a smaller request could take; the semaphore
+/// is marked as awaited), `{-1, limit}` (another client uses the
 /// semaphore with this other limit: nothing written). The fence follows the lock's rule, so the tokens one slot
 /// sees strictly increase.
 pub static SEM_ACQUIRE: Script = Script::new(
@@ -1341,7 +1342,7 @@ if redis.call('HLEN', KEYS[2]) + n > limit then
   if marked then
     return marked
   end
-  return {0, wait}
+  return {0, wait, limit - redis.call('HLEN', KEYS[2])}
 end
 local slots = {}
 local slot = 0

@@ -36,6 +36,10 @@
 //! **Fairness.** None: a request for several permits waits until that many are free at once, so a stream of
 //! single-permit requests can starve it.
 //!
+//! **Wake-ups.** A release wakes one waiter of each process; a waiter that gets in, or finds some slots free but
+//! too few for its request, wakes the next waiter of its process, once per waiter per release, so every waiter the
+//! release left room for tries within a round trip rather than at its safety poll.
+//!
 //! **One store only.** A semaphore over Redlock cannot keep its invariant: "entering a semaphore on a majority of
 //! databases does not guarantee that the semaphore's invariant is preserved… on database 1, users A and B have
 //! entered. On database 2, users B and C… On database 3, users A and C… all users believe they have entered"
@@ -156,6 +160,10 @@ impl Semaphore {
         let span = tracing::debug_span!("semaphore.acquire", semaphore = self.name(), permits);
         let attempts = AtomicU32::new(0);
         let guard = Box::pin(self.lock.wait_for(&target, options, &attempts)).instrument(span).await?;
+        // Slots may be left for the next local waiter: the release woke only this one (see `pass_room_on`).
+        if let Some(hub) = self.lock.stores().first().and_then(|store| store.release_hub()) {
+            hub.pass_room_on(self.keys.channel());
+        }
         Ok(Permit::new(guard, &target))
     }
 
@@ -201,8 +209,9 @@ impl Semaphore {
 pub(crate) enum Try {
     /// Granted: the fence (when fencing) and the slots.
     Granted { fence: Option<u64>, slots: Vec<u32> },
-    /// Too few free slots; the earliest held permit expires in this long (when one does).
-    Full { wait: Option<Duration> },
+    /// Too few free slots; the earliest held permit expires in this long (when one does); `room` when some slots
+    /// are free all the same (a smaller request could take them).
+    Full { wait: Option<Duration>, room: bool },
 }
 
 /// Parses [`SEM_ACQUIRE`](scripts::SEM_ACQUIRE)'s reply; another limit is a typed error (nothing was written).
@@ -214,7 +223,10 @@ pub(crate) fn parse_acquire(reply: &Reply, name: &str, limit: &str) -> Result<Tr
                 slots.iter().map(|s| u32::try_from(*s).map_err(|_| unexpected(reply))).collect::<Result<_>>()?;
             Ok(Try::Granted { fence: u64::try_from(*fence).ok(), slots })
         }
-        [0, wait] => Ok(Try::Full { wait: u64::try_from(*wait).ok().map(Duration::from_millis) }),
+        [0, wait, free @ ..] if free.len() <= 1 => Ok(Try::Full {
+            wait: u64::try_from(*wait).ok().map(Duration::from_millis),
+            room: free.first().is_some_and(|free| *free > 0),
+        }),
         [-1, stored] => Err(LockError::invalid(format!(
             "semaphore {name:?} is held with a limit of {stored}, and this client says {limit}"
         ))),

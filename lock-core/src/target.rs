@@ -734,7 +734,15 @@ impl Target {
                 *semaphore.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = slots;
                 Grant::Acquired { fences: vec![fence.filter(|_| ask.fencing)] }
             }
-            crate::semaphore::Try::Full { wait } => Grant::Held { index: 0, ttl: wait, holder: None, place: None },
+            crate::semaphore::Try::Full { wait, room } => {
+                // Free slots too few for this request may fit a smaller one: the next local waiter tries.
+                if room {
+                    if let Some(hub) = store.release_hub() {
+                        hub.pass_room_on(keys.channel());
+                    }
+                }
+                Grant::Held { index: 0, ttl: wait, holder: None, place: None }
+            }
         };
         if let (Some(ack), Grant::Acquired { .. }) = (ask.replicas, &grant) {
             ack.check(ran.replicas.unwrap_or(0))?;

@@ -544,10 +544,9 @@ async fn a_tls_url_never_sends_its_password_in_clear() {
     });
     for scheme in ["rediss", "rediss-cluster"] {
         let url = format!("{scheme}://:hunter2secret@127.0.0.1:{port}");
-        let connected = tokio::time::timeout(
-            ms(5_000),
-            async { FredStoreBuilder::from_url(&url)?.with_command_timeout(ms(500)).connect().await },
-        )
+        let connected = tokio::time::timeout(ms(5_000), async {
+            FredStoreBuilder::from_url(&url)?.with_command_timeout(ms(500)).connect().await
+        })
         .await;
         match connected {
             Ok(Err(LockError::InvalidArgument(message))) => {

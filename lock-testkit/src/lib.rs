@@ -404,6 +404,7 @@ macro_rules! semaphore_tests {
             semaphore_slots_are_distinct_and_fence_per_slot,
             semaphore_expired_holder_never_frees_twice,
             semaphore_release_wakes_a_waiter,
+            semaphore_release_wakes_every_waiter_that_fits,
             semaphore_limit_mismatch_is_typed,
             semaphore_cancelled_acquires_leave_nothing_behind,
             semaphore_is_refused_where_it_cannot_hold,

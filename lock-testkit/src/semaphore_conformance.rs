@@ -123,6 +123,67 @@ pub async fn semaphore_release_wakes_a_waiter(s: &Subject) {
     ok(permit.release().await, "release");
 }
 
+/// Review finding 9: a release wakes every local waiter it leaves room for, within a round trip, not at their
+/// safety poll (20 s here, against the 2 s bound). Three one-slot waiters behind a holder of all three slots all get
+/// in when it releases; and a one-slot waiter queued behind a two-slot one gets the slot a release frees, although
+/// the waiter woken first (the two-slot one) cannot use it: it passes the wake-up on.
+pub async fn semaphore_release_wakes_every_waiter_that_fits(s: &Subject) {
+    let Some(sem) = semaphore(s, "every", 3) else { return };
+    let patient = || {
+        let slow = RetryPolicy::default().with_min_delay(ms(20_000)).with_max_delay(ms(20_000));
+        opts(30_000, 30_000).with_retry(slow.with_safety_poll(ms(20_000)))
+    };
+    let holder = ok(sem.acquire(3, &opts(30_000, 0)).await, "the holder of every slot");
+    let waiters = join_all((0..3).map(|i| {
+        let (sem, patient) = (&sem, patient());
+        async move {
+            // Arrive one after the other, so each waits behind the holder (an early arrival only tries sooner).
+            sleep(ms(20 * i)).await;
+            let permit = ok(sem.acquire(1, &patient).await, "a one-slot waiter");
+            (permit, Instant::now())
+        }
+    }));
+    let release = async {
+        sleep(ms(300)).await;
+        let at = Instant::now();
+        ok(holder.release().await, "release");
+        at
+    };
+    let (got, released) = join(waiters, release).await;
+    for (permit, at) in got {
+        let after = at.saturating_duration_since(released);
+        assert!(after < ms(2_000), "a waiter the release left room for got in {after:?} after it");
+        ok(permit.release().await, "release");
+    }
+
+    let Some(sem) = semaphore(s, "behind", 2) else { return };
+    let first = ok(sem.acquire(1, &opts(30_000, 0)).await, "holder 1");
+    let second = ok(sem.acquire(1, &opts(30_000, 0)).await, "holder 2");
+    let waiting = patient();
+    let both = sem.acquire(2, &waiting);
+    let one = async {
+        sleep(ms(150)).await;
+        let permit = ok(sem.acquire(1, &patient()).await, "the one-slot waiter");
+        let at = Instant::now();
+        // Then the slots go, so the two-slot waiter gets in too.
+        ok(permit.release().await, "release");
+        ok(second.release().await, "release");
+        at
+    };
+    let release = async {
+        sleep(ms(400)).await;
+        let at = Instant::now();
+        ok(first.release().await, "release");
+        at
+    };
+    let (both, (got_one, released)) = join(both, join(one, release)).await;
+    let after = got_one.saturating_duration_since(released);
+    assert!(after < ms(2_000), "the one-slot waiter got the freed slot {after:?} after the release");
+    let both = ok(both, "the two-slot waiter");
+    assert_eq!(both.slots().len(), 2);
+    ok(both.release().await, "release");
+}
+
 /// Test 5: a client with another limit is refused (typed, nothing taken) while permits are held; once all are
 /// released the semaphore forgets its limit.
 pub async fn semaphore_limit_mismatch_is_typed(s: &Subject) {
