@@ -184,6 +184,27 @@ impl std::fmt::Display for AclRefusal {
 
 impl std::error::Error for AclRefusal {}
 
+/// The source of a [`LockError::Tls`] when a TLS URL points at a server that speaks plain TCP on that port: the
+/// handshake got no TLS answer, and a plain-text `PING` (without credentials) did get a Redis answer.
+#[derive(Debug)]
+pub struct PlainTextServer {
+    /// The server's `host:port`.
+    pub server: String,
+}
+
+impl std::fmt::Display for PlainTextServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server at {} answers without TLS on that port: use a redis:// URL for it, or turn TLS on at the \
+             server (tls-port)",
+            self.server
+        )
+    }
+}
+
+impl std::error::Error for PlainTextServer {}
+
 /// An error with its causes on one line, each said once ([`LockError::report`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Report<'a>(&'a (dyn std::error::Error + 'static));

@@ -123,7 +123,7 @@ mod watchdog;
 pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, LockState};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
-pub use error::{AclRefusal, BoxError, LockError, Report, Result};
+pub use error::{AclRefusal, BoxError, LockError, PlainTextServer, Report, Result};
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};

@@ -610,11 +610,13 @@ impl FredStoreBuilder {
                 "TLS certificates apply to a URL or Config source; set them on your Builder or Pool",
             ));
         }
+        let mut tls_endpoint = None;
         let mut builder = match source {
             Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
             Source::Builder(builder) => *builder,
             Source::Config(mut config) => {
                 tls.apply(&mut config)?;
+                tls_endpoint = crate::tls::tls_endpoint(&config);
                 let clustered = matches!(config.server, ServerConfig::Clustered { .. });
                 let mut builder = Builder::from_config(*config);
                 builder.set_policy(default_policy()).with_connection_config(|c| {
@@ -630,8 +632,22 @@ impl FredStoreBuilder {
         };
         builder.with_performance_config(|p| p.default_command_timeout = timeout);
         let pool = builder.build_pool(pool_size).map_err(|err| error::from_fred(err, "connect", timeout))?;
-        let connection = pool.init().await.map_err(|err| error::from_fred(err, "connect", timeout))?;
-        start(pool, true, vec![connection], timeout).await
+        let connected = match pool.init().await {
+            Ok(connection) => start(pool, true, vec![connection], timeout).await,
+            Err(err) => {
+                let _ = tokio::time::timeout(timeout, pool.quit()).await;
+                Err(error::from_fred(err, "connect", timeout))
+            }
+        };
+        match (connected, tls_endpoint) {
+            // A first TLS connection that failed without a TLS error: a server without TLS on that port never
+            // answers the handshake, which looked like a retryable timeout.
+            (
+                Err(err @ (LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::Backend { .. })),
+                Some((host, port)),
+            ) => Err(crate::tls::plain_text_server(&host, port, timeout).await.unwrap_or(err)),
+            (outcome, _) => outcome,
+        }
     }
 }
 

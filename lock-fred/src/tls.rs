@@ -3,6 +3,7 @@
 //! `tls-native-tls`; rustls when both are on).
 
 use std::fmt;
+use std::time::Duration;
 
 use lock_core::{LockError, Result};
 
@@ -27,6 +28,40 @@ pub(crate) fn refuse_tls_url_without_tls(url: &str, tls_built: bool) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// The `host:port` a TLS configuration connects to, when it is one server (centralized) over TLS.
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+pub(crate) fn tls_endpoint(config: &fred::prelude::Config) -> Option<(String, u16)> {
+    config.tls.as_ref()?;
+    match &config.server {
+        fred::prelude::ServerConfig::Centralized { server } => Some((server.host.to_string(), server.port)),
+        _ => None,
+    }
+}
+
+/// No TLS in this build, so no TLS endpoint.
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+pub(crate) fn tls_endpoint(_config: &fred::prelude::Config) -> Option<(String, u16)> {
+    None
+}
+
+/// After a TLS connection to `host:port` failed without a TLS error (a server without TLS on that port never
+/// answers the handshake, which looked like a retryable timeout): the [`LockError::Tls`] to report instead when the
+/// server answers a plain-text `PING` there, else `None`. The probe sends no credentials and is bounded by `bound`.
+pub(crate) async fn plain_text_server(host: &str, port: u16, bound: Duration) -> Option<LockError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        // A simple string (`+PONG`) or an error (`-NOAUTH …`): a Redis server speaking plain text.
+        matches!(first[0], b'+' | b'-').then_some(())
+    };
+    tokio::time::timeout(bound, probe).await.ok().flatten()?;
+    let server = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    Some(LockError::Tls { source: Box::new(lock_core::PlainTextServer { server }) })
 }
 
 /// PEM material for TLS connections.

@@ -521,25 +521,21 @@ async fn calls_through_a_silent_network_keep_the_stores_bound() {
 /// any I/O), the password never reaches it. Without a TLS feature the refusal is typed and names the feature.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_url_never_sends_its_password_in_clear() {
-    use std::io::Read as _;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
-    listener.set_nonblocking(true).expect("nonblocking");
-    let recorder = std::thread::spawn(move || {
+    let recorder = tokio::spawn(async move {
         let mut seen = Vec::new();
-        let until = Instant::now() + ms(3_000);
-        while Instant::now() < until {
-            match listener.accept() {
-                Ok((mut conn, _)) => {
-                    let _ = conn.set_read_timeout(Some(ms(300)));
-                    let mut buf = [0u8; 4096];
-                    while let Ok(n @ 1..) = conn.read(&mut buf) {
-                        seen.extend_from_slice(&buf[..n]);
-                    }
+        let record = async {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else { return };
+                let mut buf = [0u8; 4096];
+                while let Ok(Ok(n @ 1..)) = tokio::time::timeout(ms(300), conn.read(&mut buf)).await {
+                    seen.extend_from_slice(&buf[..n]);
                 }
-                Err(_) => std::thread::sleep(ms(10)),
             }
-        }
+        };
+        let _ = tokio::time::timeout(ms(3_000), record).await;
         seen
     });
     for scheme in ["rediss", "rediss-cluster"] {
@@ -556,7 +552,7 @@ async fn a_tls_url_never_sends_its_password_in_clear() {
             Ok(Ok(store)) => panic!("{scheme}: connected to a listener that never answers: {store:?}"),
         }
     }
-    let seen = recorder.join().expect("recorder");
+    let seen = recorder.await.expect("recorder");
     let text = String::from_utf8_lossy(&seen);
     assert!(!text.contains("hunter2secret"), "the password went out in clear: {text:?}");
 }

@@ -358,8 +358,24 @@ impl RedisStoreBuilder {
         let store = RedisStore::assemble(Pool::Own(Arc::new(conns)), Subscriber::hub(endpoint, d), d);
         // Boxed: opening a redis-rs connection is a large future (tens of KB in debug builds), and callers'
         // futures, which are often moved around whole on small thread stacks by `block_on`, should not carry it.
-        Box::pin(store.ping()).await?;
+        if let Err(err) = Box::pin(store.ping()).await {
+            return Err(self.explain_failed_tls(err).await);
+        }
         Ok(store)
+    }
+
+    /// A first connection over TLS that failed without a TLS error (a server without TLS on that port never answers
+    /// the handshake, which looked like a retryable timeout) is a [`LockError::Tls`] saying so, when a plain-text
+    /// probe finds a Redis server there.
+    async fn explain_failed_tls(&self, err: LockError) -> LockError {
+        let Target::Server(Ok(info)) = &self.target else { return err };
+        if !matches!(err, LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::Backend { .. }) {
+            return err;
+        }
+        match tls::plain_text_server(info.addr(), self.deadlines.connect).await {
+            Some(mismatch) => mismatch,
+            None => err,
+        }
     }
 
     /// The redis-rs Sentinel client: the first URL's credentials for the Sentinels, [`PrimaryAccess`] for the

@@ -8,8 +8,9 @@
 //! features, rather than at its first command.
 
 use std::fmt;
+use std::time::Duration;
 
-use lock_core::Result;
+use lock_core::{LockError, Result};
 
 /// PEM material for TLS connections (see the [module docs](self)).
 #[derive(Clone, Default)]
@@ -87,4 +88,26 @@ impl fmt::Debug for TlsOptions {
             .field("client_certificate", &self.client.as_ref().map(|_| "<redacted>"))
             .finish()
     }
+}
+
+/// After a TLS connection to `addr` failed without a TLS error (no answer in time, a broken handshake): the
+/// [`LockError::Tls`] to report instead when the server answers a plain-text `PING` there (it has no TLS on that
+/// port), else `None`. The probe sends no credentials and is bounded by `bound`.
+pub(crate) async fn plain_text_server(addr: &redis::ConnectionAddr, bound: Duration) -> Option<LockError> {
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = addr else { return None };
+    let bracketed = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+    let client = redis::Client::open(format!("redis://{bracketed}:{port}/")).ok()?;
+    let config =
+        redis::AsyncConnectionConfig::new().set_connection_timeout(Some(bound)).set_response_timeout(Some(bound));
+    let probe = async {
+        let mut conn = client.get_multiplexed_async_connection_with_config(&config).await.ok()?;
+        // Any Redis reply says the server speaks plain text here: `PONG`, or an error such as `NOAUTH`.
+        match redis::cmd("PING").query_async::<String>(&mut conn).await {
+            Ok(_) => Some(()),
+            Err(err) => err.code().map(|_| ()),
+        }
+    };
+    lock_core::rt::timeout("connect", bound, probe).await.ok().flatten()?;
+    let server = format!("{bracketed}:{port}");
+    Some(LockError::Tls { source: Box::new(lock_core::PlainTextServer { server }) })
 }

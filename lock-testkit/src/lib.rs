@@ -659,6 +659,7 @@ macro_rules! tls_tests {
         $crate::tls_tests!(@cases $connect;
             mutual_tls_with_a_client_certificate_works,
             refused_certificates_are_typed_errors_within_the_connect_timeout,
+            a_tls_url_to_a_plain_server_is_a_tls_error,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -97,3 +97,29 @@ pub async fn refused_certificates_are_typed_errors_within_the_connect_timeout(co
     let strict = server(&certs, true);
     refused(connect, trusting(&certs, &strict), "no client certificate").await;
 }
+
+/// Review finding 16: a `rediss://` URL that points at a server without TLS is a TLS error that says so, not a
+/// retryable timeout: typed [`LockError::Tls`], not retryable, within the connect timeout, with a hint that the
+/// server speaks plain TCP.
+pub async fn a_tls_url_to_a_plain_server_is_a_tls_error(connect: &TlsFactory) {
+    let certs = TestCertificates::generate().or_panic();
+    let plain = RedisServer::start().or_panic();
+    let how = TlsConnect {
+        url: format!("rediss://127.0.0.1:{}", plain.port()),
+        ca_pem: Some(certs.ca_pem().to_owned()),
+        client: None,
+    };
+    let t0 = Instant::now();
+    let outcome = connect(how).await;
+    let took = t0.elapsed();
+    match outcome {
+        Err(err @ LockError::Tls { .. }) => {
+            assert!(!err.is_retryable(), "a TLS mismatch is retryable: {err:?}");
+            let line = err.report().to_string();
+            assert!(line.contains("without TLS"), "no hint that the server speaks plain TCP: {line}");
+        }
+        Err(other) => panic!("a TLS URL to a plain server: expected a Tls error, got {:?} ({})", other, other.report()),
+        Ok(store) => panic!("a TLS URL to a plain server connected ({store:?})"),
+    }
+    assert!(took < PROMPT, "reported after {took:?}");
+}
