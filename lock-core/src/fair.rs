@@ -61,8 +61,13 @@ pub(crate) async fn until_granted(
     let token = Token::generate_for(options);
     // Our place in the queue, given back if we stop waiting without the lock (armed until granted; a drop gives
     // it back in the background).
-    let place =
-        InFlight::new(lock.instances().clone(), target.clone(), token.clone(), lock.call_timeout(options.ttl()));
+    let place = InFlight::new(
+        lock.instances().clone(),
+        target.clone(),
+        token.clone(),
+        options.ttl(),
+        lock.call_timeout(options.ttl()),
+    );
     let hub = lock.stores().first().and_then(|store| store.release_hub()).cloned();
     let channel = target.resources().first().map(|keys| keys.channel()).unwrap_or_default();
     let mut watch: Option<ReleaseWatch> = None;

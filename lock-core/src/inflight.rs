@@ -5,7 +5,7 @@
 //! the token and releases it by compare-and-delete instead of leaving the lock to its TTL.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::lock::Instances;
 use crate::store::LockStore;
@@ -18,14 +18,30 @@ pub(crate) struct InFlight {
     target: Arc<Target>,
     token: Token,
     timeout: Duration,
+    /// The TTL the requests ask for: whatever they acquired has expired on every server `ttl` after the last of
+    /// them was applied, and each is applied within `timeout` of being sent.
+    ttl: Duration,
     armed: bool,
     /// Where a release on drop runs (the runtime the request was sent from).
     runtime: Option<crate::rt::Runtime>,
 }
 
 impl InFlight {
-    pub(crate) fn new(instances: Arc<Instances>, target: Arc<Target>, token: Token, timeout: Duration) -> Self {
-        InFlight { instances, target, token, timeout, armed: true, runtime: crate::rt::current() }
+    /// An acquire of `token` for `ttl` about to be sent, each call bounded by `timeout`.
+    pub(crate) fn new(
+        instances: Arc<Instances>,
+        target: Arc<Target>,
+        token: Token,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Self {
+        InFlight { instances, target, token, timeout, ttl, armed: true, runtime: crate::rt::current() }
+    }
+
+    /// When whatever the requests sent so far acquired has expired at the latest.
+    fn expires(&self) -> Instant {
+        let now = Instant::now();
+        now.checked_add(self.ttl.saturating_add(self.timeout)).unwrap_or(now)
     }
 
     pub(crate) fn token(&self) -> &Token {
@@ -43,9 +59,19 @@ impl InFlight {
     /// Stays armed until the release has completed: if this future is dropped first (the caller was cancelled),
     /// the release may never have been sent (a client drops a request whose caller is gone), so `Drop` sends
     /// it again in the background.
+    ///
+    /// A give-back that got no definite answer from an instance (its call timed out, the connection broke: it may
+    /// never have reached the server) is sent again there in the background until the key would have expired
+    /// anyway, so a grant nobody holds does not keep others out for its whole TTL.
     pub(crate) async fn release_now(mut self) {
-        release_all(&self.instances.stores, &self.target, &self.token, self.timeout).await;
+        let failed = release_all(&self.instances.stores, &self.target, &self.token, self.timeout, None).await;
         self.armed = false;
+        if !failed.is_empty() {
+            let (instances, target, token, timeout) =
+                (self.instances.clone(), self.target.clone(), self.token.clone(), self.timeout);
+            let resend = resend(instances, target, token, timeout, failed, self.expires());
+            spawn_detached(self.runtime.as_ref(), self.target.label(), resend);
+        }
     }
 }
 
@@ -54,34 +80,80 @@ impl Drop for InFlight {
         if !self.armed {
             return;
         }
-        let instances = self.instances.clone();
-        let target = self.target.clone();
-        let token = self.token.clone();
-        let timeout = self.timeout;
-        let release = async move { release_all(&instances.stores, &target, &token, timeout).await };
-        let spawned = match &self.runtime {
-            Some(runtime) => Some(crate::rt::spawn_on(runtime, release)),
-            None => crate::rt::spawn_background(release),
+        let (instances, target, token) = (self.instances.clone(), self.target.clone(), self.token.clone());
+        let (timeout, expires) = (self.timeout, self.expires());
+        let release = async move {
+            let failed = release_all(&instances.stores, &target, &token, timeout, None).await;
+            resend(instances, target, token, timeout, failed, expires).await;
         };
-        match spawned {
-            Some(task) => task.detach(),
-            None => tracing::warn!(
-                resource = self.target.label(),
-                "acquire cancelled without a runtime to release on; the lock expires at its TTL"
-            ),
-        }
+        spawn_detached(self.runtime.as_ref(), self.target.label(), release);
     }
 }
 
-/// Compare-and-delete `token` on every store concurrently; errors are logged (the TTL is the fallback).
+/// Runs `task` in the background on `runtime` (else on the current one), or says why it cannot.
+fn spawn_detached(
+    runtime: Option<&crate::rt::Runtime>,
+    resource: &str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let spawned = match runtime {
+        Some(runtime) => Some(crate::rt::spawn_on(runtime, task)),
+        None => crate::rt::spawn_background(task),
+    };
+    match spawned {
+        Some(task) => task.detach(),
+        None => tracing::warn!(resource, "no runtime to give an acquire back on; the lock expires at its TTL"),
+    }
+}
+
+/// First pause before a release is sent again to an instance that gave no definite answer.
+const RESEND_PAUSE: Duration = Duration::from_millis(10);
+/// Longest pause between such resends.
+const RESEND_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Sends the release of `token` again to the instances at `failed` (indices into the stores) until each answers
+/// definitely or `until` passes (the key has expired by then anyway). Compare-and-delete on a token nobody else has
+/// is idempotent, so a release that did reach the server the first time finds nothing to delete.
+pub(crate) async fn resend(
+    instances: Arc<Instances>,
+    target: Arc<Target>,
+    token: Token,
+    timeout: Duration,
+    mut failed: Vec<usize>,
+    until: Instant,
+) {
+    let mut pause = RESEND_PAUSE;
+    while !failed.is_empty() {
+        let Some(resume) = Instant::now().checked_add(pause).filter(|at| *at < until) else {
+            tracing::debug!(resource = target.label(), instances = ?failed, "release not confirmed; TTL applies");
+            return;
+        };
+        if crate::rt::sleep(resume.saturating_duration_since(Instant::now())).await.is_err() {
+            return;
+        }
+        failed = release_all(&instances.stores, &target, &token, timeout, Some(&failed)).await;
+        pause = pause.saturating_mul(2).min(RESEND_PAUSE_MAX);
+    }
+}
+
+/// Compare-and-delete `token` on every store (or those at `only`) concurrently; returns the indices of the stores
+/// that gave no definite answer (a retryable error: a timeout, a broken connection), where the release may not
+/// have reached the server. Errors are logged.
 ///
 /// On one instance the key it deletes was the lock itself, which waiters may have seen held: the next local waiter
 /// is woken. Over Redlock it is at most a minority grant, which held nobody back (the lock as a whole was never
 /// ours), and waking would only send a waiter (often the caller itself, listening while it tries) into a try that
 /// the real holder still blocks.
-pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], target: &Target, token: &Token, timeout: Duration) {
+pub(crate) async fn release_all(
+    stores: &[Arc<dyn LockStore>],
+    target: &Target,
+    token: &Token,
+    timeout: Duration,
+    only: Option<&[usize]>,
+) -> Vec<usize> {
     let single = stores.len() == 1;
-    let releases = stores.iter().map(|store| async move {
+    let chosen = stores.iter().enumerate().filter(|(i, _)| only.is_none_or(|only| only.contains(i)));
+    let releases = chosen.map(|(i, store)| async move {
         match crate::rt::timeout("release", timeout, target.release(store.as_ref(), token)).await {
             Ok(Ok(outcomes)) => {
                 let hub = store.release_hub().filter(|_| single);
@@ -90,11 +162,13 @@ pub(crate) async fn release_all(stores: &[Arc<dyn LockStore>], target: &Target, 
                         hub.wake_one(keys.channel());
                     }
                 }
+                None
             }
             Ok(Err(err)) | Err(err) => {
-                tracing::debug!(resource = target.label(), error = %err.report(), "best-effort release failed; TTL applies")
+                tracing::debug!(resource = target.label(), error = %err.report(), "giving an acquire back failed");
+                err.is_retryable().then_some(i)
             }
         }
     });
-    futures_util::future::join_all(releases).await;
+    futures_util::future::join_all(releases).await.into_iter().flatten().collect()
 }

@@ -340,7 +340,7 @@ impl Lock {
         let n = inst.n();
         let call_timeout = self.call_timeout(ttl);
         let token = queued.map_or_else(|| Token::generate_for(options), |q| q.token.clone());
-        let inflight = InFlight::new(inst.clone(), target.clone(), token, call_timeout);
+        let inflight = InFlight::new(inst.clone(), target.clone(), token, ttl, call_timeout);
         // A token on demand is drawn later by `FENCE`, which needs one instance and the plain lock key; elsewhere it
         // is drawn with the grant.
         let (fencing, on_demand) = match options.fencing_mode() {
@@ -996,55 +996,13 @@ impl GuardState {
         let quorum = self.instances.quorum;
         let freed: Vec<AtomicUsize> = resources.iter().map(|_| AtomicUsize::new(0)).collect();
         let freed = &freed;
-        let releases = self.instances.stores.iter().map(|store| async move {
-            let release = self.target.release(store.as_ref(), &self.token);
-            let call = bounded("release", self.call_timeout, store.as_ref(), &self.target, false, release);
-            let Some(hub) = store.release_hub() else {
-                return call.await.and_then(|r| r);
-            };
-            let mut call = std::pin::pin!(call);
-            // One instance and one resource only: over Redlock the waiter's acquire also goes to instances whose
-            // release may not be queued yet, and would fail there.
-            let reply = match resources {
-                // A fair lock's release names the head of its queue, which the hub wakes wherever it waits; another
-                // local waiter woken here would only be refused.
-                [keys] if single && store.orders_commands() && !self.target.wakes_head_only() => {
-                    match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
-                        // The release command is queued once its call is pending: wake the next local waiter now, so
-                        // its acquire is executed right behind the release (see `LockStore::orders_commands`).
-                        // Should that acquire overtake the release after all (the command was not queued yet: a
-                        // full channel, a spent coop budget), `early` wakes a waiter again when the release has
-                        // completed.
-                        Poll::Pending => {
-                            let early = hub.release_started(keys.channel());
-                            let reply = call.await.and_then(|r| r);
-                            let released = matches!(reply.as_deref(), Ok([ReleaseOutcome::Released]));
-                            if early.is_none() && released {
-                                // Nobody waited when the release left; whoever started waiting since gets this one.
-                                hub.wake_one(keys.channel());
-                            }
-                            drop(early);
-                            return reply;
-                        }
-                        Poll::Ready(reply) => reply,
-                    }
-                }
-                _ => call.await,
-            }
-            .and_then(|r| r);
-            if let (Ok(outcomes), false) = (&reply, self.target.wakes_head_only()) {
-                for ((keys, outcome), freed) in resources.iter().zip(outcomes).zip(freed) {
-                    if *outcome != ReleaseOutcome::OwnedByOther && freed.fetch_add(1, Ordering::SeqCst) + 1 == quorum {
-                        hub.wake_one(keys.channel());
-                    }
-                }
-            }
-            reply
+        let releases = self.instances.stores.iter().enumerate().map(|(i, store)| async move {
+            (i, self.release_on(store.as_ref(), resources, quorum, freed, single).await)
         });
         let mut reports = vec![ReleaseReport::default(); resources.len()];
-        let (mut failed, mut last_error) = (0, None);
+        let (mut failed, mut last_error, mut unconfirmed) = (0, None, Vec::new());
         let mut replies = std::pin::pin!(FanOut::new(releases));
-        while let Some(reply) = replies.as_mut().next().await {
+        while let Some((i, reply)) = replies.as_mut().next().await {
             match reply {
                 Ok(outcomes) => {
                     for (report, outcome) in reports.iter_mut().zip(outcomes) {
@@ -1058,9 +1016,15 @@ impl GuardState {
                 Err(err) => {
                     failed += 1;
                     reports.iter_mut().for_each(|report| report.failed += 1);
+                    if err.is_retryable() {
+                        unconfirmed.push(i);
+                    }
                     last_error = Some(err);
                 }
             }
+        }
+        if !unconfirmed.is_empty() {
+            self.resend_release(unconfirmed);
         }
         if !self.target.wakes_head_only() {
             // Fewer instances than a quorum answered "free" (the others failed): wake a local waiter anyway, as the
@@ -1078,6 +1042,84 @@ impl GuardState {
             Some(err) if failed == self.instances.n() => Err(err),
             _ => Ok(reports),
         }
+    }
+
+    /// Sends the release again, in the background, to the instances at `unconfirmed` whose release got no definite
+    /// answer (a timeout, a broken connection: it may never have reached the server), until the key has expired
+    /// anyway: a lock nobody holds then keeps nobody out for the rest of its TTL.
+    fn resend_release(&self, unconfirmed: Vec<usize>) {
+        let until = self.lost.valid_until().checked_add(self.call_timeout.saturating_mul(2));
+        let Some(until) = until else { return };
+        let resend = crate::inflight::resend(
+            self.instances.clone(),
+            self.target.clone(),
+            self.token.clone(),
+            self.call_timeout,
+            unconfirmed,
+            until,
+        );
+        let spawned = match &self.runtime {
+            Some(runtime) => Some(rt::spawn_on(runtime, resend)),
+            None => rt::spawn_background(resend),
+        };
+        if let Some(task) = spawned {
+            task.detach();
+        }
+    }
+
+    /// The release on one store; wakes the next local waiter once its answer frees the lock for it (early, while
+    /// the release is queued on one ordered instance: see below).
+    async fn release_on(
+        &self,
+        store: &dyn LockStore,
+        resources: &[crate::resource::LockKeys],
+        quorum: usize,
+        freed: &[AtomicUsize],
+        single: bool,
+    ) -> Result<Vec<ReleaseOutcome>> {
+        let release = self.target.release(store, &self.token);
+        let call = bounded("release", self.call_timeout, store, &self.target, false, release);
+        let Some(hub) = store.release_hub() else {
+            return call.await.and_then(|r| r);
+        };
+        let mut call = std::pin::pin!(call);
+        // One instance and one resource only: over Redlock the waiter's acquire also goes to instances whose
+        // release may not be queued yet, and would fail there.
+        let reply = match resources {
+            // A fair lock's release names the head of its queue, which the hub wakes wherever it waits; another
+            // local waiter woken here would only be refused.
+            [keys] if single && store.orders_commands() && !self.target.wakes_head_only() => {
+                match std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+                    // The release command is queued once its call is pending: wake the next local waiter now, so
+                    // its acquire is executed right behind the release (see `LockStore::orders_commands`).
+                    // Should that acquire overtake the release after all (the command was not queued yet: a
+                    // full channel, a spent coop budget), `early` wakes a waiter again when the release has
+                    // completed.
+                    Poll::Pending => {
+                        let early = hub.release_started(keys.channel());
+                        let reply = call.await.and_then(|r| r);
+                        let released = matches!(reply.as_deref(), Ok([ReleaseOutcome::Released]));
+                        if early.is_none() && released {
+                            // Nobody waited when the release left; whoever started waiting since gets this one.
+                            hub.wake_one(keys.channel());
+                        }
+                        drop(early);
+                        return reply;
+                    }
+                    Poll::Ready(reply) => reply,
+                }
+            }
+            _ => call.await,
+        }
+        .and_then(|r| r);
+        if let (Ok(outcomes), false) = (&reply, self.target.wakes_head_only()) {
+            for ((keys, outcome), freed) in resources.iter().zip(outcomes).zip(freed) {
+                if *outcome != ReleaseOutcome::OwnedByOther && freed.fetch_add(1, Ordering::SeqCst) + 1 == quorum {
+                    hub.wake_one(keys.channel());
+                }
+            }
+        }
+        reply
     }
 }
 

@@ -937,3 +937,30 @@ async fn a_job_start_given_back_burns_neither_its_tick_nor_at_least_for() {
     let again = jobs.run_tick("weekly", 8, &opts, |_| async { true }).await.unwrap();
     assert!(ran(&again), "tick 8 was burned by a cancelled start: {again:?}");
 }
+
+/// Review finding 14 (the explorer's "key left behind"): a give-back that the engine's own call bound drops before
+/// it reached the server (the call waits at a gate that never opens, past the 40 ms operation timeout) is sent
+/// again in the background, so the grant nobody holds does not keep the lock for its 30 s TTL. The same for a
+/// guard's release that timed out before it was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_dropped_by_its_own_timeout_is_sent_again() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client()).with_operation_timeout(ms(40));
+    // The SET is applied, its reply lost; the give-back never reaches the server the first time.
+    server.once(Op::Acquire, Fault::FailAfter(Injected::Timeout));
+    server.once(Op::Release, Fault::Gate(Gate::new()));
+    let err = lock.try_acquire("give-back", &LockOptions::new(ms(30_000))).await.err();
+    assert!(err.as_ref().is_some_and(lock_testkit::scripted::is_injected), "{err:?}");
+    assert!(server.log().iter().any(|c| c.call.op == Op::Release && !c.applied), "the first give-back applied");
+    eventually("the give-back was sent again", ms(5_000), || server.memory().held_count() == 0).await;
+
+    // A holder's release that times out before it reaches the server: the caller hears the timeout, and the
+    // release is sent again all the same.
+    let guard = lock.try_acquire("released", &LockOptions::new(ms(30_000))).await.unwrap().expect("free");
+    server.once(Op::Release, Fault::Gate(Gate::new()));
+    let released = guard.release().await;
+    assert!(matches!(released, Err(LockError::Timeout { .. })), "{released:?}");
+    eventually("the release was sent again", ms(5_000), || server.memory().held_count() == 0).await;
+    let next = lock.try_acquire("released", &LockOptions::new(ms(30_000))).await.unwrap();
+    assert!(next.is_some(), "the lock stayed held after its holder's release timed out");
+}
