@@ -683,7 +683,9 @@ async fn raise_fences(
                 if have == Some(want) {
                     continue;
                 }
-                let raised = rt::timeout("raise-fence", call_timeout, store.raise_fence(keys, token, want)).await;
+                let raised =
+                    rt::timeout("raise-fence", call_timeout, target.raise_fence(store.as_ref(), keys, token, want));
+                let raised = raised.await;
                 if !matches!(raised, Ok(Ok(true))) {
                     return false;
                 }

@@ -349,11 +349,19 @@ return 0
 
 /// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` the floor (decimal). Reply: `1` done, `0`
-/// not our lock.
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` (an election's) the leader record; `ARGV[1]` token, `ARGV[2]`
+/// the floor (decimal). Reply: `1` done, `0` not our lock. With a leader record that is this token's, its term
+/// becomes the floor too: the term the leader was elected with is the highest over its quorum, and each instance's
+/// record must name that one, or observers reading a quorum find records that disagree and see no leader.
 pub static RAISE_FENCE: Script = Script::new(
     "raise-fence",
     r#"
+if KEYS[3] then
+  local kind = redis.call('TYPE', KEYS[3]).ok
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE leader record ' .. KEYS[3] .. ' is not a hash')
+  end
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -366,6 +374,9 @@ end
 local wanted = tonumber(ARGV[2])
 if current < wanted then
   redis.call('INCRBY', KEYS[2], string.format('%d', wanted - current))
+end
+if KEYS[3] and redis.call('HGET', KEYS[3], 'token') == ARGV[1] then
+  redis.call('HSET', KEYS[3], 'term', ARGV[2])
 end
 return 1
 "#,

@@ -702,6 +702,27 @@ impl Target {
         }
     }
 
+    /// Raises `keys`' fencing counter to `want` on one store while it holds `token` (the Redlock write-back), and
+    /// an election's leader record's term with it (see [`RAISE_FENCE`](crate::scripts::RAISE_FENCE)).
+    pub(crate) async fn raise_fence(
+        &self,
+        store: &dyn LockStore,
+        keys: &LockKeys,
+        token: &Token,
+        want: u64,
+    ) -> Result<bool> {
+        let Some(election) = &self.election else { return store.raise_fence(keys, token, want).await };
+        let want = want.to_string();
+        let call_keys = [keys.lock(), keys.fence(), election.info.as_str()];
+        let args = [token.as_str(), want.as_str()];
+        let ran = store.call(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(true),
+            Some(0) => Ok(false),
+            _ => Err(LockError::backend(format!("unexpected reply to the raise-fence script: {:?}", ran.reply))),
+        }
+    }
+
     /// [`RESIGN`](crate::scripts::RESIGN) on one store.
     async fn resign(&self, election: &ElectionSpec, store: &dyn LockStore, token: &Token) -> Result<ReleaseOutcome> {
         let keys = &self.resources[0];

@@ -796,6 +796,7 @@ impl LockStore for ScriptedStore {
             "release" => Some(Op::Release),
             "extend" => Some(Op::Extend),
             "fence" => Some(Op::Fence),
+            "raise-fence" => Some(Op::RaiseFence),
             _ => None,
         };
         if let (true, Some(memory)) = (call.operation == "pass-on", &self.server.shared.memory) {

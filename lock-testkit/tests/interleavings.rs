@@ -964,3 +964,26 @@ async fn a_release_dropped_by_its_own_timeout_is_sent_again() {
     let next = lock.try_acquire("released", &LockOptions::new(ms(30_000))).await.unwrap();
     assert!(next.is_some(), "the lock stayed held after its holder's release timed out");
 }
+
+/// Review finding 11: over Redlock, a leader elected from counters that disagree (a candidate with a fast clock
+/// left higher counters on two instances) has its term written back to the records of the instances that granted a
+/// lower one, with the counters: observers reading a quorum agree on (leader, term) instead of seeing no leader for
+/// the whole term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_leaders_term_is_written_back_to_its_records() {
+    use lock_core::{Election, ElectionOptions};
+    let servers = three_servers();
+    let lock = redlock_over(&servers);
+    let fence = lock_core::LockKeys::new(lock.key_prefix(), "primary").unwrap().fence().to_owned();
+    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
+        + 1_000_000_000_000;
+    for (server, counter) in servers.iter().zip([ahead, ahead + 1_000]) {
+        assert!(server.memory().command(&["SET", &fence, &counter.to_string()]).is_some());
+    }
+    let election = Election::new(lock, "primary", ElectionOptions::default()).unwrap();
+    let leadership = election.try_campaign("a", "v").await.unwrap().expect("elected");
+    let seen = election.leader().await.unwrap();
+    let seen = seen.map(|info| (info.id, info.term));
+    assert_eq!(seen, Some(("a".to_owned(), leadership.term())), "observers disagree with the leader's term");
+    leadership.resign().await.unwrap();
+}
