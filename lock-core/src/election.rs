@@ -36,6 +36,16 @@
 //! that lost its term. Pass [`Leadership::term`] with every write, and have the resource refuse terms below the
 //! highest it has seen (client-go's elector "does not guarantee that only one client is acting as a leader").
 //!
+//! # Given-back candidacies
+//! A candidate that cannot use its grant (its reply was lost, came after its validity, or its campaign was
+//! cancelled) gives it back. A give-back that reaches the server after the grant deletes the key and the record and
+//! tells observers at once: they see no leader. One that arrives before the grant (the election request delayed on
+//! another connection, say) notes the candidacy as given back for one lease (`prefix{name}:given-back`), and the
+//! late grant is refused: nobody is elected, no record is written. A give-back that gets no answer is sent again
+//! until the lease has run out. What remains: a grant that reaches the server more than a lease after its
+//! give-back, or a give-back that never reaches it, leaves a record naming a candidate that does not act, for at
+//! most one lease; its term is burned, and the next leader's is higher.
+//!
 //! # Over Redlock
 //! A candidate is elected when a majority of instances grant it, with the term made monotonic across quorums by
 //! the lock's write-back; [`leader`](Election::leader) and [`observe`](Election::observe) name a leader only when a
@@ -253,6 +263,8 @@ impl Election {
             id: id.to_owned(),
             value: value.to_owned(),
             renew_deadline: self.options.renew_deadline,
+            given_back: format!("{}:given-back", self.keys.lock()),
+            lease_ms: scripts::ttl_millis(self.options.lease).to_string(),
         };
         let retry = RetryPolicy::default().with_max_delay(self.options.retry_period);
         let options = LockOptions::new(self.options.lease)
@@ -275,7 +287,8 @@ impl Election {
     ///
     /// # Cancel safety
     /// Cancel-safe, as [`Lock::acquire`]: a grant the dropped future may have made is given back in the background
-    /// (resigned), so a cancelled campaign leaves no leader and no record behind.
+    /// (resigned). See [Given-back candidacies](crate::election#given-back-candidacies) for what observers see
+    /// meanwhile.
     pub async fn campaign(&self, id: &str, value: &str) -> Result<Leadership> {
         let (target, options) = self.prepare(id, value, MAX_WAIT)?;
         let span = tracing::debug_span!("election.campaign", election = self.name(), id);

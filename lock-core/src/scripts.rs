@@ -1100,11 +1100,12 @@ return {0}
 /// fencing counter (same rule as [`ACQUIRE`]), and the leader's record, in one step; announced to observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` term counter, `KEYS[3]` the release mark, `KEYS[4]` the leader record (hash),
-/// `KEYS[5]` the leader channel; `ARGV[1]` token, `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's
-/// floor in place of the server's clock (Redlock), `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin,
-/// `ARGV[7]` `"1"` for `SPUBLISH`. Reply: `{1, term}` (elected; a retry with the same token replies the same term),
-/// `{0, pttl}` (another candidate leads; the key is marked as awaited). Every key's type is checked before any
-/// write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and renewed together).
+/// `KEYS[5]` the leader channel, `KEYS[6]` (optional) the candidacies given back (see [`RESIGN`]); `ARGV[1]` token,
+/// `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's floor in place of the server's clock (Redlock),
+/// `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin, `ARGV[7]` `"1"` for `SPUBLISH`. Reply: `{1, term}`
+/// (elected; a retry with the same token replies the same term), `{0, pttl}` (another candidate leads; the key is
+/// marked as awaited), `{0, -2}` (this candidacy was given back before the request arrived: nothing written). Every
+/// key's type is checked before any write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and renewed together).
 pub static ELECT: Script = Script::new(
     "elect",
     concat!(
@@ -1119,6 +1120,16 @@ end
 local kind = redis.call('TYPE', KEYS[4]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE leader record ' .. KEYS[4] .. ' is not a hash')
+end
+if KEYS[6] then
+  kind = redis.call('TYPE', KEYS[6]).ok
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE given-back candidacies ' .. KEYS[6] .. ' is not a hash')
+  end
+  if redis.call('HGET', KEYS[6], ARGV[1]) then
+    -- This candidacy was given back before this request arrived: it elects nobody and leaves no record.
+    return {0, -2}
+  end
 end
 local holder, refused_lock = lock_value(KEYS[1])
 if refused_lock then
@@ -1176,11 +1187,28 @@ return 0
 /// marked the key, as [`RELEASE`]) and always tells observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` release channel, `KEYS[4]` release mark, `KEYS[5]` leader
-/// channel; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: as [`RELEASE`].
+/// channel, `KEYS[6]` (optional) the candidacies given back; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for
+/// `SPUBLISH`, `ARGV[4]` (with `KEYS[6]`) the lease in ms. Reply: as [`RELEASE`].
+///
+/// A resignation that finds the key not ours (a candidate giving back a grant whose request has not arrived yet, a
+/// delayed `ELECT` on another connection, say) notes the token in `KEYS[6]` for one lease: should that `ELECT`
+/// arrive later, [`ELECT`] refuses it, so observers never see a leader that gave its candidacy up.
 pub static RESIGN: Script = Script::new(
     "resign",
     r#"
+if KEYS[6] then
+  local kind = redis.call('TYPE', KEYS[6]).ok
+  if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE given-back candidacies ' .. KEYS[6] .. ' is not a hash')
+  end
+end
 local value = redis.call('GET', KEYS[1])
+if value ~= ARGV[1] and KEYS[6] then
+  redis.call('HSET', KEYS[6], ARGV[1], '1')
+  if redis.call('PTTL', KEYS[6]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[6], ARGV[4])
+  end
+end
 if value == ARGV[1] then
   local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
   if redis.call('DEL', KEYS[1], KEYS[4]) > 1 then

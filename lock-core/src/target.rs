@@ -102,6 +102,10 @@ pub(crate) struct ElectionSpec {
     pub(crate) value: String,
     /// How long a leader trusts its leadership after the start of its last successful renewal.
     pub(crate) renew_deadline: Duration,
+    /// The candidacies given back before their `ELECT` arrived (`prefix{name}:given-back`), and how long each is
+    /// remembered there (the lease, in ms).
+    pub(crate) given_back: String,
+    pub(crate) lease_ms: String,
 }
 
 /// What a semaphore's scripts need (see [`Semaphore`](crate::Semaphore)).
@@ -663,7 +667,8 @@ impl Target {
         let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &election.info, &election.channel];
+        let call_keys =
+            [keys.lock(), keys.fence(), keys.awaited(), &election.info, &election.channel, &election.given_back];
         let args = [ask.token.as_str(), &ttl, &floor, &election.id, &election.value, origin, sharded];
         let call = Call::script("acquire", &scripts::ELECT, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
@@ -728,8 +733,9 @@ impl Target {
         let keys = &self.resources[0];
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), &election.info, keys.channel(), keys.awaited(), &election.channel];
-        let args = [token.as_str(), origin, sharded];
+        let call_keys =
+            [keys.lock(), &election.info, keys.channel(), keys.awaited(), &election.channel, &election.given_back];
+        let args = [token.as_str(), origin, sharded, &election.lease_ms];
         let ran = store.call(Call::script("release", &scripts::RESIGN, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             Some(code) => scripts::parse_release(code),

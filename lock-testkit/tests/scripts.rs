@@ -340,3 +340,39 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
     assert!(refused.is_error() && refused.as_text().unwrap_or_default().contains("WRONGTYPE"), "{refused:?}");
     assert!(!exists(&s, "lock:{e}:queue") && !exists(&s, "lock:{e}:heartbeats"), "a place written beside the refusal");
 }
+
+/// Review finding 13: a candidacy given back before its election request arrived (the `ELECT` delayed on another
+/// connection) is remembered for one lease, and the late `ELECT` elects nobody and writes no record: observers
+/// never see a leader that gave its candidacy up. A leader's own resignation still frees the election for the next
+/// candidate at once.
+#[test]
+fn an_election_given_back_before_it_arrived_elects_nobody() {
+    let s = server();
+    let keys = [
+        "lock:{e}",
+        "lock:{e}:fence",
+        "lock:{e}:awaited",
+        "lock:{e}:info",
+        "lock:{e}:leader",
+        "lock:{e}:given-back",
+    ];
+    let resign_keys = [keys[0], keys[3], "lock:{e}:released", keys[2], keys[4], keys[5]];
+    let ghost = "0123456789abcdef0123456789abcdef";
+    let resigned = eval(&s, &scripts::RESIGN, &resign_keys, &[ghost, "origin", "0", "30000"]);
+    assert_eq!(resigned, Reply::Int(0), "the give-back found nothing to resign");
+    let late = eval(&s, &scripts::ELECT, &keys, &[ghost, "30000", "", "ghost", "v", "origin", "0"]);
+    assert_eq!(late, Reply::Array(vec![Reply::Int(0), Reply::Int(-2)]), "the late election was granted");
+    assert!(!exists(&s, keys[0]) && !exists(&s, keys[3]), "the late election left a key or a record");
+    let leader = eval(&s, &scripts::LEADER, &[keys[0], keys[3]], &[]);
+    assert!(matches!(&leader, Reply::Array(items) if items.is_empty()), "observers see a leader: {leader:?}");
+    let remembered = s.command(&["PTTL", keys[5]]).unwrap().as_int().unwrap();
+    assert!((1..=30_000).contains(&remembered), "the give-back is remembered for {remembered} ms");
+
+    let real = "fedcba9876543210fedcba9876543210";
+    let elected = eval(&s, &scripts::ELECT, &keys, &[real, "30000", "", "real", "v", "origin", "0"]);
+    assert!(matches!(&elected, Reply::Array(items) if items.first() == Some(&Reply::Int(1))), "{elected:?}");
+    assert_eq!(eval(&s, &scripts::RESIGN, &resign_keys, &[real, "origin", "0", "30000"]), Reply::Int(1));
+    let next = "00000000000000000000000000000001";
+    let again = eval(&s, &scripts::ELECT, &keys, &[next, "30000", "", "next", "v", "origin", "0"]);
+    assert!(matches!(&again, Reply::Array(items) if items.first() == Some(&Reply::Int(1))), "{again:?}");
+}
