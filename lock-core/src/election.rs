@@ -32,6 +32,12 @@
 //! resigns (a release notification), and when its key expires (they wait for its remaining TTL at most), so a
 //! dead leader is replaced within about `lease + retry_period`.
 //!
+//! Candidates take turns by process: a candidate that finds the election held lines its process up, a resignation
+//! (or the first try after a leader's lease ran out) promises the election to the process that waited longest for
+//! a short grace, and only that process is elected meanwhile; the others, the one that just resigned included,
+//! wait behind it. A process with k processes ahead of it is elected within k + 1 hand-overs (over Redlock the
+//! line-up wakes the first process, without promises: each instance keeps its own line).
+//!
 //! Terms do not make a paused leader stop writing; they let the resource it writes reject the writes of a leader
 //! that lost its term. Pass [`Leadership::term`] with every write, and have the resource refuse terms below the
 //! highest it has seen (client-go's elector "does not guarantee that only one client is acting as a leader").
@@ -265,6 +271,8 @@ impl Election {
             renew_deadline: self.options.renew_deadline,
             given_back: format!("{}:given-back", self.keys.lock()),
             lease_ms: scripts::ttl_millis(self.options.lease).to_string(),
+            promised: promise_key(&self.keys),
+            grace_ms: self.hand_over_grace().map(|grace| scripts::ttl_millis(grace).to_string()).unwrap_or_default(),
         };
         let retry = RetryPolicy::default().with_max_delay(self.options.retry_period);
         let options = LockOptions::new(self.options.lease)
@@ -298,7 +306,8 @@ impl Election {
         Ok(Leadership { guard, election: self.clone() })
     }
 
-    /// Campaigns once: the [`Leadership`] if elected now, `None` if another candidate leads.
+    /// Campaigns once: the [`Leadership`] if elected now, `None` if another candidate leads, or a hand-over has
+    /// promised the election to another candidate's process for a moment (see the [module docs](crate::election)).
     ///
     /// # Errors
     /// As [`campaign`](Self::campaign).
@@ -426,6 +435,23 @@ impl Election {
             }
         }
     }
+}
+
+impl Election {
+    /// How long a hand-over promises the election to the process it names (see [`ELECT`](scripts::ELECT)): long
+    /// enough for a process that was woken to try (its wake-up, and a try within the operation timeout; a second at
+    /// least, or a retry period when that is longer), short enough that a dead or deaf process costs little. `None`
+    /// over Redlock, whose instances may each name another process.
+    fn hand_over_grace(&self) -> Option<Duration> {
+        (self.lock.stores().len() == 1).then(|| {
+            self.options.retry_period.max(Duration::from_secs(1)).saturating_add(self.lock.operation_timeout())
+        })
+    }
+}
+
+/// The key that names the process a hand-over promised the election to.
+pub(crate) fn promise_key(keys: &LockKeys) -> String {
+    format!("{}:promised", keys.lock())
 }
 
 fn check_value(value: &str) -> Result<()> {

@@ -306,10 +306,11 @@ return 0
 /// (they gave up, were cancelled, or took the lock another way), leaves the line and wakes the next waiting process
 /// instead, if the lock is still free. Also what a process runs when it stops listening on the lock's channel.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the waiting processes; `ARGV[1]` the passing process's
-/// origin, `ARGV[2]` `"1"` for `SPUBLISH`. Reply: `1` passed on, `0` the lock is held (its release wakes the next
-/// one) or nobody else is lined up (then any waiters that could not line up are told, as a release tells them).
-/// Each pass takes a process out of the set, so passes end.
+/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the waiting processes, `KEYS[4]` (optional) an
+/// election's promise (see [`ELECT`]): when it names the passing process it moves to the next one, with the time it
+/// had left; `ARGV[1]` the passing process's origin, `ARGV[2]` `"1"` for `SPUBLISH`. Reply: `1` passed on, `0` the
+/// lock is held (its release wakes the next one) or nobody else is lined up (then any waiters that could not line up
+/// are told, as a release tells them). Each pass takes a process out of the set, so passes end.
 pub static PASS_ON: Script = Script::new(
     "pass-on",
     concat!(
@@ -322,6 +323,17 @@ if redis.call('PTTL', KEYS[1]) ~= -2 then
   return 0
 end
 local first = next_waiting(KEYS[3], ARGV[1])
+if KEYS[4] then
+  local promised = redis.pcall('GET', KEYS[4])
+  if promised == ARGV[1] then
+    local left = redis.call('PTTL', KEYS[4])
+    if first and left > 0 then
+      redis.call('SET', KEYS[4], first, 'PX', string.format('%d', left))
+    else
+      redis.call('DEL', KEYS[4])
+    end
+  end
+end
 local payload = first and (ARGV[1] .. '>' .. first) or ARGV[1]
 redis.call(ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
 return first and 1 or 0
@@ -1100,18 +1112,31 @@ return {0}
 /// fencing counter (same rule as [`ACQUIRE`]), and the leader's record, in one step; announced to observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` term counter, `KEYS[3]` the release mark, `KEYS[4]` the leader record (hash),
-/// `KEYS[5]` the leader channel, `KEYS[6]` (optional) the candidacies given back (see [`RESIGN`]); `ARGV[1]` token,
-/// `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's floor in place of the server's clock (Redlock),
-/// `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin, `ARGV[7]` `"1"` for `SPUBLISH`. Reply: `{1, term}`
-/// (elected; a retry with the same token replies the same term), `{0, pttl}` (another candidate leads; the key is
-/// marked as awaited), `{0, -2}` (this candidacy was given back before the request arrived: nothing written). Every
-/// key's type is checked before any write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and renewed together).
+/// `KEYS[5]` the leader channel, `KEYS[6]` (optional) the candidacies given back (see [`RESIGN`]), `KEYS[7]`
+/// (optional) the waiting processes, `KEYS[8]` (optional) the promise, `KEYS[9]` (optional) the release channel;
+/// `ARGV[1]` token, `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's floor in place of the server's
+/// clock (Redlock), `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin, `ARGV[7]` `"1"` for `SPUBLISH`,
+/// `ARGV[8]` (optional) the candidate's process to line up (empty: it cannot hear releases, and is not lined up),
+/// `ARGV[9]` (optional) the hand-over grace in ms (empty: no promises, as over Redlock). Reply: `{1, term}` (elected;
+/// a retry with the same token replies the same term), `{0, pttl}` (another candidate leads, or the election is
+/// promised to another process for `pttl` ms; the key is marked as awaited and the process lined up),
+/// `{0, -2}` (this candidacy was given back before the request arrived: nothing written). Every key's type is
+/// checked before any write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and
+/// renewed together).
+///
+/// **Candidates take turns by process** (review finding 10). A candidate that finds the election held lines its
+/// process up (`line_up`, as a mutex's try). A resignation names the first waiting process and promises it the
+/// election for the grace (see [`RESIGN`]); a free election found while the first waiting process is another one
+/// (the leader's lease ran out) is handed over the same way by whichever try finds it. While a promise lives, only
+/// the promised process is elected; the others, the one that resigned included, line up behind. So the process
+/// that waited longest is elected at the next hand-over, and one with k processes ahead of it within k + 1.
 pub static ELECT: Script = Script::new(
     "elect",
     concat!(
         lock_prelude!(),
         fencing_prelude!(),
         awaited_prelude!(),
+        waiting_prelude!(),
         r#"
 local current, refused = read_counter(KEYS[2])
 if refused then
@@ -1131,6 +1156,14 @@ if KEYS[6] then
     return {0, -2}
   end
 end
+local promised = false
+if KEYS[8] then
+  kind = redis.call('TYPE', KEYS[8]).ok
+  if kind ~= 'none' and kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE election promise ' .. KEYS[8] .. ' holds a value that is not a promise')
+  end
+  promised = redis.call('GET', KEYS[8])
+end
 local holder, refused_lock = lock_value(KEYS[1])
 if refused_lock then
   return refused_lock
@@ -1141,13 +1174,45 @@ if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
   return {1, tonumber(current or '0')}
 end
+local me = ARGV[8] or ''
+-- Marks the election as awaited for `pttl` and lines this process up; a refusal (a key of another type) to return.
+local function wait_in_line(pttl)
+  if KEYS[7] then
+    return line_up(KEYS[7], KEYS[3], me, pttl)
+  end
+  return awaited(KEYS[3], pttl)
+end
 if holder then
   local pttl = redis.call('PTTL', KEYS[1])
-  local refused = awaited(KEYS[3], pttl)
+  local refused = wait_in_line(pttl)
   if refused then
     return refused
   end
   return {0, pttl}
+end
+local grace = tonumber(ARGV[9] or '')
+if grace and KEYS[7] and KEYS[9] then
+  local left = false
+  if promised and promised ~= me then
+    left = redis.call('PTTL', KEYS[8])
+  elseif not promised then
+    local firsts = redis.pcall('ZRANGE', KEYS[7], 0, 0)
+    local first = type(firsts) == 'table' and not firsts.err and firsts[1]
+    if first and first ~= me then
+      -- The leader's lease ran out with processes waiting: the first of them is promised the election.
+      redis.call('ZREM', KEYS[7], first)
+      redis.call('SET', KEYS[8], first, 'PX', string.format('%d', grace))
+      redis.call(ARGV[7] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[9], ARGV[6] .. '>' .. first)
+      left = grace
+    end
+  end
+  if left then
+    local refused = wait_in_line(left)
+    if refused then
+      return refused
+    end
+    return {0, left}
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local floor = tonumber(ARGV[3] or '')
@@ -1156,6 +1221,12 @@ if not floor then
   floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
 local term = advance(KEYS[2], current, floor)
+if KEYS[7] and me ~= '' then
+  redis.pcall('ZREM', KEYS[7], me)
+end
+if promised then
+  redis.call('DEL', KEYS[8])
+end
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[4], 'id', ARGV[4], 'value', ARGV[5], 'term', string.format('%d', term), 'token', ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[2])
@@ -1187,19 +1258,31 @@ return 0
 /// marked the key, as [`RELEASE`]) and always tells observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` release channel, `KEYS[4]` release mark, `KEYS[5]` leader
-/// channel, `KEYS[6]` (optional) the candidacies given back; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for
-/// `SPUBLISH`, `ARGV[4]` (with `KEYS[6]`) the lease in ms. Reply: as [`RELEASE`].
+/// channel, `KEYS[6]` (optional) the candidacies given back, `KEYS[7]` (optional) the waiting processes, `KEYS[8]`
+/// (optional) the promise; `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`, `ARGV[4]` (with
+/// `KEYS[6]`) the lease in ms, `ARGV[5]` (optional) the hand-over grace in ms. Reply: as [`RELEASE`].
+///
+/// A resignation with candidates lined up names the first waiting process other than its own, as [`RELEASE`] does,
+/// and (with a grace) promises it the election for that long: see [`ELECT`].
 ///
 /// A resignation that finds the key not ours (a candidate giving back a grant whose request has not arrived yet, a
 /// delayed `ELECT` on another connection, say) notes the token in `KEYS[6]` for one lease: should that `ELECT`
 /// arrive later, [`ELECT`] refuses it, so observers never see a leader that gave its candidacy up.
 pub static RESIGN: Script = Script::new(
     "resign",
-    r#"
+    concat!(
+        next_waiting_prelude!(),
+        r#"
 if KEYS[6] then
   local kind = redis.call('TYPE', KEYS[6]).ok
   if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE given-back candidacies ' .. KEYS[6] .. ' is not a hash')
+  end
+end
+if KEYS[8] then
+  local kind = redis.call('TYPE', KEYS[8]).ok
+  if kind ~= 'none' and kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE election promise ' .. KEYS[8] .. ' holds a value that is not a promise')
   end
 end
 local value = redis.call('GET', KEYS[1])
@@ -1212,7 +1295,25 @@ end
 if value == ARGV[1] then
   local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
   if redis.call('DEL', KEYS[1], KEYS[4]) > 1 then
-    redis.call(publish, KEYS[3], ARGV[2])
+    local payload = ARGV[2]
+    if KEYS[7] then
+      local first, others = next_waiting(KEYS[7], ARGV[2])
+      if others then
+        -- The processes not named still wait: the next resignation must announce itself too.
+        local left = redis.call('PTTL', KEYS[7])
+        if left > 0 then
+          redis.call('SET', KEYS[4], '1', 'PX', string.format('%d', left))
+        end
+      end
+      if first then
+        payload = ARGV[2] .. '>' .. first
+        local grace = tonumber(ARGV[5] or '')
+        if grace and KEYS[8] then
+          redis.call('SET', KEYS[8], first, 'PX', string.format('%d', grace))
+        end
+      end
+    end
+    redis.call(publish, KEYS[3], payload)
   end
   redis.call('DEL', KEYS[2])
   redis.call(publish, KEYS[5], ARGV[2])
@@ -1221,7 +1322,8 @@ elseif value then
   return -1
 end
 return 0
-"#,
+"#
+    ),
 );
 
 /// Proclaim: replace the leader's value, only while the lock key holds our token; tells observers.

@@ -106,6 +106,10 @@ pub(crate) struct ElectionSpec {
     /// remembered there (the lease, in ms).
     pub(crate) given_back: String,
     pub(crate) lease_ms: String,
+    /// The process a hand-over promised the election to (`prefix{name}:promised`), and for how long (ms; empty
+    /// over Redlock, where each instance's line could name another process and promises would split the vote).
+    pub(crate) promised: String,
+    pub(crate) grace_ms: String,
 }
 
 /// What a semaphore's scripts need (see [`Semaphore`](crate::Semaphore)).
@@ -667,9 +671,31 @@ impl Target {
         let floor = ask.fence_floor.map(|f| f.to_string()).unwrap_or_default();
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys =
-            [keys.lock(), keys.fence(), keys.awaited(), &election.info, &election.channel, &election.given_back];
-        let args = [ask.token.as_str(), &ttl, &floor, &election.id, &election.value, origin, sharded];
+        // The candidate's process lines up when it hears releases (as a mutex's waiter does, see `acquire`).
+        let waiting_as =
+            store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin()).unwrap_or_default();
+        let call_keys = [
+            keys.lock(),
+            keys.fence(),
+            keys.awaited(),
+            &election.info,
+            &election.channel,
+            &election.given_back,
+            keys.waiting(),
+            &election.promised,
+            keys.channel(),
+        ];
+        let args = [
+            ask.token.as_str(),
+            &ttl,
+            &floor,
+            &election.id,
+            &election.value,
+            origin,
+            sharded,
+            waiting_as,
+            &election.grace_ms,
+        ];
         let call = Call::script("acquire", &scripts::ELECT, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
         let ints = ran.reply.as_ints().unwrap_or_default();
@@ -733,9 +759,17 @@ impl Target {
         let keys = &self.resources[0];
         let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys =
-            [keys.lock(), &election.info, keys.channel(), keys.awaited(), &election.channel, &election.given_back];
-        let args = [token.as_str(), origin, sharded, &election.lease_ms];
+        let call_keys = [
+            keys.lock(),
+            &election.info,
+            keys.channel(),
+            keys.awaited(),
+            &election.channel,
+            &election.given_back,
+            keys.waiting(),
+            &election.promised,
+        ];
+        let args = [token.as_str(), origin, sharded, &election.lease_ms, &election.grace_ms];
         let ran = store.call(Call::script("release", &scripts::RESIGN, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             Some(code) => scripts::parse_release(code),

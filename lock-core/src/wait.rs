@@ -132,7 +132,9 @@ fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {
     let task = async move {
         let Some(origin) = store.release_hub().map(|hub| hub.origin().to_owned()) else { return };
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.channel(), keys.waiting()];
+        // An election's promise to this process moves on with the wake-up (a lock has no such key: one `GET`).
+        let promised = crate::election::promise_key(&keys);
+        let call_keys = [keys.lock(), keys.channel(), keys.waiting(), promised.as_str()];
         let args = [origin.as_str(), sharded];
         let call = Call::script("pass-on", &scripts::PASS_ON, &call_keys, &args);
         match crate::rt::timeout("pass-on", PASS_ON_BOUND, store.call(call)).await {

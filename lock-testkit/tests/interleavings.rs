@@ -975,8 +975,13 @@ async fn a_redlock_leaders_term_is_written_back_to_its_records() {
     let servers = three_servers();
     let lock = redlock_over(&servers);
     let fence = lock_core::LockKeys::new(lock.key_prefix(), "primary").unwrap().fence().to_owned();
-    let ahead = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64
-        + 1_000_000_000_000;
+    // The server's clock (the counters' time floor) in µs, and a million seconds more.
+    let time = match servers[0].memory().command(&["TIME"]) {
+        Some(lock_core::Reply::Array(parts)) => parts.iter().map(|p| p.to_text_lossy().unwrap()).collect::<Vec<_>>(),
+        other => panic!("TIME: {other:?}"),
+    };
+    let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();
+    let ahead = now_us + 1_000_000_000_000;
     for (server, counter) in servers.iter().zip([ahead, ahead + 1_000]) {
         assert!(server.memory().command(&["SET", &fence, &counter.to_string()]).is_some());
     }
@@ -986,4 +991,98 @@ async fn a_redlock_leaders_term_is_written_back_to_its_records() {
     let seen = seen.map(|info| (info.id, info.term));
     assert_eq!(seen, Some(("a".to_owned(), leadership.term())), "observers disagree with the leader's term");
     leadership.resign().await.unwrap();
+}
+
+/// Review finding 10: leadership goes to the candidate processes in the order they started waiting, also when a
+/// later candidate's tries are faster and the one who resigned campaigns again at once. Four processes (clients of
+/// one server); candidates 1, 2, 3 start waiting in that order; candidate 1's tries take 100 ms more; each leader
+/// resigns and campaigns again right away. Before, every resignation woke every candidate and the fastest try won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resignations_hand_the_election_to_candidates_in_their_order() {
+    use lock_core::{Election, ElectionOptions};
+    let server = ScriptedServer::new();
+    let options =
+        ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
+    let elections: Vec<Election> =
+        (0..4).map(|_| Election::new(Lock::new(server.client()), "ordered", options.clone()).unwrap()).collect();
+    let waiting = || {
+        let reply = server.memory().command(&["ZCARD", "lock:{ordered}:waiting"]);
+        reply.and_then(|r| r.as_int()).unwrap_or(0)
+    };
+    let mut leader = Some(elections[0].try_campaign("c0", "v").await.unwrap().expect("c0 elected"));
+    server.rule(|call| (call.client == 1 && call.op == Op::Acquire).then(|| Fault::Delay(ms(100))));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut candidates = Vec::new();
+    for (i, election) in elections.iter().enumerate().skip(1) {
+        let (election, tx) = (election.clone(), tx.clone());
+        candidates.push(tokio::spawn(async move {
+            let leadership = election.campaign(&format!("c{i}"), "v").await.unwrap();
+            tx.send((i, leadership)).unwrap();
+        }));
+        let lined_up = i as i64;
+        eventually("the candidate lined up", ms(5_000), || waiting() >= lined_up).await;
+    }
+    let mut order = Vec::new();
+    let mut resigned = 0;
+    while order.len() < 3 {
+        let previous = leader.take().expect("a leader");
+        previous.resign().await.unwrap();
+        // The one who resigned campaigns again at once (as `lead` does after its work): it must not barge in.
+        let barged = elections[resigned].try_campaign("again", "v").await.unwrap();
+        assert!(barged.is_none(), "the candidate who resigned was elected again past the waiting ones");
+        let (next, leadership) = tokio::time::timeout(ms(3_000), rx.recv()).await.expect("nobody elected").unwrap();
+        order.push(next);
+        resigned = next;
+        leader = Some(leadership);
+    }
+    assert_eq!(order, [1, 2, 3], "leadership did not follow the candidates' order");
+    leader.unwrap().resign().await.unwrap();
+    for candidate in candidates {
+        candidate.await.unwrap();
+    }
+}
+
+/// Review finding 10, the other hand-over: a leader whose lease runs out (its renewals fail) is succeeded by the
+/// candidate process that waited longest, although the others' tries are faster: the first try that finds the
+/// election free promises it to the head of the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_leader_is_succeeded_by_the_longest_waiting_candidate() {
+    use lock_core::{Election, ElectionOptions};
+    let server = ScriptedServer::new();
+    let options =
+        ElectionOptions::default().with_lease(ms(2_000)).with_renew_deadline(ms(1_400)).with_retry_period(ms(500));
+    let elections: Vec<Election> =
+        (0..4).map(|_| Election::new(Lock::new(server.client()), "expiring", options.clone()).unwrap()).collect();
+    let waiting = || {
+        let reply = server.memory().command(&["ZCARD", "lock:{expiring}:waiting"]);
+        reply.and_then(|r| r.as_int()).unwrap_or(0)
+    };
+    let leader = elections[0].try_campaign("c0", "v").await.unwrap().expect("c0 elected");
+    server.rule(|call| match (call.client, call.op) {
+        (0, Op::Extend) => Some(Fault::FailBefore(Injected::Unavailable)),
+        (1, Op::Acquire) => Some(Fault::Delay(ms(100))),
+        _ => None,
+    });
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut candidates = Vec::new();
+    for (i, election) in elections.iter().enumerate().skip(1) {
+        let (election, tx) = (election.clone(), tx.clone());
+        candidates.push(tokio::spawn(async move {
+            let leadership = election.campaign(&format!("c{i}"), "v").await.unwrap();
+            tx.send((i, leadership)).unwrap();
+        }));
+        let lined_up = i as i64;
+        eventually("the candidate lined up", ms(1_500), || waiting() >= lined_up).await;
+    }
+    let (first, leadership) = tokio::time::timeout(ms(10_000), rx.recv()).await.expect("nobody elected").unwrap();
+    assert_eq!(first, 1, "the longest-waiting candidate was passed over at the leader's expiry");
+    drop(leader);
+    leadership.resign().await.unwrap();
+    for _ in 0..2 {
+        let (_, next) = tokio::time::timeout(ms(10_000), rx.recv()).await.expect("nobody elected").unwrap();
+        next.resign().await.unwrap();
+    }
+    for candidate in candidates {
+        candidate.await.unwrap();
+    }
 }

@@ -348,14 +348,8 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
 #[test]
 fn an_election_given_back_before_it_arrived_elects_nobody() {
     let s = server();
-    let keys = [
-        "lock:{e}",
-        "lock:{e}:fence",
-        "lock:{e}:awaited",
-        "lock:{e}:info",
-        "lock:{e}:leader",
-        "lock:{e}:given-back",
-    ];
+    let keys =
+        ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader", "lock:{e}:given-back"];
     let resign_keys = [keys[0], keys[3], "lock:{e}:released", keys[2], keys[4], keys[5]];
     let ghost = "0123456789abcdef0123456789abcdef";
     let resigned = eval(&s, &scripts::RESIGN, &resign_keys, &[ghost, "origin", "0", "30000"]);
