@@ -145,11 +145,21 @@ impl TlsOptions {
 
     /// Sets the connector on `config` (when certificates were given).
     ///
+    /// One rule for every deployment and both backends: certificates apply to a configuration that asks for TLS
+    /// (a `rediss://`, `rediss-cluster://` or `rediss-sentinel://` URL, or a [`Config`](fred::prelude::Config) with
+    /// `tls` set); given for one that does not, they are refused rather than turning TLS on behind the URL's back.
+    ///
     /// # Errors
-    /// As `connector`.
+    /// As `connector`; [`LockError::InvalidArgument`] for certificates with a configuration without TLS.
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
     pub(crate) fn apply(&self, config: &mut fred::prelude::Config) -> Result<()> {
         if self.is_set() {
+            if config.tls.is_none() {
+                return Err(LockError::invalid(
+                    "TLS certificates were given, but the URL does not ask for TLS: use a rediss:// (or \
+                     rediss-cluster://, rediss-sentinel://) URL, set Config::tls, or drop the certificates",
+                ));
+            }
             config.tls = Some(self.connector()?);
         }
         Ok(())

@@ -59,6 +59,49 @@ mod tls {
     }
 }
 
+/// Review finding 2 on fred: a Redis Cluster over TLS (`rediss-cluster://`, client connections, cluster bus and
+/// replication) with the CA given to the builder locks on every shard; the same certificates with a
+/// `redis-cluster://` URL are refused before any I/O, instead of turning TLS on behind the URL's back.
+#[cfg(feature = "tls-rustls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_and_certificates_without_a_tls_url() {
+    use lock_fred::lock_core::{LockError, LockOptions, ReleaseOutcome};
+    let certs = lock_testkit::TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
+    // The default user: fred also asks `CLUSTER INFO`, which the minimal ACL (redis-rs's cluster needs) leaves out.
+    let cluster =
+        lock_testkit::RedisCluster::builder().with_tls(&certs).start().unwrap_or_else(|err| panic!("cluster: {err}"));
+    let url = |scheme: &str, urls: Vec<String>| {
+        let nodes: Vec<String> = urls.iter().map(|u| u.rsplit('/').next().unwrap_or_default().to_owned()).collect();
+        let rest: Vec<String> = nodes.iter().skip(1).map(|node| format!("node={node}")).collect();
+        format!("{scheme}://{}?{}", nodes[0], rest.join("&"))
+    };
+    let plain = url("redis-cluster", cluster.urls());
+    let refused = FredStoreBuilder::from_url(&plain)
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .with_ca_certificate(certs.ca_pem())
+        .connect()
+        .await;
+    match refused {
+        Err(LockError::InvalidArgument(message)) => assert!(message.contains("rediss"), "{message}"),
+        other => panic!("certificates with a redis-cluster:// URL: expected InvalidArgument, got {other:?}"),
+    }
+    let tls = url("rediss-cluster", cluster.tls_urls());
+    let store = FredStoreBuilder::from_url(&tls)
+        .unwrap_or_else(|err| panic!("url: {err:?}"))
+        .with_ca_certificate(certs.ca_pem())
+        .with_command_timeout(std::time::Duration::from_secs(3))
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connect to the cluster over TLS: {err:?}"));
+    let lock = Lock::new(store);
+    for i in 0..12 {
+        let resource = format!("tls-cluster-{i}");
+        let guard = lock.try_acquire(&resource, &LockOptions::default()).await;
+        let guard = guard.unwrap_or_else(|err| panic!("acquire {resource}: {err:?}")).unwrap_or_else(|| panic!("free"));
+        assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("{err:?}")), ReleaseOutcome::Released);
+    }
+}
+
 /// No password reaches `Debug` output or an error's text: the builder, the store, the lock, a guard, and the
 /// error of a refused login.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,8 +185,11 @@ impl ClusterNodes {
         ClusterNodes { seeds, tls }
     }
 
-    /// A cluster client builder for these seeds, with the certificates (the seeds' URLs say whether to use TLS).
+    /// A cluster client builder for these seeds, with the certificates (the seeds' URLs say whether to use TLS; see
+    /// [`check_tls_intent`](crate::tls::check_tls_intent) for the rule).
     pub(crate) fn builder(&self) -> lock_core::Result<redis::cluster::ClusterClientBuilder> {
+        let tls: Vec<bool> = self.seeds.iter().map(|seed| crate::tls::is_tls(seed.addr())).collect();
+        crate::tls::check_tls_intent(&self.tls, &tls)?;
         let builder = redis::cluster::ClusterClientBuilder::new(self.seeds.clone());
         match self.tls.certificates()? {
             #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls"))]

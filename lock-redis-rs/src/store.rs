@@ -284,6 +284,7 @@ impl RedisStoreBuilder {
     fn server_client(&self, info: &std::result::Result<ConnectionInfo, RedisError>) -> Result<Client> {
         let d = self.deadlines;
         let info = info.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+        tls::check_tls_intent(&self.tls, &[tls::is_tls(info.addr())])?;
         let client = match self.tls.certificates()? {
             #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls"))]
             Some(certs) => Client::build_with_tls(info, certs),
@@ -382,6 +383,11 @@ impl RedisStoreBuilder {
     /// primary, the certificates for both.
     fn sentinel_client(&self, service: &str, sentinels: &[ConnectionInfo]) -> Result<SentinelClient> {
         let d = self.deadlines;
+        // The Sentinels' URLs must agree among themselves; the primary's TLS is `with_primary_tls`.
+        let sentinel_tls: Vec<bool> = sentinels.iter().map(|info| tls::is_tls(info.addr())).collect();
+        tls::check_tls_intent(&TlsOptions::default(), &sentinel_tls)?;
+        let any_tls = sentinel_tls.first().copied().unwrap_or(false) || self.primary.tls;
+        tls::check_tls_intent(&self.tls, &[any_tls])?;
         let invalid = |err| error::from_redis(err, "connect", None, d.connect);
         let addresses = sentinels.iter().map(|info| info.addr().clone());
         let mut builder =

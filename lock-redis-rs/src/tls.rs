@@ -60,6 +60,35 @@ impl TlsOptions {
     }
 }
 
+/// The one rule for TLS settings on every deployment: certificates apply to connections a `rediss://` URL (or
+/// [`with_primary_tls`](crate::RedisStoreBuilder::with_primary_tls) behind Sentinel) asks to encrypt, and a
+/// deployment whose addresses mix TLS and plain TCP is refused. Certificates given with plain `redis://` addresses
+/// were ignored on a cluster (redis-rs takes the TLS mode from the first seed's scheme), and a password then went out
+/// in clear: refused before any I/O instead. `tls` says which of the deployment's addresses ask for TLS.
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] naming the rule.
+pub(crate) fn check_tls_intent(options: &TlsOptions, tls: &[bool]) -> Result<()> {
+    let encrypted = tls.iter().filter(|tls| **tls).count();
+    if encrypted != 0 && encrypted != tls.len() {
+        return Err(LockError::invalid(
+            "the URLs mix rediss:// (TLS) and redis:// (plain TCP): use one scheme for every node of a deployment",
+        ));
+    }
+    if options.is_set() && encrypted == 0 {
+        return Err(LockError::invalid(
+            "TLS certificates were given, but no URL asks for TLS: use rediss:// URLs (with_primary_tls behind \
+             Sentinel), or drop the certificates",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `addr` is reached over TLS.
+pub(crate) fn is_tls(addr: &redis::ConnectionAddr) -> bool {
+    matches!(addr, redis::ConnectionAddr::TcpTls { .. })
+}
+
 /// The error for TLS settings in a build without a TLS feature.
 #[cfg(not(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls")))]
 pub(crate) fn without_tls() -> lock_core::LockError {

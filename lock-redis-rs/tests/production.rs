@@ -105,6 +105,21 @@ async fn cluster_over_tls_as_the_minimal_acl_user() {
         .with_acl_user("locker", server_cases::MINIMAL_ACL_RULES)
         .start()
         .unwrap_or_else(|err| panic!("cluster: {err}"));
+    // Review finding 2: certificates with plain redis:// seeds were ignored (redis-rs takes the TLS mode from the
+    // first seed's scheme) and the password went out in clear; seeds that mix schemes were as ambiguous. Both are
+    // refused before any I/O.
+    let plain = cluster.urls_for("locker", "secret", false);
+    let mut mixed = cluster.urls_for("locker", "secret", true);
+    mixed[1] = plain[1].clone();
+    for (what, seeds) in [("plain seeds", plain.clone()), ("mixed seeds", mixed)] {
+        let refused = RedisStoreBuilder::cluster(seeds).with_ca_certificate(certs.ca_pem()).connect().await;
+        match refused {
+            Err(lock_redis_rs::lock_core::LockError::InvalidArgument(message)) => {
+                assert!(message.contains("rediss://"), "{what}: {message}");
+            }
+            other => panic!("certificates with {what}: expected InvalidArgument, got {other:?}"),
+        }
+    }
     let store = RedisStoreBuilder::cluster(cluster.urls_for("locker", "secret", true))
         .with_ca_certificate(certs.ca_pem())
         .with_command_timeout(Duration::from_secs(3))

@@ -660,6 +660,7 @@ macro_rules! tls_tests {
             mutual_tls_with_a_client_certificate_works,
             refused_certificates_are_typed_errors_within_the_connect_timeout,
             a_tls_url_to_a_plain_server_is_a_tls_error,
+            certificates_with_a_plain_url_are_refused,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

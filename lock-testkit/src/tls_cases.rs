@@ -123,3 +123,27 @@ pub async fn a_tls_url_to_a_plain_server_is_a_tls_error(connect: &TlsFactory) {
     }
     assert!(took < PROMPT, "reported after {took:?}");
 }
+
+/// Review finding 2: one rule for TLS settings on every deployment and both backends. Certificates given with a
+/// plain `redis://` URL are refused before any I/O (a typed `InvalidArgument`), rather than ignored (a cluster's
+/// password then went out in clear) or turning TLS on behind the URL's back.
+pub async fn certificates_with_a_plain_url_are_refused(connect: &TlsFactory) {
+    let certs = TestCertificates::generate().or_panic();
+    let server = RedisServer::start().or_panic();
+    let before = server.command(&["INFO", "stats"]).or_panic().as_text().unwrap_or_default();
+    let connections = |info: &str| {
+        info.lines().find_map(|line| line.strip_prefix("total_connections_received:")?.trim().parse::<u64>().ok())
+    };
+    for client in [None, Some((certs.client_cert_pem().to_owned(), certs.client_key_pem().to_owned()))] {
+        let how = TlsConnect { url: server.url(), ca_pem: Some(certs.ca_pem().to_owned()), client };
+        match connect(how).await {
+            Err(LockError::InvalidArgument(message)) => {
+                assert!(message.contains("rediss://"), "the refusal does not say what to do: {message}");
+            }
+            other => panic!("certificates with a redis:// URL: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    let after = server.command(&["INFO", "stats"]).or_panic().as_text().unwrap_or_default();
+    // The INFO probes themselves are two connections.
+    assert_eq!(connections(&after), connections(&before).map(|n| n + 1), "a refused store connected first");
+}
