@@ -627,6 +627,7 @@ macro_rules! server_tests {
             a_listening_waiter_does_not_poll_while_the_lock_is_held,
             a_waiter_the_acl_keeps_off_the_channels_still_takes_a_released_lock,
             a_release_wakes_one_waiting_process,
+            every_error_says_its_cause_once,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -173,6 +173,38 @@ pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connec
     }
 }
 
+/// Review finding 15, on real servers: each error a user reads from this backend says what failed and why, each
+/// cause once (`LockError::report`): a key of another type, a command the ACL refuses inside a script, a wrong
+/// password, a server that is down. Before, the cause was dropped ("lock server unavailable") or said twice ("holds a
+/// value that is not a lock: … holds a value that is not a lock").
+pub async fn every_error_says_its_cause_once(connect: &UrlFactory) {
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
+    let mut errors = Vec::new();
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
+    server.command(&["HSET", "lock:{foreign}", "f", "v"]).or_panic();
+    errors.push(("wrong type", lock.try_acquire("foreign", &LockOptions::new(ms(5_000))).await.err(), "WRONGTYPE"));
+    let limited = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
+    let refused = limited.try_acquire("no-incrby", &LockOptions::new(ms(5_000))).await.err();
+    errors.push(("ACL refusal", refused, "incrby"));
+    errors.push(("wrong password", connect(server.url_for("locker", "wrong", false)).await.err(), "auth"));
+    let down = {
+        let gone = start();
+        gone.url()
+    };
+    errors.push(("server down", connect(down).await.err(), "unavailable"));
+    for (what, err, names) in errors {
+        let err = err.unwrap_or_else(|| panic!("{what}: no error"));
+        let line = err.report().to_string();
+        assert!(line.len() > err.to_string().len(), "{what}: the report gives no cause: {line}");
+        assert!(line.to_ascii_lowercase().contains(&names.to_ascii_lowercase()), "{what}: {line}");
+        let clauses: Vec<&str> = line.split(": ").collect();
+        for (i, clause) in clauses.iter().enumerate() {
+            assert!(!clauses[i + 1..].contains(clause), "{what}: a clause is said twice: {line}");
+        }
+        assert!(line.matches("not a lock").count() <= 1, "{what}: said twice: {line}");
+    }
+}
+
 /// A wrong password is a typed `Auth` error from `connect`, within the connect timeout (1 s by default).
 pub async fn a_wrong_password_is_auth_within_the_connect_timeout(connect: &UrlFactory) {
     let server = server_with_minimal_user();
