@@ -21,10 +21,14 @@ fn renewing(ttl_ms: u64) -> LockOptions {
     LockOptions::new(ms(ttl_ms)).with_auto_renew(RenewPolicy::default())
 }
 
-/// The server freezes (`SIGSTOP`) for longer than the TTL: the holder is told no later than its validity deadline.
+/// The server freezes (`SIGSTOP`) for longer than the TTL: the holder is told at its validity deadline, not when a
+/// renewal call times out. The calls' bound (3 s) is far beyond the deadline (about 0.8 s after the freeze), so a
+/// holder told by a timed-out renewal would be seconds late; the 300 ms margin is for a starved scheduler waking
+/// the test late (the suite runs beside CPU-bound work on CI: 5 ms was seen missed by 0.6 ms there).
 async fn frozen_server_reports_loss_by_the_deadline() {
     let mut server = RedisServer::start().unwrap();
-    let lock = lock_on(&server).await;
+    let store = RedisStoreBuilder::new(&server.url()).with_command_timeout(ms(3_000)).connect().await.unwrap();
+    let lock = Lock::new(store).with_operation_timeout(ms(3_000));
     let g = lock.try_acquire("frozen", &renewing(600)).await.unwrap().unwrap();
     sleep(ms(250)).await; // one renewal done
     server.pause();
@@ -34,7 +38,7 @@ async fn frozen_server_reports_loss_by_the_deadline() {
     server.resume();
     println!("frozen server: told ({reason}) {:?} before the deadline", deadline.saturating_duration_since(told));
     assert_eq!(reason, LostReason::RenewalFailed);
-    assert!(told <= deadline + ms(5), "told {:?} after the deadline", told - deadline);
+    assert!(told <= deadline + ms(300), "told {:?} after the deadline", told - deadline);
 }
 
 /// The key is deleted behind the holder's back: the next renewal finds it gone and the holder is told.
@@ -45,7 +49,8 @@ async fn deleted_key_is_lost_at_the_next_renewal() {
     server.command(&["DEL", g.keys().lock()]).unwrap();
     let t0 = Instant::now();
     assert_eq!(g.lost_signal().lost().await, LostReason::NotHeld);
-    assert!(t0.elapsed() < ms(300 + 150), "noticed after {:?} (renewal every 300 ms)", t0.elapsed());
+    // Told by the next renewal (every 300 ms), not by the end of its validity (900 ms, which would say Expired).
+    assert!(t0.elapsed() < ms(900), "noticed after {:?} (renewal every 300 ms)", t0.elapsed());
 }
 
 /// After release, drop or cancellation the watchdog is gone: the key never reappears with our token, and no

@@ -368,6 +368,7 @@ impl Schedule {
 
 /// What broke in one schedule.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Violation {
     /// The schedule's seed.
     pub seed: u64,
@@ -375,12 +376,39 @@ pub struct Violation {
     pub what: String,
     /// The schedule.
     pub schedule: String,
+    /// The events of the run that broke, in the order they happened: every store call each instance received (time
+    /// from the start, client, operation, token, the fault injected, whether the server applied it, and how and when
+    /// its caller's future ended: replied, failed, or dropped by a timeout or a cut). On a multi-threaded runtime
+    /// the seed alone does not replay a run (which call a fault lands on depends on arrival order); this record is
+    /// what a scripted-store test is written from.
+    pub trace: Vec<String>,
 }
+
+/// How many of a violation's last events [`Violation`]'s `Display` shows.
+const TRACE_SHOWN: usize = 400;
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "seed {}: {}\nschedule: {}", self.seed, self.what, self.schedule)
+        write!(f, "seed {}: {}\nschedule: {}", self.seed, self.what, self.schedule)?;
+        let skipped = self.trace.len().saturating_sub(TRACE_SHOWN);
+        write!(f, "\nevents ({} calls{}):", self.trace.len(), if skipped > 0 { ", the last shown" } else { "" })?;
+        for line in self.trace.iter().skip(skipped) {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
     }
+}
+
+/// Every call the servers of `world` received, in the order they arrived, one line each (see [`Violation::trace`]).
+fn trace(world: &World, origin: Instant) -> Vec<String> {
+    let mut calls: Vec<(Instant, usize, String)> = Vec::new();
+    for (instance, server) in world.servers.iter().enumerate() {
+        for call in server.log() {
+            calls.push((call.at, call.call.seq, format!("instance {instance}: {}", call.line(origin))));
+        }
+    }
+    calls.sort_by_key(|(at, seq, _)| (*at, *seq));
+    calls.into_iter().map(|(_, _, line)| line).collect()
 }
 
 /// Counts of what the schedules did (to show the explorer explored).
@@ -1197,8 +1225,9 @@ fn subscription_mismatch(world: &World) -> Option<String> {
 async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
     let seed = schedule.seed;
     let description = format!("{schedule:?}");
-    let fail = |what: String| Violation { seed, what, schedule: description.clone() };
+    let started = Instant::now();
     let world = Arc::new(build(schedule));
+    let fail = |what: String| Violation { seed, what, schedule: description.clone(), trace: trace(&world, started) };
     let done = Arc::new(AtomicBool::new(false));
     let monitor = tokio::spawn(monitor(world.clone(), done.clone()));
     let actors: Vec<_> =

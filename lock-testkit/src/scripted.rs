@@ -170,6 +170,7 @@ type NoteRule = Box<dyn FnMut(&Notification) -> Option<Delivery> + Send>;
 
 /// What became of one call, for [`ScriptedServer::log`].
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Logged {
     /// The call.
     pub call: Call,
@@ -179,6 +180,69 @@ pub struct Logged {
     pub applied: bool,
     /// When it started.
     pub at: Instant,
+    /// How its caller's future ended, and when: `None` while it is still pending.
+    pub ended: Option<(Ended, Instant)>,
+}
+
+/// How a scripted call's future ended (see [`Logged::ended`]): what tells a call the caller gave up on (its own
+/// bound passed, or it was cancelled) from one that answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Ended {
+    /// It returned the server's reply.
+    Replied,
+    /// It returned an error (an injected one, or the store's).
+    Failed,
+    /// Its future was dropped before it returned: the caller timed out or was cancelled.
+    Dropped,
+}
+
+impl Logged {
+    /// One line for a trace: when (from `origin`), who, what, the fault, whether the server applied it, and how it
+    /// ended.
+    pub fn line(&self, origin: Instant) -> String {
+        let since = |at: Instant| at.saturating_duration_since(origin).as_secs_f64() * 1e3;
+        let ended = match self.ended {
+            Some((how, at)) => format!("{how:?} at {:.1} ms", since(at)),
+            None => "pending".to_owned(),
+        };
+        let token = self.call.token.as_str();
+        format!(
+            "{:>9.1} ms  #{:<4} client {} {:?} {} token {} fault {:?} applied {} {}",
+            since(self.at),
+            self.call.seq,
+            self.call.client,
+            self.call.op,
+            self.call.resource,
+            token.get(..8).unwrap_or(token),
+            self.fault,
+            self.applied,
+            ended
+        )
+    }
+}
+
+/// Marks how a logged call's future ended; a drop before [`finish`](Self::finish) is [`Ended::Dropped`].
+struct EndOnDrop<'s> {
+    server: &'s ScriptedServer,
+    index: usize,
+    ended: Option<Ended>,
+}
+
+impl EndOnDrop<'_> {
+    fn finish<T>(mut self, reply: Result<T>) -> Result<T> {
+        self.ended = Some(if reply.is_ok() { Ended::Replied } else { Ended::Failed });
+        reply
+    }
+}
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        let how = self.ended.unwrap_or(Ended::Dropped);
+        if let Some(entry) = self.server.state().log.get_mut(self.index) {
+            entry.ended = Some((how, Instant::now()));
+        }
+    }
 }
 
 /// A hold point for scripted calls: each call that reaches it waits until it is opened.
@@ -461,7 +525,7 @@ impl ScriptedServer {
 
     fn record(&self, call: Call, fault: Option<Fault>) -> usize {
         let mut st = self.state();
-        st.log.push(Logged { call, fault, applied: false, at: Instant::now() });
+        st.log.push(Logged { call, fault, applied: false, at: Instant::now(), ended: None });
         st.log.len() - 1
     }
 
@@ -666,12 +730,13 @@ impl ScriptedStore {
         };
         let fault = self.server.decide(&call);
         let index = self.server.record(call, fault.clone());
+        let end = EndOnDrop { server: &self.server, index, ended: None };
         let applied = async {
             let reply = apply.await;
             self.server.mark_applied(index);
             reply
         };
-        match fault {
+        let reply = match fault {
             None => applied.await,
             Some(Fault::Gate(gate)) => {
                 gate.pass().await;
@@ -706,7 +771,8 @@ impl ScriptedStore {
                 let _ = applied.await;
                 std::future::pending().await
             }
-        }
+        };
+        end.finish(reply)
     }
 }
 

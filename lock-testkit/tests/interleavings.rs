@@ -951,7 +951,11 @@ async fn a_release_dropped_by_its_own_timeout_is_sent_again() {
     server.once(Op::Release, Fault::Gate(Gate::new()));
     let err = lock.try_acquire("give-back", &LockOptions::new(ms(30_000))).await.err();
     assert!(err.as_ref().is_some_and(lock_testkit::scripted::is_injected), "{err:?}");
-    assert!(server.log().iter().any(|c| c.call.op == Op::Release && !c.applied), "the first give-back applied");
+    // The event record says what happened to the first give-back: never applied, its future dropped (timed out).
+    let dropped = server.log().into_iter().find(|c| c.call.op == Op::Release).expect("a give-back");
+    assert!(!dropped.applied, "the first give-back applied");
+    assert!(matches!(dropped.ended, Some((lock_testkit::scripted::Ended::Dropped, _))), "{dropped:?}");
+    assert!(dropped.line(dropped.at).contains("Dropped"), "{}", dropped.line(dropped.at));
     eventually("the give-back was sent again", ms(5_000), || server.memory().held_count() == 0).await;
 
     // A holder's release that times out before it reaches the server: the caller hears the timeout, and the
