@@ -204,7 +204,7 @@ pub async fn admin_calls_refuse_an_empty_name(s: &Subject) {
     assert!(matches!(lock.force_release("").await, Err(lock_core::LockError::InvalidArgument(_))));
 }
 
-/// Every primitive takes names by one rule, checked before any I/O: 1 to [`MAX_RESOURCE_NAME`] bytes without
+/// Every primitive takes names by one rule, checked before any I/O: 1 to [`MAX_RESOURCE_NAME`](lock_core::MAX_RESOURCE_NAME) bytes without
 /// control characters (a newline would forge rows in `lockctl list`). Each bad name is `InvalidArgument` from the
 /// lock, the multi-lock, the operator's calls, the job lock, the semaphore, the election and the read-write lock;
 /// and no key is left behind.
