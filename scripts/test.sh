@@ -91,10 +91,58 @@ if [ "${1:-}" = "--install-only" ]; then
 fi
 "${REDIS_SERVER:-redis-server}" --version
 # The Sentinel tests run `redis-server sentinel.conf --sentinel`: the same binary, no other package needed.
-cargo test --workspace --all-features --exclude lock-bench "$@"
+workspace=(--workspace --all-features --exclude lock-bench)
+cargo test "${workspace[@]}" --no-run "$@"
+
+# Most tests wait on locks' TTLs and servers rather than compute, so the test targets run in three lanes at once
+# (a lane is one `cargo test` naming its targets; the features, and so the build above, are the workspace's in
+# each). Lanes A and B take the long targets, balanced by their running time; lane C takes the unit tests, the
+# doctests and every other target, so a new test file is run without being listed here. Each lane's output is
+# printed whole once all are done.
+lane_a=(production faults cluster conformance_smol conformance)
+lane_b=(explore sentinel conformance_memory redlock_memory interleavings renewal replicas)
+others=()
+for file in lock-*/tests/*.rs examples/tests/*.rs; do
+  [ -e "$file" ] || continue
+  name=$(basename "$file" .rs)
+  case " ${lane_a[*]} ${lane_b[*]} ${others[*]} " in
+    *" $name "*) ;;
+    *) others+=("$name") ;;
+  esac
+done
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+run_lane() {
+  local lane=$1
+  shift
+  if "$@" >"$logs/$lane.log" 2>&1; then echo ok >"$logs/$lane.status"; else echo failed >"$logs/$lane.status"; fi
+}
+targets() { for name in "$@"; do printf -- '--test %s ' "$name"; done; }
+# Lane C's two commands (doctests cannot be named beside other targets); its arguments are the `--test` options.
+lane_c() {
+  cargo test "${workspace[@]}" --lib --bins "$@" "${extra[@]}" && cargo test "${workspace[@]}" --doc "${extra[@]}"
+}
+extra=("$@")
+# shellcheck disable=SC2046
+run_lane a cargo test "${workspace[@]}" $(targets "${lane_a[@]}") "$@" &
+# shellcheck disable=SC2046
+run_lane b cargo test "${workspace[@]}" $(targets "${lane_b[@]}") "$@" &
+# shellcheck disable=SC2046
+run_lane c lane_c $(targets "${others[@]}") &
+wait
+failed=0
+for lane in a b c; do
+  echo "scripts/test.sh: lane $lane: $(cat "$logs/$lane.status")"
+  cat "$logs/$lane.log"
+  [ "$(cat "$logs/$lane.status")" = ok ] || failed=1
+done
+if [ "$failed" -ne 0 ]; then
+  echo "scripts/test.sh: a lane failed (its output is above)" >&2
+  exit 1
+fi
 # The smol path on its own: with every feature on, lock-core also has async-std's executor and prefers it for
-# non-tokio spawns, so the run above does not show that smol alone works. These builds leave async-std out.
-cargo test -p lock-testkit --test conformance_memory "$@"
+# non-tokio spawns, so the run above does not show that smol alone works. This build leaves async-std out (the
+# conformance suite over a real server, on smol; the in-memory suite adds no other smol path).
 cargo test -p lock-redis-rs --no-default-features --features smol --test conformance_smol --test renewal "$@"
 # lock-fred as most applications build it, without a TLS feature: a TLS URL is refused before any I/O instead of
 # connecting over plain TCP and sending its password in clear (the run above has TLS on, where the handshake fails).

@@ -509,6 +509,8 @@ impl Lock {
             on_demand: held.on_demand,
             drawn: std::sync::OnceLock::new(),
             lost: LostSignal::new(held.valid_until),
+            // The grant was applied before its reply arrived: the key expires within a TTL from now.
+            server_expiry: Mutex::new(later(Instant::now(), options.ttl())),
             held_on: Mutex::new(held.held_on),
             extending: futures_util::lock::Mutex::new(()),
             stopping: AtomicBool::new(false),
@@ -695,6 +697,12 @@ async fn raise_fences(
     futures_util::future::join_all(raises).await.into_iter().filter(|ok| *ok).count()
 }
 
+/// `at + by`; TTLs and timeouts are validated far below what an `Instant` holds, so `at` itself (a resend that
+/// stops at once: the TTL applies) is only ever a fallback.
+fn later(at: Instant, by: Duration) -> Instant {
+    at.checked_add(by).unwrap_or(at)
+}
+
 fn lock_mutex<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Every critical section leaves the value consistent, so a poisoned lock is still usable.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -773,6 +781,11 @@ struct GuardState {
     on_demand: bool,
     drawn: std::sync::OnceLock<FencingToken>,
     lost: LostSignal,
+    /// When our key has expired on every server at the latest, whatever became of the calls that set its TTL: an
+    /// extension applied whose reply was lost, or came after the validity deadline, is not counted in `lost`'s
+    /// deadline but keeps the key on the server. Only raised. A release that got no answer is sent again until then
+    /// (explorer seed 1592592368: it gave up at the validity and left the key for the extension's whole TTL).
+    server_expiry: Mutex<Instant>,
     /// Instances where our key was last confirmed (granted, or extended).
     held_on: Mutex<Vec<usize>>,
     /// Extensions are serialized so the deadline always matches the last TTL the servers applied; release takes it
@@ -876,6 +889,8 @@ impl GuardState {
         let inst = &self.instances;
         let (n, quorum) = (inst.n(), inst.quorum);
         let started = Instant::now();
+        // Whatever its outcome, this extension may be applied up to a call timeout from now.
+        self.may_expire_at(later(started, self.call_timeout.saturating_add(ttl)));
         // A shorter TTL takes effect on an instance as soon as its extension is applied, which an error (a lost
         // reply) or a cancellation can hide: from here on the holder trusts the lock only until the earlier of its
         // current deadline and this extension's.
@@ -1046,12 +1061,19 @@ impl GuardState {
         }
     }
 
+    /// Raises [`server_expiry`](Self::server_expiry) to `at`.
+    fn may_expire_at(&self, at: Instant) {
+        let mut expiry = lock_mutex(&self.server_expiry);
+        *expiry = (*expiry).max(at);
+    }
+
     /// Sends the release again, in the background, to the instances at `unconfirmed` whose release got no definite
     /// answer (a timeout, a broken connection: it may never have reached the server), until the key has expired
-    /// anyway: a lock nobody holds then keeps nobody out for the rest of its TTL.
+    /// on the servers anyway (not merely past our validity: see `server_expiry`): a lock nobody holds then keeps
+    /// nobody out for the rest of its TTL.
     fn resend_release(&self, unconfirmed: Vec<usize>) {
-        let until = self.lost.valid_until().checked_add(self.call_timeout.saturating_mul(2));
-        let Some(until) = until else { return };
+        let expiry = (*lock_mutex(&self.server_expiry)).max(self.lost.valid_until());
+        let until = later(expiry, self.call_timeout.saturating_mul(2));
         let resend = crate::inflight::resend(
             self.instances.clone(),
             self.target.clone(),

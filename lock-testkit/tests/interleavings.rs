@@ -1090,3 +1090,23 @@ async fn an_expired_leader_is_succeeded_by_the_longest_waiting_candidate() {
         candidate.await.unwrap();
     }
 }
+
+/// Explorer seed 1592592368 (failed once on a loaded machine): a release that times out is sent again until the
+/// key's TTL on the server runs out, not the holder's validity. An extension that was applied but whose reply was
+/// lost (or came after the deadline) is not counted in the validity, yet the server keeps the key for its TTL; the
+/// resend gave up at the validity and left the key for that whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_release_is_resent_until_an_uncounted_extension_expires() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client()).with_operation_timeout(ms(40));
+    let guard = lock.try_acquire("uncounted", &LockOptions::new(ms(100))).await.unwrap().expect("free");
+    // Applied (the key now lives 5 s), its reply lost: the holder still trusts it for the first 100 ms only.
+    server.once(Op::Extend, Fault::FailAfter(Injected::Timeout));
+    assert!(guard.extend(ms(5_000)).await.is_err());
+    // Past the validity and the resend's margin, the release times out before it reaches the server.
+    tokio::time::sleep(ms(200)).await;
+    server.once(Op::Release, Fault::Gate(Gate::new()));
+    let released = guard.release().await;
+    assert!(matches!(released, Err(LockError::Timeout { .. })), "{released:?}");
+    eventually("the release was sent again", ms(2_000), || server.memory().held_count() == 0).await;
+}
