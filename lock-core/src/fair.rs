@@ -87,6 +87,8 @@ pub(crate) async fn until_granted(
         watch = Some(registered);
     }
     let mut attempts: u32 = 0;
+    // When the first try was sent (see `ReleaseWatch::first_try`).
+    let mut first_sent: Option<Instant> = None;
     loop {
         // A release that made us the holder said so: no try needed (see `FAIR_RELEASE`).
         if let Some(granted) = watch.as_ref().and_then(ReleaseWatch::take_grant) {
@@ -107,6 +109,10 @@ pub(crate) async fn until_granted(
             _ => Vec::new(),
         };
         let sent = Instant::now();
+        let first_try = *first_sent.get_or_insert(sent);
+        if let Some(w) = &watch {
+            w.first_try(first_try);
+        }
         let queued = Queued { token: &token, peers: &peers };
         let (holder_ttl, rank, last_error) = match Box::pin(lock.attempt_as(target, options, Some(queued))).await {
             Ok(Attempt::Acquired(guard)) => {
@@ -142,6 +148,7 @@ pub(crate) async fn until_granted(
         if watch.is_none() && last_error.is_none() {
             if let Some(hub) = &hub {
                 let registered = hub.watch_as(channel, Some((token.as_str(), waiter_ttl))).await;
+                registered.first_try(first_try);
                 registered.renewed(sent, &[]);
                 owed.registered_watch(&registered);
                 if rank == Some(0) {

@@ -137,6 +137,11 @@ struct Place {
     waiter_ttl: std::time::Duration,
     /// When the last try that renewed this place (its own or a peer's) was sent.
     renewed: Option<std::time::Instant>,
+    /// When the waiter's first try was sent: a grant announced to it is counted from here. Any grant to its token
+    /// followed that try (a grant needs a place, which a try of its own created), but not necessarily a later one:
+    /// a try that finds its place gone (granted, the lease run out) takes a new one, and an announcement that came
+    /// late was counted from such a try, past the lease's end (explorer seed 1592592649: two holders).
+    first_try: Option<std::time::Instant>,
     /// When the waiter's own loop last ran: peers renew only places whose waiter shows it is still polled, so a
     /// waiter stuck in a future nobody polls loses its place like one whose process died.
     alive: std::time::Instant,
@@ -312,6 +317,7 @@ impl ReleaseHub {
                         event: Arc::new(Event::new()),
                         waiter_ttl,
                         renewed: None,
+                        first_try: None,
                         alive: std::time::Instant::now(),
                         granted: None,
                     };
@@ -391,7 +397,7 @@ impl ReleaseHub {
                 if let Some(plus) = head.iter().position(|b| *b == b'+') {
                     // A fence that does not parse makes the grant unusable from here: the waiter's try returns it.
                     let fence = std::str::from_utf8(&head[plus + 1..]).ok().map(str::parse::<u64>);
-                    let since = place.renewed;
+                    let since = place.first_try;
                     place.granted = match fence {
                         Some(Ok(fence)) => Some(Granted { fence: Some(fence), since }),
                         Some(Err(_)) if plus + 1 == head.len() => Some(Granted { fence: None, since }),
@@ -545,6 +551,14 @@ impl ReleaseWatch {
             if let Some(place) = ch.tokens.get_mut(token) {
                 place.renewed = place.renewed.map(|r| r.max(at));
             }
+        }
+    }
+
+    /// Records when this waiter's first try was sent (the earliest of the times given): see [`Place`]'s `first_try`.
+    pub(crate) fn first_try(&self, at: std::time::Instant) {
+        let ch = &mut *lock(&self.state);
+        if let Some(place) = self.token.as_ref().and_then(|token| ch.tokens.get_mut(token)) {
+            place.first_try = Some(place.first_try.map_or(at, |first| first.min(at)));
         }
     }
 

@@ -1110,3 +1110,49 @@ async fn a_timed_out_release_is_resent_until_an_uncounted_extension_expires() {
     assert!(matches!(released, Err(LockError::Timeout { .. })), "{released:?}");
     eventually("the release was sent again", ms(2_000), || server.memory().held_count() == 0).await;
 }
+
+/// Explorer seed 1592592649 (current-thread, loaded machine: overlapping holds): a fair release granted the head a
+/// lease and announced it, the announcement came late, and meanwhile the lease ran out, another client took the free
+/// lock, and a heartbeat of the head's re-created its place (a try that finds its place gone takes a new one). The
+/// late announcement was counted from that heartbeat, sent after the grant, so the head believed it held a lease
+/// that had ended: two holders. A grant is now counted from the waiter's first try, which always precedes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_announcement_is_not_counted_from_a_try_after_the_grant() {
+    use lock_testkit::scripted::Delivery;
+    let server = ScriptedServer::new();
+    // Holder and taker: 30 s. The head: a TTL of 200 ms, so a 200 ms lease; its heartbeat every 500 ms.
+    let fair = |wait: Duration| {
+        let ttl = if wait.is_zero() { ms(30_000) } else { ms(200) };
+        LockOptions::new(ttl).with_wait(wait).with_fair_queue(ms(1_500))
+    };
+    let (holder, mut head) = holder_and_listening_head(&server, "late-grant", fair).await;
+    let seen = head_tries(&server).len();
+    eventually("a heartbeat", ms(5_000), || head_tries(&server).len() > seen).await;
+    tokio::time::sleep(ms(40)).await;
+    let gate = Gate::new();
+    let held = gate.clone();
+    server.notification_rule(move |note| (note.to == 1).then(|| Delivery::Gate(held.clone())));
+    // Grants the head a 200 ms lease; its announcement waits at the gate.
+    holder.release().await.unwrap();
+    tokio::time::sleep(ms(250)).await;
+    // The lease ran out on the server: another client takes the free lock.
+    let taker = Lock::new(server.client()).try_acquire("late-grant", &fair(ms(0))).await.unwrap().expect("free");
+    // The head's next heartbeat takes a new place behind the taker, and is answered.
+    let tries = head_tries(&server).len();
+    eventually("a heartbeat answered", ms(5_000), || {
+        let log = server.log();
+        let mine: Vec<_> = log.iter().filter(|c| c.call.op == Op::Acquire && c.call.client == 1).collect();
+        mine.len() > tries && mine.last().is_some_and(|c| c.ended.is_some())
+    })
+    .await;
+    gate.open();
+    if let Ok(joined) = tokio::time::timeout(ms(200), &mut head).await {
+        let guard = joined.unwrap().unwrap();
+        assert!(
+            holds(&server, "late-grant", &guard) || guard.valid_until() <= Instant::now(),
+            "two holders: a spent lease counted from a try after the grant"
+        );
+    }
+    head.abort();
+    drop(taker);
+}
