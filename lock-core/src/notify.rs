@@ -154,9 +154,10 @@ struct Place {
 pub(crate) struct Granted {
     /// The fencing token drawn with the grant, if the waiter asked for one.
     pub(crate) fence: Option<u64>,
-    /// When the last try that showed the waiter's place was sent (its own or a peer's), as the announcement
-    /// arrived: the grant came after that try ran, so the grant's lease is counted from here. `None` when no
-    /// try's reply has shown the place yet (the waiter then tries, and the try returns the grant).
+    /// When the waiter's first try was sent: any grant to its token came after that try ran (a grant needs a place,
+    /// which that try took), so the grant's lease is counted from here. A later try is no bound: one that found the
+    /// place gone (granted, the lease run out) took a new one. `None` when the first try is not known yet (the
+    /// waiter then tries, and the try returns the grant).
     pub(crate) since: Option<std::time::Instant>,
 }
 

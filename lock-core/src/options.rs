@@ -198,8 +198,8 @@ impl LockOptions {
     /// expire with the last waiter's place.
     ///
     /// A grant by a release is a lease of `min(ttl, waiter_ttl)`: a head that died just before its turn holds the
-    /// lock no longer than its place would have held up the queue. The head counts that lease from its last try
-    /// that showed its place (which ran before the grant), and when its TTL is longer, extends the lock to it at
+    /// lock no longer than its place would have held up the queue. The head counts that lease from its first try
+    /// (which took its place, so ran before any grant to it), and when its TTL is longer, extends the lock to it at
     /// once in the background (with [`with_auto_renew`](Self::with_auto_renew), that is its first renewal); until
     /// that extension lands, [`Guard::valid_until`](crate::Guard::valid_until) reports the lease. An extension that
     /// keeps failing until the lease ends turns the guard lost, as a failed renewal does. A waiter that asks for

@@ -915,9 +915,9 @@ return reply
 /// `<origin>+<fence> <head token>` announced (`<origin>+ <head token>` without a token). The head's process
 /// returns the grant without another round trip. Why that is safe:
 /// - *The grantee's validity.* The lease is `min(ttl, waiter TTL)` of the head's own request, applied at the grant.
-///   The head counts it from the send time of a try of its own (or a peer's) whose reply still showed its place:
-///   that try ran before the grant, since a grant removes the place. So the head's deadline lies before the key's
-///   expiry, as for any acquire. It then extends to its full TTL in the background when that is longer (see
+///   The head counts it from the send time of its first try, which took its place: any grant to its token came
+///   after it (a later try is no bound, since a try that finds its place gone takes a new one). So the head's
+///   deadline lies before the key's expiry, as for any acquire. It then extends to its full TTL in the background when that is longer (see
 ///   [`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)).
 /// - *A dead head.* Its heartbeat was live (at most a waiter TTL old), and the lease is at most a waiter TTL: a head
 ///   that died just before its turn holds the lock for at most its waiter TTL, as its place would have held up the

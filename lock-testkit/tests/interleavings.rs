@@ -452,9 +452,9 @@ fn holds(server: &ScriptedServer, resource: &str, guard: &lock_core::Guard) -> b
 }
 
 /// Issue 19: a waiter that a fair release granted the lock (see `FAIR_RELEASE`) trusts it for the grant's lease only
-/// (its waiter TTL here, shorter than its TTL), counted from its last try that showed its place, which ran before the
-/// grant. When the extension to its TTL never gets through, the guard is lost at the lease's end: it never trusts
-/// the key longer than the key lives.
+/// (its waiter TTL here, shorter than its TTL), counted from a try that ran before the grant (its first). When the
+/// extension to its TTL never gets through, the guard is lost at the lease's end: it never trusts the key longer
+/// than the key lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_waiter_trusts_only_its_lease_until_extended() {
     let server = ScriptedServer::new();
