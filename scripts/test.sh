@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh [extra cargo test arguments]
 #   scripts/test.sh --install-only     (installs what is missing, runs nothing)
+#   scripts/test.sh --valkey [...]     (the same on Valkey 8: scripts/valkey.sh finds or fetches valkey-server)
 #
 # redis-server (and OpenSSL's development files, for the native-tls features) come from the system's packages:
 # apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk (Alpine), pacman (Arch), brew (macOS); as root, or
@@ -84,6 +85,12 @@ install_openssl_headers() {
   have_openssl_headers || fail "OpenSSL's development files were installed but pkg-config does not find them"
 }
 
+# The whole suite on Valkey 8 instead (fetched when none is installed, see scripts/valkey.sh).
+if [ "${1:-}" = "--valkey" ]; then
+  shift
+  REDIS_SERVER=$(scripts/valkey.sh)
+  export REDIS_SERVER
+fi
 have_redis || install_redis
 have_openssl_headers || install_openssl_headers
 if [ "${1:-}" = "--install-only" ]; then

@@ -112,6 +112,7 @@ pub mod rwlock;
 mod scoped;
 pub mod scripts;
 pub mod semaphore;
+pub mod server_error;
 mod store;
 mod target;
 pub mod telemetry;

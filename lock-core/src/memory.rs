@@ -142,11 +142,11 @@ impl MemoryStore {
                 let replicas = call.wait_after(&reply).map(|_| 0);
                 Ok(Ran::acknowledged(reply, replicas))
             }
-            Err(message) if message.contains("WRONGTYPE") => {
-                let key = call.key_named_in(&message).to_owned();
-                Err(LockError::WrongType { key, source: Box::new(ServerError(message)) })
+            // Its scripts' errors mean what a server's would (see `server_error`).
+            Err(message) => {
+                let kind = crate::server_error::ServerErrorKind::of(&message);
+                Err(kind.into_lock_error(&message.clone(), Some(&call), Box::new(ServerError(message))))
             }
-            Err(message) => Err(LockError::backend(ServerError(message))),
         };
         (ran, published)
     }

@@ -2036,10 +2036,10 @@ pub fn require_version(info: &str, cluster: bool) -> Result<()> {
     Ok(())
 }
 
-/// Whether a server error is an ACL refusal: `NOPERM` for a command the client sent, or, inside a script, Redis
-/// 7's "The user executing the script can't run this command or subcommand".
+/// Whether a server error is an ACL refusal, on Redis and Valkey alike (see
+/// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
 pub fn is_acl_refusal(message: &str) -> bool {
-    message.contains("NOPERM") || message.contains("can't run this command or subcommand")
+    crate::server_error::ServerErrorKind::of(message) == crate::server_error::ServerErrorKind::AclRefused
 }
 
 /// The SHA-1 of the script an error came from (`… script: <sha>, on @user_script:<line>.`).
@@ -2069,17 +2069,16 @@ pub fn refused_command(body: &str, message: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes: the command named by `NOPERM` (`… run
-/// the 'wait' command`), or the one on the line the message names of the lock-core script whose SHA-1 it names.
+/// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes (see
+/// [`server_error::acl_refusal`](crate::server_error::acl_refusal)).
 pub fn acl_refusal(message: &str) -> crate::AclRefusal {
-    let quoted = message.split('\'').nth(1).filter(|_| message.contains("NOPERM")).map(str::to_ascii_uppercase);
-    let scripted = || script_sha(message).and_then(by_sha1).and_then(|script| refused_command(script.body(), message));
-    crate::AclRefusal { command: quoted.or_else(scripted), message: message.to_owned() }
+    crate::server_error::acl_refusal(message)
 }
 
-/// Whether a server error message is Redis's `WRONGTYPE` (from a command or from our scripts).
+/// Whether a server error message is `WRONGTYPE` (from a command or from our scripts; see
+/// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
 pub fn is_wrongtype(message: &str) -> bool {
-    message.contains("WRONGTYPE")
+    crate::server_error::ServerErrorKind::of(message) == crate::server_error::ServerErrorKind::WrongType
 }
 
 #[cfg(test)]

@@ -3,25 +3,16 @@
 use std::time::Duration;
 
 use fred::error::{Error, ErrorKind};
-use lock_core::{scripts, Call, LockError};
+use lock_core::server_error::ServerErrorKind;
+use lock_core::{Call, LockError};
 
 /// fred 10.1 reports a command it could not write because no connection was up with `ErrorKind::Unknown` and one
 /// of these messages (seen right after a server restart, while the client reconnects).
 const NOT_CONNECTED: [&str; 2] = ["Failed to route command.", "Too many failed write attempts."];
 
-/// Server error codes that mean "these credentials are not good enough" (a missing ACL permission included).
-const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
-
-/// Server error codes of a node that cannot take writes now.
-const NOT_WRITABLE: [&str; 3] = ["READONLY", "LOADING", "MASTERDOWN"];
-
 /// Maps the error of `call`.
 pub(crate) fn from_call(err: Error, call: &Call<'_>, after: Duration) -> LockError {
-    if scripts::is_wrongtype(err.details()) {
-        let key = call.key_named_in(err.details());
-        return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
-    }
-    from_fred(err, call.operation, after)
+    map(err, Some(call), call.operation, after)
 }
 
 /// Whether an error text is a failed TLS handshake (a certificate one side refused).
@@ -30,8 +21,19 @@ fn is_tls_failure(details: &str) -> bool {
     text.contains("certificate") || text.contains("handshake") || text.contains("tls alert")
 }
 
-/// Maps an error that is not about a particular key (connecting, subscribing, or the tail of [`from_call`]).
+/// Maps an error that is not about a particular key (connecting, subscribing).
 pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) -> LockError {
+    map(err, None, operation, after)
+}
+
+fn map(err: Error, call: Option<&Call<'_>>, operation: &'static str, after: Duration) -> LockError {
+    // What the server said means the same on Redis and Valkey, whichever client read it: lock-core classifies it.
+    // fred reports server errors with its own kinds (`Auth`, `Unknown`, …) and the server's words as the details.
+    let kind = ServerErrorKind::of(err.details());
+    if kind != ServerErrorKind::Other {
+        let details = err.details().to_owned();
+        return kind.into_lock_error(&details, call, Box::new(err));
+    }
     match err.kind() {
         ErrorKind::Timeout => {
             // `LockError::Timeout` carries no source; keep fred's text in the logs.
@@ -47,21 +49,11 @@ pub(crate) fn from_fred(err: Error, operation: &'static str, after: Duration) ->
             LockError::unavailable(err)
         }
         ErrorKind::Unknown if NOT_CONNECTED.contains(&err.details()) => LockError::unavailable(err),
-        // A server that cannot take writes now: a demoted primary (fred reconnects, through Sentinel to the new
-        // one) or one still loading its data.
-        ErrorKind::Unknown if NOT_WRITABLE.iter().any(|code| err.details().starts_with(code)) => {
-            LockError::unavailable(err)
-        }
         // No Sentinel reachable, or none names a primary that answers as one: during a failover.
         ErrorKind::Sentinel => LockError::unavailable(err),
         ErrorKind::Auth => LockError::Auth { source: Box::new(err) },
-        _ if scripts::is_acl_refusal(err.details()) => {
-            LockError::Auth { source: Box::new(scripts::acl_refusal(err.details())) }
-        }
         #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
         ErrorKind::Tls => LockError::Tls { source: Box::new(err) },
-        // fred reports a server's ACL refusal of one command (`NOPERM`) as a plain server error.
-        _ if AUTH_CODES.iter().any(|code| err.details().starts_with(code)) => LockError::Auth { source: Box::new(err) },
         // A URL or configuration fred rejects before any I/O is the caller's input, not a server failure.
         ErrorKind::Url | ErrorKind::Config => {
             LockError::invalid(format!("fred rejected the configuration: {}", err.details()))

@@ -42,6 +42,10 @@ mod tls {
         use super::*;
 
         async fn subject() -> Subject {
+            if !lock_testkit::server_supports_tls() {
+                let binary = lock_testkit::redis_server_binary().unwrap_or_default();
+                return Subject::skipped(format!("{} was built without TLS", binary.display()));
+            }
             let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
             let server =
                 RedisServer::builder().with_tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
@@ -65,6 +69,9 @@ mod tls {
 #[cfg(feature = "tls-rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls_and_certificates_without_a_tls_url() {
+    if lock_testkit::skip_without_tls("cluster_over_tls_and_certificates_without_a_tls_url") {
+        return;
+    }
     use lock_fred::lock_core::{LockError, LockOptions, ReleaseOutcome};
     let certs = lock_testkit::TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
     // The default user: fred also asks `CLUSTER INFO`, which the minimal ACL (redis-rs's cluster needs) leaves out.

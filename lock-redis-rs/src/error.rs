@@ -3,14 +3,11 @@
 use std::time::Duration;
 
 use deadpool::managed::TimeoutType;
-use lock_core::scripts::is_wrongtype;
+use lock_core::server_error::ServerErrorKind;
 use lock_core::{Call, LockError};
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind, RedisError};
 
 use crate::pool::PoolError;
-
-/// Server error codes that mean "these credentials are not good enough".
-const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
 
 /// The deadlines an error may report as passed.
 #[derive(Clone, Copy, Debug)]
@@ -36,13 +33,12 @@ pub(crate) fn from_redis(
     call: Option<&Call<'_>>,
     after: Duration,
 ) -> LockError {
-    if let (Some(call), true) = (call, err.code().is_some_and(is_wrongtype)) {
-        let key = call.key_named_in(&err.to_string());
-        return LockError::WrongType { key: key.to_owned(), source: Box::new(err) };
-    }
-    let text = err.to_string();
-    if lock_core::scripts::is_acl_refusal(&text) {
-        return LockError::Auth { source: Box::new(lock_core::scripts::acl_refusal(&text)) };
+    // What the server said means the same on Redis and Valkey, whichever client read it: lock-core classifies it
+    // (also the connection setup's AUTH/HELLO errors, whose text carries the server's code).
+    let words = server_words(&err);
+    let kind = ServerErrorKind::of(&words);
+    if kind != ServerErrorKind::Other {
+        return kind.into_lock_error(&words, call, Box::new(err));
     }
     if is_auth(&err) {
         return LockError::Auth { source: Box::new(err) };
@@ -85,19 +81,20 @@ fn is_tls_failure(err: &RedisError) -> bool {
     false
 }
 
+/// The server's words as it sent them: redis-rs renders a known code in its own spelling (`NoPerm: …`,
+/// `ReadOnly: …`, `"WRONGTYPE": …`), so the code and the detail are put back together; an error without a code
+/// (the connection setup's, whose text quotes the server) as redis-rs renders it.
+fn server_words(err: &RedisError) -> String {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_owned(),
+        (None, _) => err.to_string(),
+    }
+}
+
+/// redis-rs's own word for failed authentication (the server's codes are classified by lock-core, above).
 fn is_auth(err: &RedisError) -> bool {
-    if err.kind() == ErrorKind::AuthenticationFailed {
-        return true;
-    }
-    match err.code() {
-        Some(code) => AUTH_CODES.contains(&code),
-        // Errors of the connection setup pipeline (AUTH/HELLO) carry no top-level code; their text names the
-        // server error's code.
-        None => {
-            let text = err.to_string();
-            AUTH_CODES.iter().any(|code| text.contains(code))
-        }
-    }
+    err.kind() == ErrorKind::AuthenticationFailed
 }
 
 fn is_unavailable(err: &RedisError) -> bool {
@@ -106,13 +103,7 @@ fn is_unavailable(err: &RedisError) -> bool {
         || err.is_connection_dropped()
         || matches!(
             err.kind(),
-            ErrorKind::Server(
-                ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown
-                    | ServerErrorKind::ReadOnly
-            ) | ErrorKind::ClusterConnectionNotFound
+            ErrorKind::ClusterConnectionNotFound
                 // No Sentinel names a primary that is up: during a failover, until the replica is promoted.
                 | ErrorKind::MasterNameNotFoundBySentinel
         )
@@ -124,7 +115,7 @@ pub(crate) fn breaks_connection(err: &RedisError) -> bool {
     // errors, failed auth), and a node that is no longer the primary.
     (err.is_io_error() && !err.is_timeout())
         || err.is_unrecoverable_error()
-        || err.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        || err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 /// Maps a failure to check a connection out of the pool.

@@ -43,6 +43,10 @@ mod tls {
         use super::*;
 
         async fn subject() -> Subject {
+            if !lock_testkit::server_supports_tls() {
+                let binary = lock_testkit::redis_server_binary().unwrap_or_default();
+                return Subject::skipped(format!("{} was built without TLS", binary.display()));
+            }
             let certs = TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));
             let server =
                 RedisServer::builder().with_tls(&certs).start().unwrap_or_else(|err| panic!("redis-server: {err}"));
@@ -97,6 +101,9 @@ async fn secrets_never_appear_in_debug_output_or_errors() {
 #[cfg(feature = "tls-rustls")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls_as_the_minimal_acl_user() {
+    if lock_testkit::skip_without_tls("cluster_over_tls_as_the_minimal_acl_user") {
+        return;
+    }
     use lock_redis_rs::lock_core::{LockOptions, ReleaseOutcome};
     use std::time::Duration;
     let certs = lock_testkit::TestCertificates::generate().unwrap_or_else(|err| panic!("certificates: {err}"));

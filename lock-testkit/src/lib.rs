@@ -74,6 +74,7 @@ mod sentinel;
 pub mod sentinel_cases;
 mod server;
 pub mod server_cases;
+mod server_features;
 mod tls;
 pub mod tls_cases;
 #[cfg(unix)]
@@ -99,6 +100,7 @@ pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};
 pub use sentinel::{RedisSentinel, RedisSentinelBuilder};
 pub use server::{find_binary, redis_server_binary, Persistence, RedisServer, RedisServerBuilder, ServerError};
+pub use server_features::{report_skip, server_supports_tls, skip_without_tls};
 pub use tls::{ServerCertificate, TestCertificates};
 
 /// The lock under test, plus whatever must live as long as the test (servers, clients).
@@ -107,6 +109,8 @@ pub struct Subject {
     /// The same lock as lock-core's engine, when it is one: the primitives beyond the mutex are its methods.
     engine: Option<Lock>,
     keep: Vec<Box<dyn Any + Send>>,
+    /// Why the cases are skipped, when the fixture cannot run here (see [`Subject::skipped`]).
+    skip: Option<String>,
 }
 
 impl Subject {
@@ -118,7 +122,27 @@ impl Subject {
 
     /// Wraps a shared lock under test.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Subject { lock, engine: None, keep: Vec::new() }
+        Subject { lock, engine: None, keep: Vec::new(), skip: None }
+    }
+
+    /// A subject whose cases are skipped, each saying why on the terminal (see [`report_skip`]): what a
+    /// conformance subject returns when its fixture cannot run on this machine (TLS on a server built without it).
+    ///
+    /// ```
+    /// # async fn subject() -> lock_testkit::Subject {
+    /// if !lock_testkit::server_supports_tls() {
+    ///     return lock_testkit::Subject::skipped("the server was built without TLS");
+    /// }
+    /// # unimplemented!()
+    /// # }
+    /// ```
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        Subject { skip: Some(reason.into()), ..Self::new(Lock::new(lock_core::MemoryStore::new())) }
+    }
+
+    /// Why this subject's cases are skipped, when they are.
+    pub fn skip_reason(&self) -> Option<&str> {
+        self.skip.as_deref()
     }
 
     /// Keeps `value` alive until the test ends (a [`RedisServer`], say).
@@ -210,6 +234,10 @@ macro_rules! conformance_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::conformance::$case(&subject).await;
                 });
             }
@@ -243,6 +271,10 @@ macro_rules! multi_resource_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::multi_conformance::$case(&subject).await;
                 });
             }
@@ -273,6 +305,10 @@ macro_rules! election_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::election_conformance::$case(&subject).await;
                 });
             }
@@ -416,6 +452,10 @@ macro_rules! semaphore_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::semaphore_conformance::$case(&subject).await;
                 });
             }
@@ -449,6 +489,10 @@ macro_rules! rwlock_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::rwlock_conformance::$case(&subject).await;
                 });
             }
@@ -481,6 +525,10 @@ macro_rules! admin_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::admin_conformance::$case(&subject).await;
                 });
             }
@@ -517,6 +565,10 @@ macro_rules! fair_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::fair_conformance::$case(&subject).await;
                 });
             }
@@ -550,6 +602,10 @@ macro_rules! job_tests {
             fn $case() {
                 $crate::runtime::$runtime(async {
                     let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
                     $crate::job_conformance::$case(&subject).await;
                 });
             }
@@ -628,6 +684,7 @@ macro_rules! server_tests {
             a_waiter_the_acl_keeps_off_the_channels_still_takes_a_released_lock,
             a_release_wakes_one_waiting_process,
             every_error_says_its_cause_once,
+            every_server_error_kind_is_typed,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

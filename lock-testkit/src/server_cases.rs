@@ -173,6 +173,110 @@ pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connec
     }
 }
 
+/// Every server error the library maps, provoked on a real server (Redis 7.x or Valkey 8.x, whichever the fixtures
+/// run) and read through this backend: each is the typed error it means on both servers (issue 40; Valkey words an
+/// ACL refusal inside a script without `NOPERM`, which this backend once reported as a generic `Backend` error).
+/// `TRYAGAIN`, `ASK` and `LOADING` need a slot migration or a slow load caught mid-way; lock-core's unit tests check
+/// both servers' words for them.
+pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
+    use lock_core::transport::Call;
+    // One plain command through the backend: the error it reads, if any.
+    let probe = |store: &Arc<dyn LockStore>, command: &'static str, words: &'static [&'static str]| {
+        let store = store.clone();
+        // The first word is the key, the rest arguments.
+        let (keys, args) = words.split_at(words.len().min(1));
+        async move { store.call(Call::plain("probe", command, keys, args)).await.err() }
+    };
+    let transient = |what: &str, err: Option<LockError>| match err {
+        Some(err @ LockError::Unavailable { .. }) => assert!(err.is_retryable(), "{what}"),
+        other => panic!("{what}: expected a retryable Unavailable, got {other:?}"),
+    };
+
+    // WRONGTYPE from a command (the scripts' own are the conformance suite's), naming the key.
+    let server = server_with_locker(MINIMAL_ACL_RULES);
+    let store = connect(server.url()).await.or_panic();
+    server.command(&["LPUSH", "probe:list", "x"]).or_panic();
+    match probe(&store, "GET", &["probe:list"]).await {
+        Some(LockError::WrongType { key, .. }) => assert_eq!(key, "probe:list"),
+        other => panic!("WRONGTYPE: expected WrongType, got {other:?}"),
+    }
+    // NOPERM for a command the user may not run, outside a script: Auth naming it.
+    let limited = connect(server.url_for("locker", "secret", false)).await.or_panic();
+    match probe(&limited, "DBSIZE", &[]).await {
+        Some(LockError::Auth { source }) => {
+            let refusal = source.downcast_ref::<lock_core::AclRefusal>();
+            assert_eq!(refusal.and_then(|r| r.command.as_deref()), Some("DBSIZE"), "{source}");
+        }
+        other => panic!("NOPERM: expected Auth, got {other:?}"),
+    }
+    // WRONGPASS: Auth from connect.
+    assert!(matches!(connect(server.url_for("locker", "wrong", false)).await.err(), Some(LockError::Auth { .. })));
+    // NOSCRIPT never reaches the caller: the body is sent once with EVAL.
+    let lock = Lock::from_arc(store.clone());
+    server.command(&["SCRIPT", "FLUSH"]).or_panic();
+    let guard = lock.try_acquire("after-flush", &LockOptions::new(ms(5_000))).await.or_panic();
+    assert_eq!(guard.or_panic().release().await.or_panic(), ReleaseOutcome::Released);
+    // OOM: maxmemory reached, nothing to evict.
+    server.command(&["CONFIG", "SET", "maxmemory", "1"]).or_panic();
+    transient("OOM", probe(&store, "SET", &["probe:oom", "v"]).await);
+    server.command(&["CONFIG", "SET", "maxmemory", "0"]).or_panic();
+    // BUSY: a script past the busy threshold (run from another connection, then killed).
+    server.command(&["CONFIG", "SET", "busy-reply-threshold", "50"]).or_panic();
+    let addr = server.addr();
+    let spinner = std::thread::spawn(move || {
+        // Blocks until the script is killed; its own error is of no interest.
+        let _ = crate::resp::command(addr, &["EVAL", "while true do end", "0"], ms(30_000));
+    });
+    let t0 = Instant::now();
+    let busy = loop {
+        let err = probe(&store, "GET", &["probe:busy"]).await;
+        if err.is_some() || t0.elapsed() > ms(5_000) {
+            break err;
+        }
+        crate::runtime::sleep(ms(20)).await;
+    };
+    let killed = server.command(&["SCRIPT", "KILL"]);
+    transient("BUSY", busy);
+    assert!(killed.is_ok(), "SCRIPT KILL: {killed:?}");
+    let _ = spinner.join();
+
+    // READONLY: a replica refuses writes; MASTERDOWN: one that serves no stale data while its primary is gone.
+    let primary = start();
+    let replica = RedisServer::builder().with_replica_of(&primary).start().unwrap_or_else(|e| panic!("replica: {e}"));
+    let on_replica = connect(replica.url()).await.or_panic();
+    transient("READONLY", probe(&on_replica, "SET", &["probe:ro", "v"]).await);
+    let orphan = RedisServer::builder()
+        .with_replica_of(&primary)
+        .with_config("replica-serve-stale-data", "no")
+        .start()
+        .unwrap_or_else(|e| panic!("replica: {e}"));
+    // In sync first: until then it refuses (nearly) everything with MASTERDOWN, connecting included.
+    orphan.wait_for_link(ms(10_000)).or_panic();
+    let on_orphan = connect(orphan.url()).await.or_panic();
+    drop(primary);
+    let t0 = Instant::now();
+    let down = loop {
+        let err = probe(&on_orphan, "GET", &["probe:stale"]).await;
+        if err.is_some() || t0.elapsed() > ms(5_000) {
+            break err;
+        }
+        crate::runtime::sleep(ms(20)).await;
+    };
+    transient("MASTERDOWN", down);
+
+    // CLUSTERDOWN: a Cluster node that serves no slot.
+    let node = RedisServer::builder().with_cluster(true).start().unwrap_or_else(|e| panic!("cluster node: {e}"));
+    match connect(node.url()).await {
+        // fred retries a CLUSTERDOWN itself until the command's timeout: retryable either way.
+        Ok(on_node) => match probe(&on_node, "GET", &["probe:slot"]).await {
+            Some(err @ LockError::Timeout { .. }) => assert!(err.is_retryable()),
+            other => transient("CLUSTERDOWN", other),
+        },
+        // A backend may refuse a Cluster node behind a single-server URL at connect: typed, not a panic.
+        Err(err) => assert!(!matches!(err, LockError::Backend { .. }), "CLUSTERDOWN at connect: {err:?}"),
+    }
+}
+
 /// Review finding 15, on real servers: each error a user reads from this backend says what failed and why, each
 /// cause once (`LockError::report`): a key of another type, a command the ACL refuses inside a script, a wrong
 /// password, a server that is down. Before, the cause was dropped ("lock server unavailable") or said twice ("holds a

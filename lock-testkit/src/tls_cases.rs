@@ -62,6 +62,9 @@ async fn refused(connect: &TlsFactory, how: TlsConnect, what: &str) {
 /// A store trusting the server's CA locks and releases over TLS; with a client certificate it also passes a server
 /// that requires one.
 pub async fn mutual_tls_with_a_client_certificate_works(connect: &TlsFactory) {
+    if crate::skip_without_tls("mutual_tls_with_a_client_certificate_works") {
+        return;
+    }
     let certs = TestCertificates::generate().or_panic();
     let server = server(&certs, true);
     let how = TlsConnect {
@@ -79,6 +82,9 @@ pub async fn mutual_tls_with_a_client_certificate_works(connect: &TlsFactory) {
 /// trust (its own, or the platform's roots), an expired server certificate, one for another host, and no client
 /// certificate where the server requires one.
 pub async fn refused_certificates_are_typed_errors_within_the_connect_timeout(connect: &TlsFactory) {
+    if crate::skip_without_tls("refused_certificates_are_typed_errors_within_the_connect_timeout") {
+        return;
+    }
     let certs = TestCertificates::generate().or_panic();
     let other_ca = TestCertificates::generate().or_panic();
     let good = server(&certs, false);
