@@ -749,27 +749,31 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_grant_names_its_token_and_is_counted_from_the_last_renewal() {
+    async fn a_grant_names_its_token_and_is_counted_from_the_first_try() {
         let hub = ReleaseHub::local();
         let ttl = Duration::from_secs(3);
         let (tok, peer) = ("a".repeat(32), "b".repeat(32));
         let head = hub.watch_as("c", Some((tok.as_str(), ttl))).await;
         let other = hub.watch_as("c", Some((peer.as_str(), ttl))).await;
-        let sent = std::time::Instant::now();
-        head.renewed(sent, &[]);
+        let first = std::time::Instant::now();
+        head.first_try(first);
+        head.renewed(first, &[]);
+        // A later try, which may have taken a new place after a grant: never the grant's starting point.
+        let later = first + Duration::from_millis(50);
+        head.first_try(later);
+        head.renewed(later, &[]);
         let listener = head.listen_token().unwrap();
         hub.deliver("c", format!("{}+1766000000000001 {tok}", "f".repeat(16)).as_bytes());
         assert!(tokio::time::timeout(Duration::from_millis(100), listener).await.is_ok(), "the grantee is woken");
-        assert_eq!(head.take_grant(), Some(Granted { fence: Some(1_766_000_000_000_001), since: Some(sent) }));
+        assert_eq!(head.take_grant(), Some(Granted { fence: Some(1_766_000_000_000_001), since: Some(first) }));
         assert_eq!(head.take_grant(), None, "a grant is taken once");
         assert_eq!(other.take_grant(), None, "a grant is for its token only");
         // Without a token; and a fence that does not parse, which makes the grant unusable from the announcement.
         hub.deliver("c", format!("o+ {tok}").as_bytes());
-        assert_eq!(head.take_grant(), Some(Granted { fence: None, since: Some(sent) }));
+        assert_eq!(head.take_grant(), Some(Granted { fence: None, since: Some(first) }));
         hub.deliver("c", format!("o+1.7e15 {tok}").as_bytes());
         assert_eq!(head.take_grant(), Some(Granted { fence: None, since: None }));
-        // A peer's try that found the place gone leaves it without a renewal time (a grant may have removed it).
-        hub.place_lost("c", &peer);
+        // A waiter whose first try is not known (a peer's renewals do not tell it) gets no starting point: it tries.
         head.renewed(std::time::Instant::now(), std::slice::from_ref(&peer));
         hub.deliver("c", format!("o+ {peer}").as_bytes());
         assert_eq!(other.take_grant(), Some(Granted { fence: None, since: None }));

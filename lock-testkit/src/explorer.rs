@@ -70,7 +70,9 @@ const LONG_TTL: Duration = Duration::from_secs(3);
 /// How long a key may outlive every guard (background releases run meanwhile).
 const SETTLE: Duration = Duration::from_millis(600);
 /// Free-while-waiting bound when nothing in the schedule can hide a wake-up.
-const TIGHT_BOUND: Duration = Duration::from_millis(120);
+/// A lost wake-up leaves a listening waiter asleep until its safety poll (1 s); a prompt one took 123 ms on a
+/// loaded machine (three test lanes beside two CPU burners), past the 120 ms this bound once was.
+const TIGHT_BOUND: Duration = Duration::from_millis(400);
 /// Free-while-waiting bound where a wake-up may be owed to the backoff (errors, expiring holders, Redlock's split
 /// votes): the backoff cap, jittered, plus slack.
 const LOOSE_BOUND: Duration = Duration::from_millis(800);

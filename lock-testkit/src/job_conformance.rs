@@ -138,18 +138,20 @@ pub async fn job_overrun_without_keep_alive_is_cancelled(s: &Subject) {
 pub async fn job_keep_alive_holds_a_long_run(s: &Subject) {
     let jobs = jobs(s);
     let job = fresh("keepalive");
-    let opts = JobOptions::new(ms(200)).with_keep_alive(RenewPolicy::default());
+    // An `at_most_for` a starved scheduler's renewals survive (200 ms timed out on all five Redlock instances
+    // beside two CPU burners), and a run three times as long.
+    let opts = JobOptions::new(ms(1_000)).with_keep_alive(RenewPolicy::default());
     let running = AtomicBool::new(true);
     let skips = AtomicUsize::new(0);
     let long = async {
-        let outcome = ok(jobs.run(&job, &opts, |_| sleep(ms(600))).await, "the long run");
+        let outcome = ok(jobs.run(&job, &opts, |_| sleep(ms(3_000))).await, "the long run");
         running.store(false, Ordering::SeqCst);
         outcome
     };
     let other = async {
         sleep(ms(20)).await;
         while running.load(Ordering::SeqCst) {
-            let outcome = ok(jobs.run(&job, &JobOptions::new(ms(200)), |_| async {}).await, "the other replica");
+            let outcome = ok(jobs.run(&job, &JobOptions::new(ms(1_000)), |_| async {}).await, "the other replica");
             if running.load(Ordering::SeqCst) {
                 assert!(!ran(&outcome), "the job ran twice while kept alive");
                 skips.fetch_add(1, Ordering::SeqCst);
