@@ -173,20 +173,31 @@ pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connec
     }
 }
 
+/// One plain command through the backend's store (the first word is the key, the rest arguments): the error it
+/// read, if any.
+async fn probe(store: &Arc<dyn LockStore>, command: &'static str, words: &[&str]) -> Option<LockError> {
+    let (keys, args) = words.split_at(words.len().min(1));
+    store.call(lock_core::transport::Call::plain("probe", command, keys, args)).await.err()
+}
+
+/// [`probe`] again every 20 ms until the server refuses it (at most 5 s): the error read, if it came.
+async fn until_refused(store: &Arc<dyn LockStore>, command: &'static str, words: &[&str]) -> Option<LockError> {
+    let t0 = Instant::now();
+    loop {
+        let err = probe(store, command, words).await;
+        if err.is_some() || t0.elapsed() > ms(5_000) {
+            return err;
+        }
+        crate::runtime::sleep(ms(20)).await;
+    }
+}
+
 /// Every server error the library maps, provoked on a real server (Redis 7.x or Valkey 8.x, whichever the fixtures
 /// run) and read through this backend: each is the typed error it means on both servers (issue 40; Valkey words an
 /// ACL refusal inside a script without `NOPERM`, which this backend once reported as a generic `Backend` error).
 /// `TRYAGAIN`, `ASK` and `LOADING` need a slot migration or a slow load caught mid-way; lock-core's unit tests check
 /// both servers' words for them.
 pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
-    use lock_core::transport::Call;
-    // One plain command through the backend: the error it reads, if any.
-    let probe = |store: &Arc<dyn LockStore>, command: &'static str, words: &'static [&'static str]| {
-        let store = store.clone();
-        // The first word is the key, the rest arguments.
-        let (keys, args) = words.split_at(words.len().min(1));
-        async move { store.call(Call::plain("probe", command, keys, args)).await.err() }
-    };
     let transient = |what: &str, err: Option<LockError>| match err {
         Some(err @ LockError::Unavailable { .. }) => assert!(err.is_retryable(), "{what}"),
         other => panic!("{what}: expected a retryable Unavailable, got {other:?}"),
@@ -227,14 +238,7 @@ pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
         // Blocks until the script is killed; its own error is of no interest.
         let _ = crate::resp::command(addr, &["EVAL", "while true do end", "0"], ms(30_000));
     });
-    let t0 = Instant::now();
-    let busy = loop {
-        let err = probe(&store, "GET", &["probe:busy"]).await;
-        if err.is_some() || t0.elapsed() > ms(5_000) {
-            break err;
-        }
-        crate::runtime::sleep(ms(20)).await;
-    };
+    let busy = until_refused(&store, "GET", &["probe:busy"]).await;
     let killed = server.command(&["SCRIPT", "KILL"]);
     transient("BUSY", busy);
     assert!(killed.is_ok(), "SCRIPT KILL: {killed:?}");
@@ -254,15 +258,7 @@ pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
     orphan.wait_for_link(ms(10_000)).or_panic();
     let on_orphan = connect(orphan.url()).await.or_panic();
     drop(primary);
-    let t0 = Instant::now();
-    let down = loop {
-        let err = probe(&on_orphan, "GET", &["probe:stale"]).await;
-        if err.is_some() || t0.elapsed() > ms(5_000) {
-            break err;
-        }
-        crate::runtime::sleep(ms(20)).await;
-    };
-    transient("MASTERDOWN", down);
+    transient("MASTERDOWN", until_refused(&on_orphan, "GET", &["probe:stale"]).await);
 
     // CLUSTERDOWN: a Cluster node that serves no slot.
     let node = RedisServer::builder().with_cluster(true).start().unwrap_or_else(|e| panic!("cluster node: {e}"));
