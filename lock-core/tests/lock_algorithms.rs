@@ -88,6 +88,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// How late a timer may fire on a loaded machine (as `lock_testkit::conformance::STARVED`).
+const STARVED: Duration = Duration::from_secs(1);
+
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !cond() {
@@ -164,7 +167,8 @@ async fn without_notifications_a_waiter_wakes_at_the_holders_expiry() {
     let g =
         lock.acquire("expiry", &LockOptions::new(ms(1_000)).with_wait(ms(5_000)).with_retry(slow_polls)).await.unwrap();
     let waited = t0.elapsed();
-    assert!(waited < ms(700), "waited {waited:?}: the holder's TTL should have woken the waiter");
+    // Below the 2 s poll by far, with a starved scheduler's margin over the 150 ms TTL.
+    assert!(waited < ms(150) + STARVED, "waited {waited:?}: the holder's TTL should have woken the waiter");
     drop((holder, g));
 }
 
@@ -185,7 +189,8 @@ async fn a_release_wakes_one_waiter_promptly() {
     let released = Instant::now();
     holder.release().await.unwrap();
     let (acquired, g) = waiter.await.unwrap();
-    assert!(acquired - released < ms(200), "woken {:?} after release", acquired - released);
+    // Below the 2 s poll by far.
+    assert!(acquired - released < STARVED, "woken {:?} after release", acquired - released);
     g.release().await.unwrap();
 }
 
@@ -239,7 +244,7 @@ async fn failing_renewals_report_loss_at_the_validity_deadline_not_after() {
     let now = Instant::now();
     assert_eq!(reason, LostReason::RenewalFailed);
     assert!(now >= g.valid_until(), "reported before the deadline although the lock might still be held");
-    assert!(now - g.valid_until() < ms(30), "reported {:?} after the deadline", now - g.valid_until());
+    assert!(now - g.valid_until() < STARVED, "reported {:?} after the deadline", now - g.valid_until());
     assert!(faults.extends.load(Ordering::SeqCst) >= 2, "renewal should retry before giving up");
 }
 
@@ -250,20 +255,21 @@ async fn a_key_deleted_behind_the_holders_back_is_lost_at_the_next_renewal() {
     assert_eq!(inner.release(g.keys(), g.token()).await.unwrap(), ReleaseOutcome::Released);
     let t0 = Instant::now();
     assert_eq!(g.lost_signal().lost().await, LostReason::NotHeld);
-    assert!(t0.elapsed() < ms(150), "noticed only after {:?} (renewal every 100 ms)", t0.elapsed());
+    assert!(t0.elapsed() < ms(100) + STARVED, "noticed only after {:?} (renewal every 100 ms)", t0.elapsed());
 }
 
 #[tokio::test]
 async fn a_thousand_renewing_guards_all_stay_held() {
     let (lock, inner, faults, _) = faulty();
     let mut guards = Vec::new();
+    // A TTL whose renewals (every 500 ms) a starved scheduler survives: 300 ms lost one beside two CPU burners.
     for i in 0..1_000 {
-        guards.push(lock.try_acquire(&format!("many{i}"), &renewing(300)).await.unwrap().unwrap());
+        guards.push(lock.try_acquire(&format!("many{i}"), &renewing(1_500)).await.unwrap().unwrap());
     }
-    tokio::time::sleep(ms(700)).await;
+    tokio::time::sleep(ms(2_100)).await;
     assert!(guards.iter().all(|g| !g.is_lost()), "a renewing guard was lost");
     assert_eq!(inner.held_count(), 1_000);
-    assert!(faults.extends.load(Ordering::SeqCst) >= 5_000, "expected ~6 renewals per guard");
+    assert!(faults.extends.load(Ordering::SeqCst) >= 3_000, "expected ~4 renewals per guard");
     for g in guards {
         g.release().await.unwrap();
     }

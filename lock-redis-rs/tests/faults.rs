@@ -480,7 +480,13 @@ fn case07_partitioned_holder_told_before_deadline_waiter_after_expiry() {
             deadline.saturating_duration_since(told),
             got.saturating_duration_since(deadline)
         );
-        assert!(told <= deadline + ms(5), "lost fired {:?} after the deadline", told - deadline);
+        // `is_lost` turns at the deadline exactly; the task awaiting the signal runs when the scheduler gets to it
+        // (7.8 ms late once beside two CPU burners), so the bound is a starved scheduler's.
+        assert!(
+            told <= deadline + lock_testkit::conformance::STARVED,
+            "lost fired {:?} after the deadline",
+            told - deadline
+        );
         assert!(got >= deadline, "the waiter got the lock before the holder's validity ended");
         drop(g);
         w.release().await.unwrap();
