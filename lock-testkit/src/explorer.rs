@@ -610,12 +610,16 @@ impl World {
     /// The semaphore's permits still on `server` (members, slots or grants) that the schedule does not excuse.
     fn sem_left(&self, server: &ScriptedServer) -> Vec<String> {
         let memory = server.memory();
-        let mut left = members(memory, &self.sem_key("exp"));
+        // A permit past its expiry holds nothing (as a read hold, see `rw_left`), its slot and grant entries
+        // neither, until a script purges them (seed 1592595329, beside two CPU burners).
+        let exp = self.sem_key("exp");
+        let mut left = unexpired_members(memory, &exp);
+        let expired: Vec<String> = members(memory, &exp).into_iter().filter(|m| !left.contains(m)).collect();
         for hash in ["slot", "grant"] {
             if let Some(lock_core::Reply::Array(items)) = memory.command(&["HGETALL", &self.sem_key(hash)]) {
                 // `slot` maps slot → token, `grant` token → grant: keep the tokens.
                 let tokens = items.chunks(2).filter_map(|pair| pair.get(usize::from(hash == "slot"))?.as_text());
-                left.extend(tokens.map(str::to_owned));
+                left.extend(tokens.map(str::to_owned).filter(|token| !expired.contains(token)));
             }
         }
         left.retain(|member| !lock_core::Token::parse(member).is_some_and(|token| excused(server, &token)));
