@@ -150,6 +150,18 @@ pub enum LockError {
         slots: usize,
     },
 
+    /// A [fenced write](crate::fenced) presented a fence below the highest its resource has accepted: a newer
+    /// holder has written, so this holder's lock was lost (its lease ran out, another process took it) whether or
+    /// not it has noticed yet. Nothing was written. Stop working on the resource; a retry with the same fence is
+    /// refused again.
+    #[error("fence {presented} is stale: the resource has accepted fence {current} from a newer holder")]
+    StaleFence {
+        /// The fence the write presented.
+        presented: u64,
+        /// The highest fence the resource has accepted.
+        current: u64,
+    },
+
     /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
     /// running on this thread.
     #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
@@ -299,6 +311,7 @@ impl LockError {
             LockError::Quorum { .. } => "quorum",
             LockError::ReplicasShort { .. } => "replicas_short",
             LockError::CrossSlot { .. } => "cross_slot",
+            LockError::StaleFence { .. } => "stale_fence",
             LockError::NoRuntime(_) => "no_runtime",
             LockError::Backend { .. } => "backend",
         }
@@ -315,6 +328,7 @@ impl LockError {
                 | LockError::NoRuntime(_)
                 | LockError::Unsupported(_)
                 | LockError::CrossSlot { .. }
+                | LockError::StaleFence { .. }
         )
     }
 }
@@ -370,6 +384,7 @@ mod tests {
             LockError::Quorum { granted: 1, required: 2, total: 3 },
             LockError::ReplicasShort { acknowledged: 0, required: 1 },
             LockError::CrossSlot { resources: vec!["a".into(), "b".into()], slots: 2 },
+            LockError::StaleFence { presented: 7, current: 9 },
             LockError::NoRuntime("sleep"),
             LockError::backend(client("ERR unknown command")),
         ];
@@ -389,6 +404,7 @@ mod tests {
                 | LockError::Quorum { .. }
                 | LockError::ReplicasShort { .. }
                 | LockError::CrossSlot { .. }
+                | LockError::StaleFence { .. }
                 | LockError::NoRuntime(_)
                 | LockError::Backend { .. } => {}
             }

@@ -51,6 +51,7 @@
 //! | at most N holders at once across replicas, each expiring on its own | [`Semaphore::acquire`] → [`Permit`] |
 //! | many readers or one writer, writers first, a dead reader costing one TTL | [`RwLock::read`] / [`RwLock::write`] → [`ReadGuard`] / [`WriteGuard`] |
 //! | a scheduled job that one replica runs, the others skip | [`JobLock::run`] / [`JobLock::run_tick`] |
+//! | writes to your Redis keys that a paused, stale holder cannot make | [`FencedResource`] (see [`fenced`]) |
 //! | to see who holds a lock, or free a stuck one | [`Lock::inspect`], [`Lock::force_release`] (and `lockctl`, in `lock-redis-rs`); label holders with [`LockOptions::with_holder_label`] |
 //! | traces and metrics | the spans and events listed in [`telemetry`]; its metrics with the `metrics` feature |
 //! | tests without Redis | [`MemoryStore`] |
@@ -81,7 +82,8 @@
 //!
 //! # Safety model
 //! A lease lock cannot by itself protect against a holder that pauses (GC, swap, `SIGSTOP`) past its validity:
-//! use the [`FencingToken`] of each acquisition at the protected resource, and watch the [`LostSignal`].
+//! use the [`FencingToken`] of each acquisition at the protected resource ([`FencedResource`] does so for Redis
+//! keys; the [`fenced`] module shows the rule for SQL and object stores), and watch the [`LostSignal`].
 //!
 //! # Feature flags
 #![doc = document_features::document_features!()]
@@ -93,6 +95,7 @@ mod distributed_lock;
 pub mod election;
 mod error;
 mod fair;
+pub mod fenced;
 mod holder;
 mod inflight;
 pub mod job;
@@ -125,6 +128,7 @@ pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, LockS
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use error::{AclRefusal, BoxError, LockError, PlainTextServer, Report, Result};
+pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
 pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};

@@ -1908,6 +1908,7 @@ pub static ALL: &[&Script] = &[
     &RW_RELEASE,
     &RW_EXTEND,
     &RW_STATE,
+    &crate::fenced::FENCED_WRITE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

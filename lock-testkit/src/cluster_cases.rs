@@ -457,3 +457,42 @@ pub async fn multi_resource_ordered_is_all_or_nothing_under_contention(store: &S
     assert!(!any_lock_key(cluster, &names[0]) && !any_lock_key(cluster, &names[2]), "a partial set was left");
     middle.release().await.or_panic();
 }
+
+/// Fenced writes on Cluster: the conformance rules hold with guards spread over every primary (each guard's writes
+/// routed to its slot's owner), and a write to a key outside the guard's slot is refused before any I/O.
+pub async fn fenced_writes_run_on_every_primary_and_stay_in_the_guards_slot(store: &StoreFactory) {
+    let cluster = shared();
+    let lock = Lock::from_arc(store(cluster).await);
+    let subject = crate::Subject::new(lock.clone());
+    crate::fenced_conformance::fenced_write_refuses_a_holder_whose_lease_ran_out(&subject).await;
+    crate::fenced_conformance::fenced_read_modify_write_loses_no_update_in_any_interleaving(&subject).await;
+    crate::fenced_conformance::fenced_writes_cancelled_anywhere_keep_the_fence_order(&subject).await;
+
+    let data = store(cluster).await;
+    let mut primaries = BTreeSet::new();
+    for i in 0..48 {
+        let tag = format!("fenced-spread-{i}-{:08x}", rand::random::<u32>());
+        let guard = format!("{{{tag}}}:guard");
+        primaries.insert(cluster.primary_for_key(&guard).or_panic());
+        let r = lock_core::FencedResource::from_arc(data.clone(), &guard).or_panic();
+        let fence = lock_core::FencingToken::new(10);
+        r.set(fence, &format!("{{{tag}}}:v"), "x").await.or_panic();
+        match r.set(lock_core::FencingToken::new(9), &format!("{{{tag}}}:v"), "y").await {
+            Err(LockError::StaleFence { presented: 9, current: 10 }) => {}
+            other => panic!("{guard}: a stale fence on its primary: {other:?}"),
+        }
+        // A key of its own (no hash tag) is in another slot: refused before any I/O, the guard unchanged.
+        match r.set(lock_core::FencingToken::new(11), &format!("elsewhere-{tag}"), "z").await {
+            Err(LockError::InvalidArgument(message)) => assert!(message.contains("slot"), "{message}"),
+            other => panic!("a key outside the guard's slot: {other:?}"),
+        }
+        assert_eq!(r.current().await.or_panic(), Some(fence));
+        // A key without a hash tag goes with a guard that wraps its name in braces (the module docs' rule).
+        let plain = format!("balance-{tag}");
+        let beside = lock_core::FencedResource::from_arc(data.clone(), &format!("{{{plain}}}:guard")).or_panic();
+        assert_eq!(beside.incr_by(fence, &plain, 5).await.or_panic(), 5);
+        assert_eq!(beside.del(fence, &[&plain]).await.or_panic(), 1);
+        r.del(fence, &[&format!("{{{tag}}}:v")]).await.or_panic();
+    }
+    assert!(primaries.len() > 1, "every guard landed on one primary: the case spreads nothing");
+}

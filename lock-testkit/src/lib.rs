@@ -51,6 +51,7 @@ pub mod election_cases;
 pub mod election_conformance;
 pub mod explorer;
 pub mod fair_conformance;
+pub mod fenced_conformance;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
@@ -227,6 +228,7 @@ macro_rules! conformance_tests {
         $crate::election_tests!($runtime, $subject);
         $crate::semaphore_tests!($runtime, $subject);
         $crate::rwlock_tests!($runtime, $subject);
+        $crate::fenced_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $(
@@ -425,6 +427,38 @@ macro_rules! rwlock_fault_tests {
             a_retried_acquire_returns_the_same_grant,
             ten_thousand_cancelled_acquires_leave_nothing_behind,
         );
+    };
+}
+
+/// Writes one `#[test]` per fenced-write case of [`fenced_conformance`] ([`conformance_tests!`] includes them).
+///
+/// `fenced_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the subject must wrap a [`lock_core::Lock`]
+/// ([`Subject::engine`]).
+#[macro_export]
+macro_rules! fenced_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::fenced_tests!(@cases $runtime, $subject;
+            fenced_write_refuses_a_holder_whose_lease_ran_out,
+            fenced_read_modify_write_loses_no_update_in_any_interleaving,
+            fenced_writes_take_every_primitives_fence,
+            fenced_writes_cancelled_anywhere_keep_the_fence_order,
+            fenced_write_of_another_type_is_typed_and_fences_compare_exactly,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::runtime::$runtime(async {
+                    let subject: $crate::Subject = $subject.await;
+                    if let Some(reason) = subject.skip_reason() {
+                        $crate::report_skip(stringify!($case), reason);
+                        return;
+                    }
+                    $crate::fenced_conformance::$case(&subject).await;
+                });
+            }
+        )*
     };
 }
 
@@ -630,6 +664,7 @@ macro_rules! cluster_tests {
             multi_resource_cross_slot_is_rejected_before_io,
             multi_resource_ordered_is_all_or_nothing_under_contention,
             a_release_names_the_waiting_process_on_its_shard,
+            fenced_writes_run_on_every_primary_and_stay_in_the_guards_slot,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
@@ -652,6 +687,7 @@ macro_rules! sentinel_tests {
             failover_trials_with_and_without_replica_ack,
             lost_grant_is_granted_again_and_its_fencing_token_may_repeat,
             readonly_from_demoted_primary_is_retryable_once,
+            fenced_writes_hold_behind_sentinel,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -340,3 +340,12 @@ pub async fn readonly_from_demoted_primary_is_retryable_once(store: &StoreFactor
 fn println_report(line: &str) {
     println!("{line}");
 }
+
+/// Fenced writes behind Sentinel: the conformance rules hold on the primary the Sentinels name.
+pub async fn fenced_writes_hold_behind_sentinel(store: &StoreFactory) {
+    let deployment = shared();
+    let subject = crate::Subject::new(Lock::from_arc(store(deployment).await));
+    crate::fenced_conformance::fenced_write_refuses_a_holder_whose_lease_ran_out(&subject).await;
+    crate::fenced_conformance::fenced_read_modify_write_loses_no_update_in_any_interleaving(&subject).await;
+    crate::fenced_conformance::fenced_writes_cancelled_anywhere_keep_the_fence_order(&subject).await;
+}

@@ -28,6 +28,8 @@ enum Value {
     Str(Vec<u8>),
     Hash(Hash),
     ZSet(ZSet),
+    /// A list ([fenced writes](crate::fenced) append to the caller's lists).
+    List(Vec<Vec<u8>>),
 }
 
 #[derive(Clone, Debug)]
@@ -115,6 +117,14 @@ impl Keyspace {
         }
     }
 
+    fn list(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut Vec<Vec<u8>>>, String> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry { value: Value::List(l), .. }) => Ok(Some(l)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
     /// The members of the sorted set under `key` in Redis's order: by score, then by member.
     fn ranked(&mut self, key: &[u8], now: Instant) -> Result<Vec<(Vec<u8>, f64)>, String> {
         let mut members: Vec<(Vec<u8>, f64)> =
@@ -167,6 +177,7 @@ impl Keyspace {
                     Some(Value::Str(_)) => "string",
                     Some(Value::Hash(_)) => "hash",
                     Some(Value::ZSet(_)) => "zset",
+                    Some(Value::List(_)) => "list",
                 }
                 .to_owned(),
             )),
@@ -260,6 +271,32 @@ impl Keyspace {
                     self.entries.remove(key);
                 }
                 Ok(Reply::Int(i64::try_from(removed).unwrap_or(i64::MAX)))
+            }
+            "RPUSH" => {
+                let key = arg(0)?;
+                if rest.len() < 2 {
+                    return Err(arity(&name));
+                }
+                if self.list(key, now)?.is_none() {
+                    self.entries.insert(key.to_vec(), Entry { value: Value::List(Vec::new()), expires: None });
+                }
+                let list = self.list(key, now)?.ok_or_else(|| arity(&name))?;
+                list.extend(rest[1..].iter().cloned());
+                Ok(Reply::Int(i64::try_from(list.len()).unwrap_or(i64::MAX)))
+            }
+            "LLEN" => {
+                let len = self.list(arg(0)?, now)?.map_or(0, |l| l.len());
+                Ok(Reply::Int(i64::try_from(len).unwrap_or(i64::MAX)))
+            }
+            "LRANGE" => {
+                let (start, stop) = (int_arg(arg(1)?)?, int_arg(arg(2)?)?);
+                let list = self.list(arg(0)?, now)?.cloned().unwrap_or_default();
+                let len = i64::try_from(list.len()).unwrap_or(i64::MAX);
+                let from_end = |i: i64| if i < 0 { len.saturating_add(i) } else { i };
+                let (start, stop) = (from_end(start).max(0), from_end(stop).min(len.saturating_sub(1)));
+                let range = usize::try_from(start).ok().zip(usize::try_from(stop).ok()).filter(|(a, b)| a <= b);
+                let items = range.and_then(|(a, b)| list.get(a..=b)).unwrap_or_default();
+                Ok(Reply::Array(items.iter().cloned().map(Reply::Bulk).collect()))
             }
             "ZADD" => self.zadd(rest, now),
             "ZREM" => {
@@ -500,6 +537,19 @@ mod tests {
         assert!(run(&mut ks, &["SET", "k", "v", "PX", "0"]).is_err());
         assert!(run(&mut ks, &["EVAL"]).is_err());
         // SET … GET answers the old value; KEEPTTL keeps the expiry; a hash is refused before any write.
+        assert_eq!(run(&mut ks, &["RPUSH", "l", "a", "b"]), Ok(Reply::Int(2)));
+        assert_eq!(run(&mut ks, &["RPUSH", "l", "c"]), Ok(Reply::Int(3)));
+        let bulks = |items: &[&str]| Reply::Array(items.iter().map(|i| Reply::Bulk(i.as_bytes().to_vec())).collect());
+        assert_eq!(run(&mut ks, &["LRANGE", "l", "0", "-1"]), Ok(bulks(&["a", "b", "c"])));
+        assert_eq!(run(&mut ks, &["LRANGE", "l", "1", "1"]), Ok(bulks(&["b"])));
+        assert_eq!(run(&mut ks, &["LRANGE", "l", "-2", "9"]), Ok(bulks(&["b", "c"])));
+        assert_eq!(run(&mut ks, &["LRANGE", "l", "2", "1"]), Ok(bulks(&[])));
+        assert_eq!(run(&mut ks, &["LRANGE", "nope", "0", "-1"]), Ok(bulks(&[])));
+        assert_eq!(run(&mut ks, &["LLEN", "l"]), Ok(Reply::Int(3)));
+        assert_eq!(run(&mut ks, &["TYPE", "l"]), Ok(Reply::Status("list".into())));
+        assert_eq!(run(&mut ks, &["HSET", "hl", "f", "v"]), Ok(Reply::Int(1)));
+        assert_eq!(run(&mut ks, &["RPUSH", "hl", "x"]), Err(WRONGTYPE.to_owned()));
+        assert_eq!(run(&mut ks, &["GET", "l"]), Err(WRONGTYPE.to_owned()));
         assert_eq!(run(&mut ks, &["SET", "g", "1", "PX", "5000"]), Ok(ok()));
         assert_eq!(run(&mut ks, &["SET", "g", "2", "KEEPTTL", "GET"]), Ok(Reply::Bulk(b"1".to_vec())));
         assert!(matches!(run(&mut ks, &["PTTL", "g"]), Ok(Reply::Int(t)) if t > 4000));

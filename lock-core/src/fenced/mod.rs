@@ -1,0 +1,370 @@
+//! Fenced writes: a write to your own Redis keys that the server refuses when a newer holder has written.
+//!
+//! A lease cannot stop a holder that pauses after its last check (a GC pause, `SIGSTOP`, a slow link): its lease
+//! expires, another process takes the lock, and the old holder wakes up and writes. The cure is a resource that
+//! checks the fencing token. A [`FencedResource`] is such a resource on Redis: a **guard** key remembers the
+//! highest fence that wrote through it, and every write presents its holder's fence and runs in one script with the
+//! check. A fence at least the guard's is applied and becomes the guard's; a lower one is refused with
+//! [`LockError::StaleFence`] and changes nothing.
+//!
+//! ```
+//! use lock_core::fenced::FencedResource;
+//! use lock_core::{Lock, LockError, LockOptions, MemoryStore};
+//! use std::time::Duration;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lock_core::Result<()> {
+//! let store = MemoryStore::new();
+//! let lock = Lock::new(store.clone());
+//! let orders = FencedResource::new(store, "{orders}:fence")?;
+//!
+//! let options = LockOptions::new(Duration::from_secs(5));
+//! let old = lock.acquire("orders", &options).await?;
+//! let old_fence = old.fencing_token().expect("fencing is on by default");
+//! old.release().await?; // ... say this holder paused here instead, and its lease ran out ...
+//! let new = lock.acquire("orders", &options).await?;
+//! let new_fence = new.fencing_token().expect("fencing is on by default");
+//!
+//! let total = orders.get(new_fence, "{orders}:total").await?; // a read records the fence too
+//! assert_eq!(total, None);
+//! orders.set(new_fence, "{orders}:total", "42").await?;
+//! // The old holder wakes up and writes: refused, and the total stays 42.
+//! match orders.set(old_fence, "{orders}:total", "41").await {
+//!     Err(LockError::StaleFence { presented, current }) => assert!(presented < current),
+//!     other => panic!("a stale write went through: {other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Choosing the guard
+//! One guard per thing a lock protects, written by every write to it: once a holder has written any of its keys,
+//! an older holder can write none of them (a guard per key would let the old holder overwrite a key the new one
+//! only read). Name it beside the data:
+//! - on a single server or behind Sentinel, any key name works;
+//! - on Redis Cluster, the guard and every key a write touches must hash to one slot, which Redis decides by the
+//!   key's hash tag: keys `{orders}:total` and `{orders}:items` go with guard `{orders}:fence`. For one key that
+//!   has no hash tag, such as `balance`, wrap its whole name in braces: `{balance}:fence` hashes as `balance` does.
+//!   A write to a key in another slot is refused before any I/O.
+//!
+//! The guard never expires: it is your data's history, and a guard that vanished would let a stale holder write
+//! once more. Delete it with the data. On a restart without persistence it goes with the data it guards; after a
+//! failover it travels with it too (the script's writes replicate as one unit), so data and guard always agree.
+//!
+//! # Which fence
+//! Every primitive hands one out: [`Guard::fencing_token`](crate::Guard::fencing_token) (or
+//! [`Guard::fence`](crate::Guard::fence) with on-demand fencing), a multi-lock's per resource, a permit's (one guard
+//! per slot: the permits of different slots are meant to write side by side), a write lock's, an election's term,
+//! a job run's. Fences of one lock only: a guard compares numbers, and another lock's are unrelated to them.
+//!
+//! # Outside Redis
+//! The same rule works in any store that can compare and write in one step. SQL:
+//! `UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3`, where zero rows updated means a
+//! newer holder has written (the `examples` crate runs this against SQLite). An object store: write only if the
+//! fence in the object's metadata is not above yours, with the store's conditional put.
+//!
+//! # Errors and retries
+//! A timed-out or cut-off write may have been applied. Retrying with the same fence is safe for
+//! [`set`](FencedResource::set), [`hset`](FencedResource::hset), [`del`](FencedResource::del) and
+//! [`get`](FencedResource::get) and [`observe`](FencedResource::observe) (applying them twice is applying them once), not for
+//! [`incr_by`](FencedResource::incr_by), [`rpush`](FencedResource::rpush) or [`get_set`](FencedResource::get_set).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{LockError, Result};
+use crate::lock::DEFAULT_OPERATION_TIMEOUT;
+use crate::store::LockStore;
+use crate::token::FencingToken;
+use crate::transport::{Call, Reply, Script, Topology};
+
+/// The script of every fenced write: check the guard, apply the write, move the guard (see `write.lua`).
+pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("write.lua"));
+
+/// The longest key name a fenced write accepts, in bytes.
+pub const MAX_KEY: usize = 16 * 1024;
+
+/// The most fields, values or keys one fenced write takes (each is a script argument).
+pub const MAX_ITEMS: usize = 1024;
+
+/// Keys of yours that only the holder of the newest fence may write: see the [module docs](self).
+///
+/// Cheap to clone (clones share the store).
+#[derive(Clone)]
+pub struct FencedResource {
+    store: Arc<dyn LockStore>,
+    guard: Arc<str>,
+    operation_timeout: Duration,
+}
+
+impl fmt::Debug for FencedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedResource")
+            .field("guard", &self.guard)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One write, as the script takes it.
+struct Write<'a> {
+    operation: &'static str,
+    name: &'static str,
+    keys: &'a [&'a str],
+    args: Vec<&'a str>,
+}
+
+impl FencedResource {
+    /// The resource whose guard is the key `guard` on `store`.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty guard name or one longer than [`MAX_KEY`].
+    pub fn new(store: impl LockStore, guard: &str) -> Result<Self> {
+        Self::from_arc(Arc::new(store), guard)
+    }
+
+    /// As [`new`](Self::new), on a shared store (for instance [`Lock::stores`](crate::Lock::stores)' first).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn from_arc(store: Arc<dyn LockStore>, guard: &str) -> Result<Self> {
+        check_key(guard)?;
+        Ok(FencedResource { store, guard: guard.into(), operation_timeout: DEFAULT_OPERATION_TIMEOUT })
+    }
+
+    /// Bounds each call to the store (default [`DEFAULT_OPERATION_TIMEOUT`]).
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// The guard's key.
+    pub fn guard(&self) -> &str {
+        &self.guard
+    }
+
+    /// `GET key`, if `fence` is not stale, recording `fence`: from then on no older holder can change what this
+    /// one read. A read-modify-write under a lock reads with this and writes with [`set`](Self::set); a read that
+    /// records nothing would let an older holder's write land between this holder's read and its write, and be
+    /// overwritten (a lost update the guard cannot see).
+    ///
+    /// # Errors
+    /// As [`set`](Self::set).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the fence recorded; retrying it is safe.
+    pub async fn get(&self, fence: FencingToken, key: &str) -> Result<Option<String>> {
+        let keys = [key];
+        let write = Write { operation: "fenced-get", name: "get", keys: &keys, args: Vec::new() };
+        optional_text(self.apply(fence, write).await?)
+    }
+
+    /// `SET key value`, if `fence` is not stale.
+    ///
+    /// # Errors
+    /// [`LockError::StaleFence`] when a newer fence has written (nothing changed); [`LockError::WrongType`] when the
+    /// guard or `key` holds a value of another type; [`LockError::InvalidArgument`] for a bad key (see
+    /// [`MAX_KEY`]) or, on Redis Cluster, a key outside the guard's slot, before any I/O; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the write applied; retrying it with the same fence is safe.
+    pub async fn set(&self, fence: FencingToken, key: &str, value: &str) -> Result<()> {
+        let keys = [key];
+        self.apply(fence, Write { operation: "fenced-set", name: "set", keys: &keys, args: vec![value] })
+            .await
+            .map(drop)
+    }
+
+    /// `SET key value GET`, if `fence` is not stale: the value it replaced, `None` when there was none.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the write applied; a retry then returns the value it wrote.
+    pub async fn get_set(&self, fence: FencingToken, key: &str, value: &str) -> Result<Option<String>> {
+        let keys = [key];
+        let write = Write { operation: "fenced-get-set", name: "get-set", keys: &keys, args: vec![value] };
+        optional_text(self.apply(fence, write).await?)
+    }
+
+    /// `HSET key field value …`, if `fence` is not stale: how many fields were new.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set); [`LockError::InvalidArgument`] for no fields or more than [`MAX_ITEMS`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the write applied; retrying it with the same fence is safe.
+    pub async fn hset(&self, fence: FencingToken, key: &str, fields: &[(&str, &str)]) -> Result<u64> {
+        check_items(fields.len())?;
+        let keys = [key];
+        let args = fields.iter().flat_map(|(field, value)| [*field, *value]).collect();
+        let reply = self.apply(fence, Write { operation: "fenced-hset", name: "hset", keys: &keys, args }).await?;
+        count(&reply)
+    }
+
+    /// `DEL key …`, if `fence` is not stale: how many keys existed.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set); [`LockError::InvalidArgument`] for no keys or more than [`MAX_ITEMS`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the write applied; retrying it with the same fence is safe.
+    pub async fn del(&self, fence: FencingToken, keys: &[&str]) -> Result<u64> {
+        check_items(keys.len())?;
+        let reply = self.apply(fence, Write { operation: "fenced-del", name: "del", keys, args: Vec::new() }).await?;
+        count(&reply)
+    }
+
+    /// `INCRBY key by`, if `fence` is not stale: the new value.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set); a key that holds no integer is the store's error, and nothing changes.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the increment applied: do not retry it blindly.
+    pub async fn incr_by(&self, fence: FencingToken, key: &str, by: i64) -> Result<i64> {
+        let keys = [key];
+        let by = by.to_string();
+        let write = Write { operation: "fenced-incrby", name: "incrby", keys: &keys, args: vec![by.as_str()] };
+        let reply = self.apply(fence, write).await?;
+        reply.as_int().ok_or_else(|| unexpected(&reply))
+    }
+
+    /// `RPUSH key value …` (append to a list), if `fence` is not stale: the list's new length.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set); [`LockError::InvalidArgument`] for no values or more than [`MAX_ITEMS`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the values appended: do not retry it blindly.
+    pub async fn rpush(&self, fence: FencingToken, key: &str, values: &[&str]) -> Result<u64> {
+        check_items(values.len())?;
+        let keys = [key];
+        let write = Write { operation: "fenced-rpush", name: "rpush", keys: &keys, args: values.to_vec() };
+        count(&self.apply(fence, write).await?)
+    }
+
+    /// Records `fence` without writing, if it is not stale. A holder that reads before it writes calls this
+    /// first: from then on no older holder can write what it read.
+    ///
+    /// # Errors
+    /// [`LockError::StaleFence`] when a newer fence has written; [`LockError::WrongType`] for a guard of another
+    /// type; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the fence recorded; retrying it is safe.
+    pub async fn observe(&self, fence: FencingToken) -> Result<()> {
+        let write = Write { operation: "fenced-observe", name: "observe", keys: &[], args: Vec::new() };
+        self.apply(fence, write).await.map(drop)
+    }
+
+    /// The highest fence this resource has accepted, `None` before the first write.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`] for a guard of another type; the store's errors.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn current(&self) -> Result<Option<FencingToken>> {
+        let keys = [&*self.guard];
+        let call = Call::plain("fenced-current", "GET", &keys, &[]);
+        let ran = crate::rt::timeout("fenced-current", self.operation_timeout, self.store.call(call)).await??;
+        match &ran.reply {
+            Reply::Nil => Ok(None),
+            reply => {
+                reply.as_text().and_then(parse_fence).map(|fence| Some(FencingToken::new(fence))).ok_or_else(|| {
+                    LockError::WrongType {
+                        key: self.guard.to_string(),
+                        source: format!("fence guard {} holds a value that is not a fence", self.guard).into(),
+                    }
+                })
+            }
+        }
+    }
+
+    async fn apply(&self, fence: FencingToken, write: Write<'_>) -> Result<Reply> {
+        for key in write.keys {
+            check_key(key)?;
+            if *key == &*self.guard {
+                return Err(LockError::invalid(format!("a fenced write to its own guard {key:?}")));
+            }
+        }
+        if self.store.topology() == Topology::Cluster {
+            let slot = crate::target::slot(&self.guard);
+            if let Some(key) = write.keys.iter().find(|key| crate::target::slot(key) != slot) {
+                return Err(LockError::invalid(format!(
+                    "key {key:?} is in another Redis Cluster slot than its fence guard {:?}: give them one hash tag",
+                    self.guard
+                )));
+            }
+        }
+        let presented = fence.get().to_string();
+        let mut keys = Vec::with_capacity(write.keys.len().saturating_add(1));
+        keys.push(&*self.guard);
+        keys.extend_from_slice(write.keys);
+        let mut args = Vec::with_capacity(write.args.len().saturating_add(2));
+        args.push(presented.as_str());
+        args.push(write.name);
+        args.extend_from_slice(&write.args);
+        let call = Call::script(write.operation, &FENCED_WRITE, &keys, &args);
+        let ran = crate::rt::timeout(write.operation, self.operation_timeout, self.store.call(call)).await??;
+        match ran.reply {
+            Reply::Array(items) => {
+                let mut items = items.into_iter();
+                match (items.next().as_ref().and_then(Reply::as_int), items.next(), items.next()) {
+                    (Some(1), Some(reply), None) => Ok(reply),
+                    (Some(0), Some(current), None) => {
+                        let current = current.as_text().and_then(parse_fence);
+                        match current {
+                            Some(current) => Err(LockError::StaleFence { presented: fence.get(), current }),
+                            None => Err(LockError::backend(format!(
+                                "unexpected guard in the fenced-write script's refusal: {current:?}"
+                            ))),
+                        }
+                    }
+                    _ => Err(LockError::backend("unexpected reply to the fenced-write script")),
+                }
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY {
+        return Err(LockError::invalid(format!("a fenced key's name must be 1 to {MAX_KEY} bytes")));
+    }
+    Ok(())
+}
+
+fn check_items(n: usize) -> Result<()> {
+    if n == 0 || n > MAX_ITEMS {
+        return Err(LockError::invalid(format!("a fenced write takes 1 to {MAX_ITEMS} items")));
+    }
+    Ok(())
+}
+
+/// A fence as the guard holds it: a decimal `u64`.
+fn parse_fence(text: &str) -> Option<u64> {
+    text.parse().ok()
+}
+
+fn optional_text(reply: Reply) -> Result<Option<String>> {
+    match reply {
+        Reply::Nil => Ok(None),
+        reply => reply.to_text_lossy().map(Some).ok_or_else(|| unexpected(&reply)),
+    }
+}
+
+fn count(reply: &Reply) -> Result<u64> {
+    reply.as_int().and_then(|n| u64::try_from(n).ok()).ok_or_else(|| unexpected(reply))
+}
+
+fn unexpected(reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to the fenced-write script: {reply:?}"))
+}
+
+#[cfg(test)]
+mod tests;
