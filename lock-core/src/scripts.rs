@@ -1128,7 +1128,9 @@ return {0}
 /// process up (`line_up`, as a mutex's try). A resignation names the first waiting process and promises it the
 /// election for the grace (see [`RESIGN`]); a free election found while the first waiting process is another one
 /// (the leader's lease ran out) is handed over the same way by whichever try finds it. While a promise lives, only
-/// the promised process is elected; the others, the one that resigned included, line up behind. So the process
+/// the promised process is elected; the others, the one that resigned included, line up behind. The turn is the
+/// process's (`ARGV[6]`), whichever of its tries takes it: one that does not line up, or one made after the
+/// candidate that lined the process up was cut off. So the process
 /// that waited longest is elected at the next hand-over, and one with k processes ahead of it within k + 1.
 pub static ELECT: Script = Script::new(
     "elect",
@@ -1191,14 +1193,21 @@ if holder then
   return {0, pttl}
 end
 local grace = tonumber(ARGV[9] or '')
+-- Whether it is this process's turn: the election is promised to it, or it is first in line. Its process, not its
+-- candidacy: a try that does not line up (try_campaign) is as much that process's as a waiting campaign's, and a
+-- campaign cut off after lining up leaves its process first in line with nothing waiting to take the promise.
+local turn = false
 if grace and KEYS[7] and KEYS[9] then
   local left = false
-  if promised and promised ~= me then
+  if promised and promised ~= ARGV[6] then
     left = redis.call('PTTL', KEYS[8])
-  elseif not promised then
+  elseif promised then
+    turn = true
+  else
     local firsts = redis.pcall('ZRANGE', KEYS[7], 0, 0)
     local first = type(firsts) == 'table' and not firsts.err and firsts[1]
-    if first and first ~= me then
+    turn = first == ARGV[6]
+    if first and not turn then
       -- The leader's lease ran out with processes waiting: the first of them is promised the election.
       redis.call('ZREM', KEYS[7], first)
       redis.call('SET', KEYS[8], first, 'PX', string.format('%d', grace))
@@ -1221,8 +1230,8 @@ if not floor then
   floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
 local term = advance(KEYS[2], current, floor)
-if KEYS[7] and me ~= '' then
-  redis.pcall('ZREM', KEYS[7], me)
+if KEYS[7] and (me ~= '' or turn) then
+  redis.pcall('ZREM', KEYS[7], ARGV[6])
 end
 if promised then
   redis.call('DEL', KEYS[8])

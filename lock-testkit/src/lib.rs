@@ -298,6 +298,7 @@ macro_rules! election_tests {
             election_lost_leader_cannot_proclaim,
             election_lead_campaigns_again_after_a_loss,
             election_cancelled_campaigns_leave_nothing_behind,
+            election_a_cut_off_candidate_keeps_no_claim,
             election_refuses_bad_input_before_io,
         );
     };
