@@ -171,6 +171,10 @@ fn worker_entry() {
         fair_worker(id, &dir);
         return;
     }
+    if env(ROLE) == "lock-set" {
+        lock_set_worker(id, &dir, ttl);
+        return;
+    }
     if env(ROLE) == "job" {
         // A job run that the test kills mid-work (case 15).
         runtime().block_on(async move {
@@ -1286,5 +1290,202 @@ fn server_text(server: &RedisServer, command: &[&str]) -> String {
     match server.command(command).unwrap() {
         Reply::Int(n) => n.to_string(),
         other => other.as_text().unwrap_or_default().to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The lock-set workload: fenced writes at the resource
+
+const LOCK_SET_PRIMITIVE: &str = "FAULTS_LOCK_SET_PRIMITIVE";
+const LOCK_SET_GUARDED: &str = "FAULTS_LOCK_SET_GUARDED";
+const LOCK_SET_NAME: &str = "faults-lock-set";
+const LOCK_SET_DATA: &str = "{faults-lock-set}:data";
+const LOCK_SET_GUARD: &str = "{faults-lock-set}:guard";
+/// The worker that is paused (`SIGSTOP`) between its read and its write, on its second add.
+const PAUSED_WORKER: u32 = 1;
+
+/// What a lock-set worker holds while it adds: a lock, a permit of a one-slot semaphore, or an election's leadership.
+enum Held {
+    Lock(lock_core::Guard),
+    Permit(lock_core::Permit),
+    Leader(lock_core::Leadership),
+}
+
+impl Held {
+    async fn take(primitive: &str, lock: &Lock, id: u32, ttl: Duration) -> Held {
+        let opts = LockOptions::new(ttl).with_wait(ms(60_000));
+        match primitive {
+            "lock" => Held::Lock(lock.acquire(LOCK_SET_NAME, &opts).await.unwrap()),
+            "semaphore" => {
+                let sem = lock_core::Semaphore::new(lock.clone(), LOCK_SET_NAME, 1).unwrap();
+                Held::Permit(sem.acquire(1, &opts).await.unwrap())
+            }
+            "election" => {
+                let timing = lock_core::ElectionOptions::default()
+                    .with_lease(ttl)
+                    .with_renew_deadline(ttl * 2 / 3)
+                    .with_retry_period(ms(20));
+                let election = lock_core::Election::new(lock.clone(), LOCK_SET_NAME, timing).unwrap();
+                Held::Leader(election.campaign(&format!("worker-{id}"), "").await.unwrap())
+            }
+            other => panic!("unknown primitive {other}"),
+        }
+    }
+
+    fn fence(&self) -> lock_core::FencingToken {
+        match self {
+            Held::Lock(g) => g.fencing_token().unwrap(),
+            Held::Permit(p) => p.fencing_token().unwrap(),
+            Held::Leader(l) => l.term(),
+        }
+    }
+
+    /// Gives the hold back; a hold that was lost meanwhile (the paused worker's) is not an error here.
+    async fn release(self) {
+        let _ = match self {
+            Held::Lock(g) => g.release().await,
+            Held::Permit(p) => p.release().await,
+            Held::Leader(l) => l.resign().await,
+        };
+    }
+}
+
+async fn until_file(path: &std::path::Path, limit: Duration) {
+    let t0 = Instant::now();
+    while !path.exists() {
+        assert!(t0.elapsed() < limit, "{} never appeared", path.display());
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// One worker of the Jepsen `lock-set` workload: under the primitive, read the set (a comma list), add its own
+/// element, write it back; guarded, through a [`lock_core::FencedResource`] (read and write both present the
+/// hold's fence), else with plain `GET` and `SET`. Records each add it was told succeeded (`ack`) or that the guard
+/// refused (`refused`). The paused worker stops after three adds; the others add until the test says finish.
+fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
+    let primitive = env(LOCK_SET_PRIMITIVE);
+    let guarded = env(LOCK_SET_GUARDED) == "1";
+    runtime().block_on(async move {
+        let lock = single(&env(URL)).await;
+        let data = lock.stores()[0].clone();
+        let fenced = lock_core::FencedResource::from_arc(data.clone(), LOCK_SET_GUARD).unwrap();
+        let mut log = String::new();
+        for add in 0.. {
+            if (id == PAUSED_WORKER && add == 3) || (id != PAUSED_WORKER && dir.join("finish").exists()) {
+                break;
+            }
+            let element = format!("{id}.{add}");
+            let held = Held::take(&primitive, &lock, id, ttl).await;
+            let fence = held.fence();
+            let read = if guarded {
+                match fenced.get(fence, LOCK_SET_DATA).await {
+                    Ok(value) => Some(value.unwrap_or_default()),
+                    Err(LockError::StaleFence { .. }) => None,
+                    Err(err) => panic!("fenced read: {err}"),
+                }
+            } else {
+                let call = lock_core::Call::plain("read", "GET", &[LOCK_SET_DATA], &[]);
+                Some(data.call(call).await.unwrap().reply.to_text_lossy().unwrap_or_default())
+            };
+            if id == PAUSED_WORKER && add == 1 {
+                // The test SIGSTOPs us here, past our lease, and lets us go on once the others have added.
+                std::fs::write(dir.join("paused"), b"").unwrap();
+                until_file(&dir.join("go"), ms(60_000)).await;
+            }
+            let written = match read {
+                None => false,
+                Some(before) => {
+                    let after = if before.is_empty() { element.clone() } else { format!("{before},{element}") };
+                    if guarded {
+                        match fenced.set(fence, LOCK_SET_DATA, &after).await {
+                            Ok(()) => true,
+                            Err(LockError::StaleFence { .. }) => false,
+                            Err(err) => panic!("fenced write: {err}"),
+                        }
+                    } else {
+                        let args = [after.as_str()];
+                        data.call(lock_core::Call::plain("write", "SET", &[LOCK_SET_DATA], &args)).await.unwrap();
+                        true
+                    }
+                }
+            };
+            log.push_str(&format!("{} {element}\n", if written { "ack" } else { "refused" }));
+            held.release().await;
+            tokio::time::sleep(ms(5)).await;
+        }
+        std::fs::write(dir.join(format!("log-{id}")), log).unwrap();
+        std::fs::write(dir.join(format!("done-{id}")), b"").unwrap();
+    });
+}
+
+fn set_members(server: &RedisServer) -> Vec<String> {
+    server_text(server, &["GET", LOCK_SET_DATA]).split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect()
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(ms(5));
+    }
+}
+
+/// Case 23 — the Jepsen `lock-set` workload (issue 37): three worker processes read-modify-write one set under a
+/// lock, a one-slot semaphore and an election in turn, and one holder is frozen (`SIGSTOP`) between its read and
+/// its write until its lease has run out and the others have added. Without the guard its late write clobbers
+/// their adds (the case asserts it sees a loss: the workload bites); through a `FencedResource` the late write is
+/// refused and no acknowledged add is lost.
+#[test]
+fn case23_lock_set_loses_updates_without_the_fenced_guard_and_none_with_it() {
+    for primitive in ["lock", "semaphore", "election"] {
+        for guarded in [false, true] {
+            let server = RedisServer::start().unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let vars = [
+                (ROLE, "lock-set".to_owned()),
+                (URL, server.url()),
+                (DIR, dir.path().display().to_string()),
+                (TTL, "400".to_owned()),
+                (FENCING, "1".to_owned()),
+                (LOCK_SET_PRIMITIVE, primitive.to_owned()),
+                (LOCK_SET_GUARDED, if guarded { "1" } else { "0" }.to_owned()),
+            ];
+            let mut workers: Vec<WorkerProcess> =
+                (1..=3).map(|id| WorkerProcess::spawn("worker_entry", id, &vars).unwrap()).collect();
+            wait_for("the paused worker's read", ms(60_000), || dir.path().join("paused").exists());
+            workers[0].pause();
+            let at_pause = set_members(&server).len();
+            wait_for("the others' adds past the paused holder", ms(30_000), || set_members(&server).len() > at_pause);
+            std::fs::write(dir.path().join("go"), b"").unwrap();
+            workers[0].resume();
+            wait_for("the paused worker's end", ms(60_000), || dir.path().join("done-1").exists());
+            std::fs::write(dir.path().join("finish"), b"").unwrap();
+            for worker in &mut workers {
+                assert!(worker.wait(ms(60_000)).unwrap().success(), "a worker failed");
+            }
+            let present = set_members(&server);
+            let (mut acknowledged, mut refused) = (Vec::new(), 0);
+            for id in 1..=3 {
+                for line in std::fs::read_to_string(dir.path().join(format!("log-{id}"))).unwrap().lines() {
+                    match line.split_once(' ') {
+                        Some(("ack", element)) => acknowledged.push(element.to_owned()),
+                        Some(("refused", _)) => refused += 1,
+                        _ => panic!("log line {line:?}"),
+                    }
+                }
+            }
+            let lost: Vec<&String> = acknowledged.iter().filter(|e| !present.contains(e)).collect();
+            println!(
+                "case23 {primitive} guarded={guarded}: {} adds acknowledged, {} lost, {refused} refused",
+                acknowledged.len(),
+                lost.len()
+            );
+            if guarded {
+                assert!(lost.is_empty(), "{primitive}: acknowledged adds {lost:?} lost through the guard");
+                assert!(refused >= 1, "{primitive}: the paused holder's late write was not refused");
+            } else {
+                assert!(!lost.is_empty(), "{primitive}: no add lost without the guard: the workload does not bite");
+            }
+        }
     }
 }
