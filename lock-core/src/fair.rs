@@ -171,9 +171,10 @@ pub(crate) async fn until_granted(
         // polls on its backoff, and a peer's renewal of its place does not put its own try off (found by the schedule
         // explorer: a deaf waiter that became the head while peers renewed its place never tried again, and the
         // others queued behind it while the lock was free).
-        let deaf = watch.as_ref().is_some_and(|w| !w.hears());
+        // Asked again after every pause: a subscription can be refused (or its answer arrive) while the waiter sleeps.
+        let deaf = || watch.as_ref().is_some_and(|w| !w.hears());
         let mut pause = heartbeat;
-        if last_error.is_some() || deaf {
+        if last_error.is_some() || deaf() {
             pause = pause.min(delays.next().unwrap_or(Duration::from_millis(100)));
         }
         loop {
@@ -202,7 +203,7 @@ pub(crate) async fn until_granted(
             let renewed = watch.as_ref().and_then(ReleaseWatch::renewed_at).filter(|at| *at > sent);
             let next = renewed.map(|at| at + heartbeat + heartbeat / 4);
             match next {
-                Some(next) if !deaf && next > now && head_due.is_none_or(|due| now < due) && now < deadline => {
+                Some(next) if !deaf() && next > now && head_due.is_none_or(|due| now < due) && now < deadline => {
                     pause = next.saturating_duration_since(now);
                     listeners = watch.as_ref().map(|w| (w.listen(), w.listen_token()));
                 }

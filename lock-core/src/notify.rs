@@ -496,10 +496,13 @@ pub struct ReleaseWatch {
 }
 
 impl ReleaseWatch {
-    /// Whether releases on this channel reach this process: `false` when the last subscription request failed
-    /// (until a later one succeeds), and a waiter then polls on its backoff instead of its safety poll.
+    /// Whether releases on this channel reach this process: the server confirmed the subscription and did not
+    /// refuse it since. `false` while a request is unanswered (a waiter that registered behind another's request
+    /// does not await its answer) or after it failed, and a waiter then polls on its backoff instead of its safety
+    /// poll.
     pub(crate) fn hears(&self) -> bool {
-        !lock(&self.state).deaf
+        let ch = lock(&self.state);
+        ch.confirmed && !ch.deaf
     }
 
     /// A listener for the next wake-up. Create it *before* polling the server, then await it, so a release that
@@ -815,6 +818,44 @@ mod tests {
         let back = hub.watch("c5").await;
         assert_eq!(recorded.0.lock().unwrap().iter().filter(|e| *e == "+c5").count(), 1);
         drop(back);
+    }
+
+    /// A control whose one subscription is refused when the test says so (a server whose ACL refuses the channel,
+    /// answering after a round trip).
+    #[derive(Debug)]
+    struct RefusedLater(Mutex<Option<tokio::sync::oneshot::Receiver<()>>>);
+
+    impl SubscriptionControl for Arc<RefusedLater> {
+        fn subscribe(&self, _channel: &str) -> Confirmation {
+            let answer = self.0.lock().unwrap().take();
+            Box::pin(async move {
+                if let Some(answer) = answer {
+                    let _ = answer.await;
+                }
+                Err(crate::LockError::unavailable(std::io::Error::other("NOPERM this user has no permissions")))
+            })
+        }
+        fn unsubscribe(&self, _channel: &str) {}
+    }
+
+    /// Found by the schedule explorer (seed 1592597547): a fair waiter that registered while its process's
+    /// subscription was still unanswered believed it heard releases; the subscription was then refused, and the
+    /// waiter, first in the queue of a free lock, let its peers' tries renew its place and never tried again.
+    #[tokio::test]
+    async fn a_waiter_registered_before_the_subscription_is_answered_does_not_hear() {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let hub = ReleaseHub::new(Arc::new(RefusedLater(Mutex::new(Some(answered)))));
+        let mut first = Box::pin(hub.watch_as("c", Some(("a", Duration::from_millis(150)))));
+        std::future::poll_fn(|cx| {
+            assert!(first.as_mut().poll(cx).is_pending(), "the subscription is not answered yet");
+            std::task::Poll::Ready(())
+        })
+        .await;
+        let second = hub.watch_as("c", Some(("b", Duration::from_millis(150)))).await;
+        assert!(!second.hears(), "a waiter counted on a subscription nobody has confirmed");
+        answer.send(()).unwrap();
+        let first = first.await;
+        assert!(!first.hears() && !second.hears(), "a refused subscription is heard");
     }
 
     #[tokio::test]

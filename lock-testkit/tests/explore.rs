@@ -77,7 +77,10 @@ fn schedules_on_a_multi_threaded_runtime() {
 /// - 1592597547 (one of CI's fixed seeds, failing there once by timing): a fair waiter whose subscription was
 ///   refused became the head while its peers' tries renewed its place, so it never tried again, and the waiter
 ///   behind it was refused a free lock for 800 ms (64 replays fail 2 runs of 2 without the fair wait's deaf rule,
-///   also before issue 19's one-process wake-up; pass 3 of 3 with it).
+///   also before issue 19's one-process wake-up; pass 3 of 3 with it). It failed once more (803 ms): a waiter that
+///   registered while its process's subscription was still unanswered counted as hearing, and the deaf rule was
+///   read once before the waiter slept; pinned by `notify`'s unit test
+///   `a_waiter_registered_before_the_subscription_is_answered_does_not_hear`.
 #[test]
 fn schedules_that_found_bugs() {
     const FOUND: &[u64] = &[7_495_292_524_318_454_304, 13_921_075_350_226_743_977, 1_592_597_547];
