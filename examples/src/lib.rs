@@ -2,6 +2,8 @@
 //!
 //! It also compiles the workspace README's examples as doc tests, so they cannot rot.
 
+pub mod fenced_sql;
+
 use lock_core::{Lock, MemoryStore};
 use lock_redis_rs::RedisStore;
 use lock_testkit::RedisServer;

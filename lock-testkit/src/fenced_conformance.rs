@@ -150,8 +150,14 @@ pub async fn fenced_read_modify_write_loses_no_update_in_any_interleaving(s: &Su
     remove(s, &[&guard, &data]).await;
 }
 
-/// Every order of `counts[i]` steps of each actor `i` (each actor's steps in their own order).
-fn interleavings(counts: &[usize]) -> Vec<Vec<usize>> {
+/// Every order of `counts[i]` steps of each actor `i` (each actor's steps in their own order): how a test walks
+/// every interleaving of a few holders' operations against a resource that is not Redis.
+///
+/// ```
+/// let orders = lock_testkit::fenced_conformance::interleavings(&[2, 1]);
+/// assert_eq!(orders, vec![vec![0, 0, 1], vec![0, 1, 0], vec![1, 0, 0]]);
+/// ```
+pub fn interleavings(counts: &[usize]) -> Vec<Vec<usize>> {
     fn go(left: &mut Vec<usize>, prefix: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
         if left.iter().all(|n| *n == 0) {
             out.push(prefix.clone());
