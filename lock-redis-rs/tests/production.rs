@@ -14,7 +14,7 @@ mod minimal_acl {
         let store = RedisStore::connect(&server.url_for("locker", "secret", false))
             .await
             .unwrap_or_else(|err| panic!("connect as the minimal ACL user: {err:?}"));
-        Subject::new(Lock::new(store)).keep(server)
+        Subject::new(Lock::new(store)).keep(server).without_data_keys()
     }
 
     lock_testkit::conformance_tests!(tokio, subject());

@@ -112,6 +112,8 @@ pub struct Subject {
     keep: Vec<Box<dyn Any + Send>>,
     /// Why the cases are skipped, when the fixture cannot run here (see [`Subject::skipped`]).
     skip: Option<String>,
+    /// Whether the lock's user may touch keys of its own choosing (see [`Subject::without_data_keys`]).
+    data_keys: bool,
 }
 
 impl Subject {
@@ -123,7 +125,7 @@ impl Subject {
 
     /// Wraps a shared lock under test.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Subject { lock, engine: None, keep: Vec::new(), skip: None }
+        Subject { lock, engine: None, keep: Vec::new(), skip: None, data_keys: true }
     }
 
     /// A subject whose cases are skipped, each saying why on the terminal (see [`report_skip`]): what a
@@ -139,6 +141,20 @@ impl Subject {
     /// ```
     pub fn skipped(reason: impl Into<String>) -> Self {
         Subject { skip: Some(reason.into()), ..Self::new(Lock::new(lock_core::MemoryStore::new())) }
+    }
+
+    /// A subject whose user may touch only the lock's own keys (an ACL user with exactly the rules a lock needs,
+    /// such as [`server_cases::MINIMAL_ACL_RULES`]): the cases that write data keys of their own
+    /// ([`fenced_conformance`]) are skipped, saying why. Fenced writes run as the caller's user, on the caller's
+    /// keys, and need that user's data permissions.
+    pub fn without_data_keys(mut self) -> Self {
+        self.data_keys = false;
+        self
+    }
+
+    /// Whether the lock's user may touch keys of the cases' choosing (see [`Subject::without_data_keys`]).
+    pub fn data_keys(&self) -> bool {
+        self.data_keys
     }
 
     /// Why this subject's cases are skipped, when they are.
@@ -722,6 +738,7 @@ macro_rules! server_tests {
             a_release_wakes_one_waiting_process,
             every_error_says_its_cause_once,
             every_server_error_kind_is_typed,
+            a_fenced_write_the_acl_refuses_is_auth_and_writes_nothing,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

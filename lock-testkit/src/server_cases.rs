@@ -173,6 +173,27 @@ pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connec
     }
 }
 
+/// Fenced writes run as the caller's user, on the caller's keys: a user with only the lock's permissions is refused
+/// a data key with a typed `Auth` error and nothing is written, and one given the data keys and the writes' commands
+/// (what the `fenced` module's docs list) writes through the guard.
+pub async fn a_fenced_write_the_acl_refuses_is_auth_and_writes_nothing(connect: &UrlFactory) {
+    let server = server_with_locker(&format!("{MINIMAL_ACL_RULES} ~{{orders}}:* +rpush"));
+    let store = connect(server.url_for("locker", "secret", false)).await.or_panic();
+    let fence = lock_core::FencingToken::new(7);
+    let elsewhere = lock_core::FencedResource::from_arc(store.clone(), "{billing}:fence").or_panic();
+    match elsewhere.set(fence, "{billing}:total", "1").await {
+        Err(LockError::Auth { .. }) => {}
+        other => panic!("a fenced write on keys the ACL does not give: {other:?}"),
+    }
+    assert!(!exists(&server, "{billing}:total") && !exists(&server, "{billing}:fence"), "written past the ACL");
+    let orders = lock_core::FencedResource::from_arc(store, "{orders}:fence").or_panic();
+    assert_eq!(orders.rpush(fence, "{orders}:log", &["a"]).await.or_panic(), 1);
+    match orders.set(lock_core::FencingToken::new(6), "{orders}:total", "1").await {
+        Err(LockError::StaleFence { presented: 6, current: 7 }) => {}
+        other => panic!("a stale fence under an ACL user: {other:?}"),
+    }
+}
+
 /// One plain command through the backend's store (the first word is the key, the rest arguments): the error it
 /// read, if any.
 async fn probe(store: &Arc<dyn LockStore>, command: &'static str, words: &[&str]) -> Option<LockError> {

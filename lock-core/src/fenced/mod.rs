@@ -51,6 +51,12 @@
 //! once more. Delete it with the data. On a restart without persistence it goes with the data it guards; after a
 //! failover it travels with it too (the script's writes replicate as one unit), so data and guard always agree.
 //!
+//! # Permissions
+//! The script runs as the store's user, on your keys: with Redis ACLs that user needs `EVALSHA` and `EVAL`, and on
+//! the guard's and the data's keys `GET` and `SET` (the guard) plus the commands of the writes it makes (`HSET`,
+//! `DEL`, `INCRBY`, `RPUSH`). The lock's own minimal rules do not cover data keys; a refused write is
+//! [`LockError::Auth`] and writes nothing.
+//!
 //! # Which fence
 //! Every primitive hands one out: [`Guard::fencing_token`](crate::Guard::fencing_token) (or
 //! [`Guard::fence`](crate::Guard::fence) with on-demand fencing), a multi-lock's per resource, a permit's (one guard
