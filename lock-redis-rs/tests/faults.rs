@@ -1332,6 +1332,21 @@ impl Held {
         }
     }
 
+    fn valid_until(&self) -> Instant {
+        match self {
+            Held::Lock(g) => g.valid_until(),
+            Held::Permit(p) => p.valid_until(),
+            Held::Leader(l) => l.valid_until(),
+        }
+    }
+
+    fn slots(&self) -> Vec<u32> {
+        match self {
+            Held::Permit(p) => p.slots().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
     fn fence(&self) -> lock_core::FencingToken {
         match self {
             Held::Lock(g) => g.fencing_token().unwrap(),
@@ -1376,6 +1391,7 @@ fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
             }
             let element = format!("{id}.{add}");
             let held = Held::take(&primitive, &lock, id, ttl).await;
+            let start = Instant::now();
             let fence = held.fence();
             let read = if guarded {
                 match fenced.get(fence, LOCK_SET_DATA).await {
@@ -1410,12 +1426,36 @@ fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
                 }
             };
             log.push_str(&format!("{} {element}\n", if written { "ack" } else { "refused" }));
+            // The hold as this worker believed it: until now, or its validity deadline if that came first.
+            let end = Instant::now().min(held.valid_until());
+            let slots: Vec<String> = held.slots().iter().map(u32::to_string).collect();
+            log.push_str(&format!(
+                "hold {}.{add} {} {} {} {}\n",
+                id,
+                fence.get(),
+                instant_nanos(start),
+                instant_nanos(end),
+                slots.join(",")
+            ));
             held.release().await;
             tokio::time::sleep(ms(5)).await;
         }
         std::fs::write(dir.join(format!("log-{id}")), log).unwrap();
         std::fs::write(dir.join(format!("done-{id}")), b"").unwrap();
     });
+}
+
+/// A `hold` line of a lock-set worker's log: `owner fence start_nanos end_nanos slots`.
+fn parse_hold(line: &str) -> (Vec<u32>, Hold) {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let [owner, fence, start, end, slots] = fields[..] else { panic!("hold line {line:?}") };
+    let hold = Hold {
+        owner: owner.to_owned(),
+        fence: Some(fence.parse().unwrap()),
+        start: lock_testkit::history::nanos_instant(start.parse().unwrap()),
+        end: lock_testkit::history::nanos_instant(end.parse().unwrap()),
+    };
+    (slots.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().unwrap()).collect(), hold)
 }
 
 fn set_members(server: &RedisServer) -> Vec<String> {
@@ -1464,16 +1504,27 @@ fn case23_lock_set_loses_updates_without_the_fenced_guard_and_none_with_it() {
                 assert!(worker.wait(ms(60_000)).unwrap().success(), "a worker failed");
             }
             let present = set_members(&server);
-            let (mut acknowledged, mut refused) = (Vec::new(), 0);
+            let (mut acknowledged, mut refused, mut holds) = (Vec::new(), 0, Vec::new());
             for id in 1..=3 {
                 for line in std::fs::read_to_string(dir.path().join(format!("log-{id}"))).unwrap().lines() {
                     match line.split_once(' ') {
                         Some(("ack", element)) => acknowledged.push(element.to_owned()),
                         Some(("refused", _)) => refused += 1,
+                        Some(("hold", rest)) => holds.push(parse_hold(rest)),
                         _ => panic!("log line {line:?}"),
                     }
                 }
             }
+            // The holds as the workers believed them go through the primitive's history checker: the frozen
+            // holder's belief ended at its validity deadline, before the next grant.
+            let plain: Vec<Hold> = holds.iter().map(|(_, h)| h.clone()).collect();
+            let findings = match primitive {
+                "lock" => lock_testkit::primitive_checker::mutex(&plain),
+                "semaphore" => lock_testkit::primitive_checker::semaphore(1, &holds),
+                _ => lock_testkit::primitive_checker::election(&plain),
+            };
+            assert!(findings.is_clean(), "{primitive}: {findings}");
+            assert!(holds.len() >= 3, "{primitive}: {} holds recorded", holds.len());
             let lost: Vec<&String> = acknowledged.iter().filter(|e| !present.contains(e)).collect();
             println!(
                 "case23 {primitive} guarded={guarded}: {} adds acknowledged, {} lost, {refused} refused",

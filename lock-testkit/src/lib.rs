@@ -30,7 +30,10 @@
 //!   [`scripted::ScriptedServer::over`]);
 //! - [`explorer`]: seeded random schedules of acquire, cancel, release, drop, renewal and expiry over scripted
 //!   stores, checked for the lock's promises after each one;
-//! - the fault harness ([`proxy`], [`worker`], [`history`], [`FencedCounter`]) behind the fault suite.
+//! - the fault harness ([`proxy`], [`worker`], [`history`], [`FencedCounter`]) behind the fault suite;
+//! - [`primitive_checker`]: a history checker for each primitive's safety rule (fenced mutex, semaphore limit,
+//!   read-write exclusion, one leader per term, a job tick at most once), and [`broken`]: stores that break each
+//!   rule on purpose, on which the checkers prove they find the breach.
 //!
 //! The crate builds on every platform `redis-server` runs on; the parts that stop, resume or signal processes
 //! (Cluster and Sentinel cases, worker processes, the cross-process history, [`RedisServer::pause`]) are Unix-only.
@@ -41,6 +44,7 @@
 #![deny(missing_docs)]
 
 pub mod admin_conformance;
+pub mod broken;
 pub mod checker;
 mod cluster;
 #[cfg(unix)]
@@ -61,6 +65,7 @@ pub mod metrics_cases;
 pub mod multi_conformance;
 mod or_panic;
 mod oracle;
+pub mod primitive_checker;
 pub mod proxy;
 mod resp;
 pub mod runtime;
