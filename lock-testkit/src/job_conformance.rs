@@ -112,7 +112,9 @@ pub async fn job_whose_process_died_runs_again_after_at_most_for(s: &Subject) {
 }
 
 /// Test 4: without keep-alive, a run longer than `at_most_for` is cancelled when its lock is lost (`Lost`, the
-/// work never completes), its record says `lost`, and the next run starts cleanly.
+/// work never completes), its record says `lost`, and the next run starts cleanly. `at_most_for` is 1 s: over
+/// Redlock each instance's call is bounded by a share of it, and 200 ms left calls of a few ms that a loaded machine
+/// timed out on every instance (`Quorum`, beside two CPU burners and three test lanes).
 pub async fn job_overrun_without_keep_alive_is_cancelled(s: &Subject) {
     let jobs = jobs(s);
     let job = fresh("overrun");
@@ -120,13 +122,14 @@ pub async fn job_overrun_without_keep_alive_is_cancelled(s: &Subject) {
     let done = completed.clone();
     let t0 = Instant::now();
     let result = jobs
-        .run(&job, &JobOptions::new(ms(200)), move |_| async move {
-            sleep(ms(2_000)).await;
+        .run(&job, &JobOptions::new(ms(1_000)), move |_| async move {
+            sleep(ms(8_000)).await;
             done.store(true, Ordering::SeqCst);
         })
         .await;
     assert!(matches!(result, Err(LockError::Lost { .. })), "an overrun run: {result:?}");
-    assert!(t0.elapsed() < ms(1_000), "the overrun was cancelled after {:?}", t0.elapsed());
+    let took = t0.elapsed();
+    assert!(took < ms(1_000) + crate::conformance::STARVED, "the overrun was cancelled after {took:?}");
     assert!(!completed.load(Ordering::SeqCst), "the overrunning work completed");
     let last = ok(jobs.last_run(&job).await, "last_run").unwrap_or_else(|| panic!("no record"));
     assert_eq!(last.outcome, RunOutcome::Lost);
