@@ -252,6 +252,16 @@ macro_rules! conformance_tests {
         $crate::fenced_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $crate::__subject_cases!(conformance; $runtime, $subject; $($case),*);
+    };
+}
+
+/// One `#[test]` per case of a conformance module, each on `$runtime` with its own subject (skipped, saying why,
+/// when the subject says so): what every conformance macro's `@cases` arm expands to.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __subject_cases {
+    ($module:ident; $runtime:ident, $subject:expr; $($case:ident),*) => {
         $(
             #[test]
             fn $case() {
@@ -261,7 +271,7 @@ macro_rules! conformance_tests {
                         $crate::report_skip(stringify!($case), reason);
                         return;
                     }
-                    $crate::conformance::$case(&subject).await;
+                    $crate::$module::$case(&subject).await;
                 });
             }
         )*
@@ -289,19 +299,7 @@ macro_rules! multi_resource_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::multi_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(multi_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -324,19 +322,7 @@ macro_rules! election_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::election_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(election_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -468,19 +454,7 @@ macro_rules! fenced_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::fenced_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(fenced_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -503,19 +477,7 @@ macro_rules! semaphore_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::semaphore_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(semaphore_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -540,19 +502,7 @@ macro_rules! rwlock_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::rwlock_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(rwlock_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -576,19 +526,7 @@ macro_rules! admin_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::admin_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(admin_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -616,19 +554,7 @@ macro_rules! fair_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::fair_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(fair_conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -653,19 +579,7 @@ macro_rules! job_tests {
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::runtime::$runtime(async {
-                    let subject: $crate::Subject = $subject.await;
-                    if let Some(reason) = subject.skip_reason() {
-                        $crate::report_skip(stringify!($case), reason);
-                        return;
-                    }
-                    $crate::job_conformance::$case(&subject).await;
-                });
-            }
-        )*
+        $crate::__subject_cases!(job_conformance; $runtime, $subject; $($case),*);
     };
 }
 
