@@ -20,25 +20,7 @@ pub use crate::transport::Script;
 /// `max(current + 1, floor)` and returns it. The one copy of the fencing rule (see [`ACQUIRE`]).
 macro_rules! fencing_prelude {
     () => {
-        r#"
--- The counter at `key` as INCRBY would accept it (a decimal integer, no spaces, no exponent, no hex, within 64
--- bits), not as Lua's tonumber reads it; nil and a WRONGTYPE reply otherwise. Read before the lock key is set, so a
--- counter INCRBY would refuse never leaves a lock key behind.
-local function read_counter(key)
-  local current = redis.pcall('GET', key)
-  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
-    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. key .. ' does not hold an integer')
-  end
-  return current
-end
-local function advance(key, current, floor)
-  local step = floor - (tonumber(current) or 0)
-  if step < 1 then
-    step = 1
-  end
-  return redis.call('INCRBY', key, string.format('%d', step))
-end
-"#
+        include_str!("scripts/fencing.lua")
     };
 }
 
@@ -50,19 +32,7 @@ end
 /// overwritten.
 macro_rules! awaited_prelude {
     () => {
-        r#"
-local function awaited(key, pttl)
-  local ttl = string.format('%d', math.max(pttl, 0) + 1000)
-  if redis.REDIS_VERSION_NUM then
-    local marked = redis.pcall('SET', key, '1', 'PX', ttl, 'GET')
-    if type(marked) == 'table' then
-      return redis.error_reply('WRONGTYPE release mark ' .. key .. ' holds a value that is not a mark')
-    end
-  else
-    redis.call('SET', key, '1', 'PX', ttl)
-  end
-end
-"#
+        include_str!("scripts/awaited.lua")
     };
 }
 
@@ -74,58 +44,14 @@ end
 /// `WRONGTYPE` before anything is written.
 macro_rules! waiting_prelude {
     () => {
-        r#"
-local function line_up(waiting, mark, origin, pttl)
-  if not origin or origin == '' then
-    return awaited(mark, pttl)
-  end
-  -- Read first: a process already in line keeps its place (and a key of another type is refused before any write).
-  local place = redis.pcall('ZSCORE', waiting, origin)
-  if type(place) == 'table' then
-    return redis.error_reply('WRONGTYPE waiting processes ' .. waiting .. ' holds a value that is not a sorted set')
-  end
-  local refused = awaited(mark, pttl)
-  if refused or place then
-    return refused
-  end
-  local now = redis.call('TIME')
-  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('ZADD', waiting, string.format('%d', at), origin)
-  redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
-end
-"#
+        include_str!("scripts/waiting.lua")
     };
 }
 
 /// What a script that wakes a waiting process starts with: `next_waiting(waiting, origin)`, see [`RELEASE`].
 macro_rules! next_waiting_prelude {
     () => {
-        r#"
--- The first waiting process other than `origin` (the releasing one, whose waiters it wakes itself), taken out of
--- the set, and whether another one (not `origin`) stays in line; false when there is none (or the set is not one: a
--- wake-up for everyone is the safe answer then). The releasing process keeps its own place: its waiters still
--- wait. ZRANGE and ZREM rather than ZPOPMIN, which the minimal ACL does not grant.
-local function next_waiting(waiting, origin)
-  local firsts = redis.pcall('ZRANGE', waiting, 0, 2)
-  if type(firsts) ~= 'table' or firsts.err then
-    return false, false
-  end
-  local first, others = false, false
-  for _, member in ipairs(firsts) do
-    if member ~= origin then
-      if first then
-        others = true
-      else
-        first = member
-      end
-    end
-  end
-  if first then
-    redis.call('ZREM', waiting, first)
-  end
-  return first, others
-end
-"#
+        include_str!("scripts/next_waiting.lua")
     };
 }
 
@@ -133,15 +59,7 @@ end
 /// when absent), or `nil` and a `WRONGTYPE` reply when the key holds another type, checked before any write.
 macro_rules! lock_prelude {
     () => {
-        r#"
-local function lock_value(key)
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' then
-    return nil, redis.error_reply('WRONGTYPE lock key ' .. key .. ' holds a value that is not a lock')
-  end
-  return value
-end
-"#
+        include_str!("scripts/lock.lua")
     };
 }
 
@@ -177,42 +95,7 @@ end
 /// its token.
 pub static ACQUIRE: Script = Script::new(
     "acquire",
-    concat!(
-        fencing_prelude!(),
-        awaited_prelude!(),
-        waiting_prelude!(),
-        r#"
-local fencing = ARGV[3] == '1'
-local current = false
-if fencing then
-  local refused
-  current, refused = read_counter(KEYS[2])
-  if refused then
-    return refused
-  end
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if not fencing then
-    return {1}
-  end
-  local floor = tonumber(ARGV[4] or '')
-  if not floor then
-    local now = redis.call('TIME')
-    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  end
-  return {1, advance(KEYS[2], current, floor)}
-end
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
-local pttl = redis.call('PTTL', KEYS[1])
-local refused = line_up(KEYS[4], KEYS[3], ARGV[5], pttl)
-if refused then
-  return refused
-end
-return {0, pttl}
-"#
-    ),
+    concat!(fencing_prelude!(), awaited_prelude!(), waiting_prelude!(), include_str!("mutex/acquire.lua")),
 );
 
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
@@ -224,28 +107,8 @@ return {0, pttl}
 /// and this script: the lock is free, and [`parse_holder`] says "try again at once"). Backends acquiring without
 /// fencing send `SET NX PX` first (one round trip, the same command a hand-written client would send) and this
 /// script only when that failed, so an uncontended lock without fencing costs no Lua on the server.
-pub static HOLDER: Script = Script::new(
-    "holder",
-    concat!(
-        awaited_prelude!(),
-        waiting_prelude!(),
-        r#"
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind == 'none' then
-  return -2
-end
-if kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
-local pttl = redis.call('PTTL', KEYS[1])
-local refused = line_up(KEYS[3], KEYS[2], ARGV[1], pttl)
-if refused then
-  return refused
-end
-return pttl
-"#
-    ),
-);
+pub static HOLDER: Script =
+    Script::new("holder", concat!(awaited_prelude!(), waiting_prelude!(), include_str!("mutex/holder.lua")));
 
 /// Release: delete the lock key only if it holds our token, and announce the release when someone may wait.
 ///
@@ -274,33 +137,8 @@ return pttl
 /// tag). Measured on a 3-primary 7.0 cluster: about 6 µs of server CPU per release summed over the nodes with
 /// `PUBLISH`, 1–1.7 µs with `SPUBLISH`, and the `PUBLISH` cost grows with the number of nodes. Cluster stores
 /// therefore announce with `SPUBLISH` and listen with `SSUBSCRIBE`; single servers keep `PUBLISH`.
-pub static RELEASE: Script = Script::new(
-    "release",
-    concat!(
-        next_waiting_prelude!(),
-        r#"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[3]) > 1 then
-    local first, others = next_waiting(KEYS[4], ARGV[2])
-    if others then
-      -- The processes not woken still wait: the next release must announce itself too.
-      local left = redis.call('PTTL', KEYS[4])
-      if left > 0 then
-        redis.call('SET', KEYS[3], '1', 'PX', string.format('%d', left))
-      end
-    end
-    local payload = first and (ARGV[2] .. '>' .. first) or ARGV[2]
-    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
-  end
-  return 1
-elseif value then
-  return -1
-end
-return 0
-"#
-    ),
-);
+pub static RELEASE: Script =
+    Script::new("release", concat!(next_waiting_prelude!(), include_str!("mutex/release.lua")));
 
 /// Pass on a wake-up: a process that a release (or another pass) woke, but that has no waiter left for the lock
 /// (they gave up, were cancelled, or took the lock another way), leaves the line and wakes the next waiting process
@@ -311,53 +149,14 @@ return 0
 /// had left; `ARGV[1]` the passing process's origin, `ARGV[2]` `"1"` for `SPUBLISH`. Reply: `1` passed on, `0` the
 /// lock is held (its release wakes the next one) or nobody else is lined up (then any waiters that could not line up
 /// are told, as a release tells them). Each pass takes a process out of the set, so passes end.
-pub static PASS_ON: Script = Script::new(
-    "pass-on",
-    concat!(
-        next_waiting_prelude!(),
-        r#"
-if type(redis.pcall('ZREM', KEYS[3], ARGV[1])) == 'table' then
-  return 0
-end
-if redis.call('PTTL', KEYS[1]) ~= -2 then
-  return 0
-end
-local first = next_waiting(KEYS[3], ARGV[1])
-if KEYS[4] then
-  local promised = redis.pcall('GET', KEYS[4])
-  if promised == ARGV[1] then
-    local left = redis.call('PTTL', KEYS[4])
-    if first and left > 0 then
-      redis.call('SET', KEYS[4], first, 'PX', string.format('%d', left))
-    else
-      redis.call('DEL', KEYS[4])
-    end
-  end
-end
-local payload = first and (ARGV[1] .. '>' .. first) or ARGV[1]
-redis.call(ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
-return first and 1 or 0
-"#
-    ),
-);
+pub static PASS_ON: Script =
+    Script::new("pass-on", concat!(next_waiting_prelude!(), include_str!("mutex/pass_on.lua")));
 
 /// Extend: set the lock key's TTL only if it holds our token (never recreates it).
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` absent, `-1` held by
 /// another token.
-pub static EXTEND: Script = Script::new(
-    "extend",
-    r#"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-elseif value then
-  return -1
-end
-return 0
-"#,
-);
+pub static EXTEND: Script = Script::new("extend", include_str!("mutex/extend.lua"));
 
 /// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
 ///
@@ -365,34 +164,7 @@ return 0
 /// the floor (decimal). Reply: `1` done, `0` not our lock. With a leader record that is this token's, its term
 /// becomes the floor too: the term the leader was elected with is the highest over its quorum, and each instance's
 /// record must name that one, or observers reading a quorum find records that disagree and see no leader.
-pub static RAISE_FENCE: Script = Script::new(
-    "raise-fence",
-    r#"
-if KEYS[3] then
-  local kind = redis.call('TYPE', KEYS[3]).ok
-  if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE leader record ' .. KEYS[3] .. ' is not a hash')
-  end
-end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-local raw = redis.pcall('GET', KEYS[2])
-local current = type(raw) ~= 'table' and string.match(raw or '0', '^%-?%d+$') and #(raw or '0') <= 18
-  and tonumber(raw or '0')
-if not current then
-  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
-end
-local wanted = tonumber(ARGV[2])
-if current < wanted then
-  redis.call('INCRBY', KEYS[2], string.format('%d', wanted - current))
-end
-if KEYS[3] and redis.call('HGET', KEYS[3], 'token') == ARGV[1] then
-  redis.call('HSET', KEYS[3], 'term', ARGV[2])
-end
-return 1
-"#,
-);
+pub static RAISE_FENCE: Script = Script::new("raise-fence", include_str!("mutex/raise_fence.lua"));
 
 /// Draw a fencing token for a lock already held ([`Fencing::OnDemand`](crate::Fencing::OnDemand)): advance the
 /// counter as [`ACQUIRE`] does, only while the lock key holds our token.
@@ -407,29 +179,8 @@ return 1
 /// and is asked again advances the counter twice: both values lie within the same hold, so the order still holds.
 /// Server commands: `EVALSHA`, `GET` ×2, `TIME`, `INCRBY` (5, against the 4 a fenced `ACQUIRE` adds to a plain
 /// `SET NX PX`).
-pub static FENCE: Script = Script::new(
-    "fence",
-    concat!(
-        fencing_prelude!(),
-        lock_prelude!(),
-        r#"
-local value, refused = lock_value(KEYS[1])
-if refused then
-  return refused
-end
-if value ~= ARGV[1] then
-  return value and -1 or 0
-end
-local current
-current, refused = read_counter(KEYS[2])
-if refused then
-  return refused
-end
-local now = redis.call('TIME')
-return advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-"#
-    ),
-);
+pub static FENCE: Script =
+    Script::new("fence", concat!(fencing_prelude!(), lock_prelude!(), include_str!("mutex/fence.lua")));
 
 /// Multi-resource acquire: all of the locks or none, with a fencing token per resource (see
 /// [`Lock::acquire_all`](crate::Lock::acquire_all)).
@@ -446,68 +197,7 @@ return advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 /// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
-    concat!(
-        fencing_prelude!(),
-        awaited_prelude!(),
-        waiting_prelude!(),
-        r#"
-local lines_up = ARGV[5] and ARGV[5] ~= ''
-local n = #KEYS / (lines_up and 4 or 3)
-local fencing = ARGV[3] == '1'
--- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
--- until every key passed.
-local values, counters = {}, {}
-for i = 1, n do
-  local lock = KEYS[2 * i - 1]
-  local value = redis.pcall('GET', lock)
-  if type(value) == 'table' then
-    return redis.error_reply('WRONGTYPE lock key ' .. lock .. ' holds a value that is not a lock')
-  end
-  values[i] = value
-  if fencing then
-    local current, refused = read_counter(KEYS[2 * i])
-    if refused then
-      return refused
-    end
-    counters[i] = current
-  end
-end
-for i = 1, n do
-  if values[i] and values[i] ~= ARGV[1] then
-    local pttl = redis.call('PTTL', KEYS[2 * i - 1])
-    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[5], pttl)
-    if refused then
-      return refused
-    end
-    return {0, i, pttl}
-  end
-end
-local floor = nil
-if fencing then
-  floor = tonumber(ARGV[4] or '')
-  if not floor then
-    local now = redis.call('TIME')
-    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  end
-end
-local reply = {1}
-for i = 1, n do
-  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
-  if values[i] == ARGV[1] then
-    redis.call('PEXPIRE', lock, ARGV[2])
-    if fencing then
-      reply[i + 1] = tonumber(counters[i] or '0')
-    end
-  else
-    redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
-    if fencing then
-      reply[i + 1] = advance(fence, counters[i], floor)
-    end
-  end
-end
-return reply
-"#
-    ),
+    concat!(fencing_prelude!(), awaited_prelude!(), waiting_prelude!(), include_str!("multi/acquire.lua")),
 );
 
 /// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
@@ -515,28 +205,7 @@ return reply
 /// `KEYS` = lock₁, channel₁, lock₂, channel₂, …, then mark₁, mark₂, …; `ARGV` as [`RELEASE`]'s. Reply: one code
 /// per resource, as [`RELEASE`]'s (`1` released, `0` absent, `-1` held by another token). Each release announces
 /// itself only when it deletes its mark, as [`RELEASE`]'s.
-pub static MULTI_RELEASE: Script = Script::new(
-    "multi-release",
-    r#"
-local reply = {}
-local n = #KEYS / 3
-for i = 1, n do
-  local lock = KEYS[2 * i - 1]
-  local value = redis.call('GET', lock)
-  if value == ARGV[1] then
-    if redis.call('DEL', lock, KEYS[2 * n + i]) > 1 then
-      redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2 * i], ARGV[2])
-    end
-    reply[i] = 1
-  elseif value then
-    reply[i] = -1
-  else
-    reply[i] = 0
-  end
-end
-return reply
-"#,
-);
+pub static MULTI_RELEASE: Script = Script::new("multi-release", include_str!("multi/release.lua"));
 
 /// [`MULTI_RELEASE`]'s `KEYS` for `keys`, in the order it reads them: lock₁, channel₁, …, then mark₁, ….
 pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
@@ -548,28 +217,7 @@ pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
 ///
 /// `KEYS` = lock₁, lock₂, …; `ARGV` as [`EXTEND`]'s. Reply: one code per resource, as [`EXTEND`]'s (`1` ours, `0`
 /// absent, `-1` held by another token); the TTLs were set only when every code is `1`.
-pub static MULTI_EXTEND: Script = Script::new(
-    "multi-extend",
-    r#"
-local reply = {}
-local all = true
-for i = 1, #KEYS do
-  local value = redis.call('GET', KEYS[i])
-  if value == ARGV[1] then
-    reply[i] = 1
-  else
-    reply[i] = value and -1 or 0
-    all = false
-  end
-end
-if all then
-  for i = 1, #KEYS do
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
-  end
-end
-return reply
-"#,
-);
+pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("multi/extend.lua"));
 
 /// Job start (see [`JobLock`](crate::JobLock)): the mutex acquire of the job's lock key, plus the "last run"
 /// record, on the server's clock.
@@ -584,69 +232,7 @@ return reply
 ///
 /// The record is `{holder, token, started_ms, at_least_ms, finished_ms, outcome}`; it has no TTL (one small hash per
 /// job, like the fencing counter), so the last run stays readable.
-pub static JOB_START: Script = Script::new(
-    "job-start",
-    concat!(
-        fencing_prelude!(),
-        r#"
-local fencing = ARGV[3] == '1'
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
-kind = redis.call('TYPE', KEYS[3]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE job record ' .. KEYS[3] .. ' is not a hash')
-end
-if KEYS[4] then
-  kind = redis.call('TYPE', KEYS[4]).ok
-  if kind ~= 'none' and kind ~= 'string' then
-    return redis.error_reply('WRONGTYPE job tick ' .. KEYS[4] .. ' holds a value that is not a tick')
-  end
-end
-local current = false
-if fencing then
-  local refused
-  current, refused = read_counter(KEYS[2])
-  if refused then
-    return refused
-  end
-end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local started = redis.call('HMGET', KEYS[3], 'started_ms')
-  return {1, fencing and tonumber(current or '-1') or -1, tonumber(started[1] or '0')}
-end
-local record = redis.call('HMGET', KEYS[3], 'holder', 'token')
-if KEYS[4] then
-  local ran = redis.call('GET', KEYS[4])
-  if ran and ran ~= ARGV[1] then
-    return {0, redis.call('PTTL', KEYS[4]), record[2] == ran and record[1], 'tick'}
-  end
-end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1]), record[2] == holder and record[1]}
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local now = redis.call('TIME')
-local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local started = math.floor(micros / 1000)
-local fence = -1
-if fencing then
-  fence = advance(KEYS[2], current, micros)
-end
-redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'token', ARGV[1], 'started_ms', string.format('%d', started),
-  'at_least_ms', ARGV[5], 'outcome', 'running')
-if KEYS[4] then
-  redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[6])
-end
-return {1, fence, started}
-"#
-    ),
-);
+pub static JOB_START: Script = Script::new("job-start", concat!(fencing_prelude!(), include_str!("job/start.lua")));
 
 /// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
 /// releases it, and records the outcome.
@@ -659,53 +245,13 @@ return {1, fence, started}
 /// updated only while it is this run's (same token), whatever the lock key holds. A give-back keeps nothing: the
 /// lock is released at once (no `at_least_for`) and the tick, if this start claimed it, is forgotten, so the firing
 /// is not burned by a run that never ran.
-pub static JOB_FINISH: Script = Script::new(
-    "job-finish",
-    r#"
-local kind = redis.call('TYPE', KEYS[2]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE job record ' .. KEYS[2] .. ' is not a hash')
-end
-local record = redis.call('HMGET', KEYS[2], 'token', 'started_ms', 'at_least_ms')
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-if record[1] == ARGV[1] then
-  redis.call('HSET', KEYS[2], 'finished_ms', string.format('%d', now_ms), 'outcome', ARGV[2])
-end
-local given_back = ARGV[2] == 'given_back'
-if given_back and KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
-  redis.call('DEL', KEYS[4])
-end
-local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] then
-  return value and -1 or 0
-end
-local keep = -1
-if record[1] == ARGV[1] and not given_back then
-  keep = tonumber(record[2] or '0') + tonumber(record[3] or '0') - now_ms
-end
-if keep > 0 then
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', keep))
-  return 2
-end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[3], ARGV[3])
-return 1
-"#,
-);
+pub static JOB_FINISH: Script = Script::new("job-finish", include_str!("job/finish.lua"));
 
 /// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
 /// type gets our message; anything else, an ACL refusal say, goes back as it came).
 macro_rules! fair_prelude {
     () => {
-        r#"
-local function refused(reply, what, key)
-  if string.find(reply.err, 'WRONGTYPE', 1, true) then
-    return redis.error_reply('WRONGTYPE fair-lock ' .. what .. ' ' .. key .. ' is not a sorted set')
-  end
-  return reply
-end
-"#
+        include_str!("scripts/fair.lua")
     };
 }
 
@@ -742,162 +288,7 @@ end
 /// waiter TTL.
 pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
-    concat!(
-        lock_prelude!(),
-        fair_prelude!(),
-        fencing_prelude!(),
-        awaited_prelude!(),
-        r#"
-local token = ARGV[1]
-local fencing = ARGV[3] == '1'
--- The fencing counter is read (and checked as INCRBY would) only on the paths that grant: before the lock key is set.
-local holder, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-if dead.err then
-  return refused(dead, 'heartbeats', KEYS[4])
-end
--- A read-write lock's writer: live readers keep it busy (read only; expired readers are purged by the readers'
--- scripts), and their last expiry is how long.
-local readers_ttl = false
-if KEYS[8] then
-  local last = redis.pcall('ZRANGE', KEYS[8], -1, -1, 'WITHSCORES')
-  if last.err then
-    return refused(last, 'readers', KEYS[8])
-  end
-  if last[2] and tonumber(last[2]) > now then
-    readers_ttl = tonumber(last[2]) - now
-  end
-end
-local busy = holder or readers_ttl
--- Who heads the queue matters only when the lock is free (or a purge may change the head). While it is busy, our
--- own place is read instead, which checks the queue's type before any write as well (it is needed below anyway).
-local head, placed = {}, nil
-if busy and #dead == 0 then
-  placed = redis.pcall('ZSCORE', KEYS[3], token)
-  if type(placed) == 'table' then
-    return refused(placed, 'queue', KEYS[3])
-  end
-else
-  head = redis.pcall('ZRANGE', KEYS[3], 0, 0)
-  if head.err then
-    return refused(head, 'queue', KEYS[3])
-  end
-end
-local before = head[1]
-if #dead > 0 then
-  for _, waiter in ipairs(dead) do
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.pcall('HDEL', KEYS[7], waiter)
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-  head = redis.call('ZRANGE', KEYS[3], 0, 0)
-end
-local first = head[1]
-if holder == token then
-  -- A retry of a grant whose reply was lost: the caller's validity runs from this request, so the key must live at
-  -- least as long from now (the first grant's PX may have run partly down while the caller waited to retry).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if not fencing then
-    return {1}
-  end
-  local current, refused = read_counter(KEYS[2])
-  if refused then
-    return refused
-  end
-  return {1, tonumber(current)}
-end
-if not busy and (not first or first == token) then
-  local current, refused = false, nil
-  if fencing then
-    current, refused = read_counter(KEYS[2])
-    if refused then
-      return refused
-    end
-  end
-  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
-  if first then
-    redis.call('ZREM', KEYS[3], token)
-    redis.call('ZREM', KEYS[4], token)
-    redis.pcall('HDEL', KEYS[7], token)
-  end
-  if not fencing then
-    return {1}
-  end
-  local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  return {1, advance(KEYS[2], current, floor)}
-end
-local tell = not busy and first and first ~= before
-local function announce()
-  redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. first)
-end
-local pttl = -2
-if holder then
-  pttl = redis.call('PTTL', KEYS[1])
-  local refused = awaited(KEYS[6], pttl)
-  if refused then
-    return refused
-  end
-elseif readers_ttl then
-  pttl = readers_ttl
-end
-if ARGV[6] ~= '1' then
-  if tell then
-    announce()
-  end
-  return {0, pttl, -1}
-end
-local expiry = string.format('%d', now + tonumber(ARGV[5]))
-if placed == nil then
-  placed = redis.call('ZSCORE', KEYS[3], token)
-end
-if not placed then
-  if ARGV[9] ~= '' then
-    -- Before the place is written: a key of another type under the grants' name is refused with nothing written.
-    local noted = redis.pcall('HSET', KEYS[7], token, ARGV[9])
-    if type(noted) == 'table' then
-      if string.find(noted.err, 'WRONGTYPE', 1, true) then
-        return redis.error_reply('WRONGTYPE fair-lock grants ' .. KEYS[7] .. ' is not a hash')
-      end
-      return noted
-    end
-  end
-  local ticket = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if last[2] and tonumber(last[2]) >= ticket then
-    ticket = tonumber(last[2]) + 1
-  end
-  redis.call('ZADD', KEYS[3], string.format('%d', ticket), token)
-end
-redis.call('ZADD', KEYS[4], expiry, token)
-local reply = {0, pttl, 0}
-for i = 10, #ARGV do
-  if redis.call('ZSCORE', KEYS[4], ARGV[i]) then
-    redis.call('ZADD', KEYS[4], expiry, ARGV[i])
-    if not busy and ARGV[i] == first then
-      tell = true
-    end
-  else
-    reply[#reply + 1] = ARGV[i]
-  end
-end
-if tell then
-  announce()
-end
-local latest = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[3], latest[2])
-redis.call('PEXPIREAT', KEYS[4], latest[2])
-if ARGV[9] ~= '' then
-  redis.call('PEXPIREAT', KEYS[7], latest[2])
-end
-reply[3] = redis.call('ZRANK', KEYS[3], token)
-return reply
-"#
-    ),
+    concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("fair/acquire.lua")),
 );
 
 /// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token (a holder has no
@@ -932,105 +323,7 @@ return reply
 /// keeps the mark: plain waiters now wait for the grantee's release.
 pub static FAIR_RELEASE: Script = Script::new(
     "fair-release",
-    concat!(
-        lock_prelude!(),
-        fair_prelude!(),
-        fencing_prelude!(),
-        r#"
-local value, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
--- Our lock: we hold no place (the grant or the try that gave us the lock removed it), and the key is deleted below
--- unless a grant overwrites it. Otherwise we are a waiter leaving the queue.
-local outcome = 0
-if value == ARGV[1] then
-  outcome = 1
-else
-  local beat = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
-  if type(beat) == 'table' then
-    return refused(beat, 'heartbeats', KEYS[3])
-  end
-  local left = redis.pcall('ZREM', KEYS[2], ARGV[1])
-  if type(left) == 'table' then
-    return refused(left, 'queue', KEYS[2])
-  end
-  if beat then
-    redis.call('ZREM', KEYS[3], ARGV[1])
-  end
-  if left == 1 then
-    redis.pcall('HDEL', KEYS[7], ARGV[1])
-  end
-  if value then
-    return -1
-  end
-  if left == 0 then
-    return 0
-  end
-end
-local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
--- The head, past the places whose heartbeat expired (a few; the next fair try purges any more). The clock is read
--- only when someone is queued. Types are checked before the first write.
-local front = redis.pcall('ZRANGE', KEYS[2], 0, 0)
-if front.err then
-  return refused(front, 'queue', KEYS[2])
-end
-local head, live, t = front[1], false, nil
-if head then
-  t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  for _ = 1, 8 do
-    local expiry = redis.pcall('ZSCORE', KEYS[3], head)
-    if type(expiry) == 'table' then
-      return refused(expiry, 'heartbeats', KEYS[3])
-    end
-    if not expiry or tonumber(expiry) > now then
-      live = expiry and true or false
-      break
-    end
-    redis.call('ZREM', KEYS[2], head)
-    redis.call('ZREM', KEYS[3], head)
-    redis.pcall('HDEL', KEYS[7], head)
-    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    if not head then
-      break
-    end
-  end
-end
-if head and live then
-  local entry = redis.pcall('HGET', KEYS[7], head)
-  local lease, draw = nil, nil
-  if type(entry) == 'string' then
-    lease, draw = string.match(entry, '^(%d+) ([01])$')
-  end
-  local current, refused_counter = false, nil
-  if lease and draw == '1' then
-    current, refused_counter = read_counter(KEYS[6])
-  end
-  if lease and tonumber(lease) > 0 and not refused_counter then
-    -- Overwrites our token when we released: one write for the release and the grant.
-    redis.call('SET', KEYS[1], head, 'PX', lease)
-    redis.call('ZREM', KEYS[2], head)
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('HDEL', KEYS[7], head)
-    local fence = ''
-    if draw == '1' then
-      -- Formatted as an integer: Lua prints a number past 14 digits (a token above the time floor) in exponent form.
-      fence = string.format('%d', advance(KEYS[6], current, tonumber(t[1]) * 1000000 + tonumber(t[2])))
-    end
-    redis.call(publish, KEYS[4], ARGV[2] .. '+' .. fence .. ' ' .. head)
-    return outcome
-  end
-end
-local marked = outcome == 1 and redis.call('DEL', KEYS[1], KEYS[5]) > 1
-if head then
-  redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head)
-elseif marked then
-  redis.call(publish, KEYS[4], ARGV[2])
-end
-return outcome
-"#
-    ),
+    concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), include_str!("fair/release.lua")),
 );
 
 /// Inspect (see [`Lock::inspect`](crate::Lock::inspect)): what an operator may know about one resource, read in one
@@ -1041,27 +334,7 @@ return outcome
 /// (`''` when never advanced), the release mark's PTTL (positive while a try that found the lock held may still
 /// wait) and how many waiters a fair queue holds. A lock key or queue of another type is `WRONGTYPE`, as in every
 /// script; the counter's content is checked by the client.
-pub static INSPECT: Script = Script::new(
-    "inspect",
-    concat!(
-        lock_prelude!(),
-        r#"
-local value, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
-local fence = redis.pcall('GET', KEYS[2])
-if type(fence) == 'table' then
-  return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' does not hold an integer')
-end
-local queued = redis.pcall('ZCARD', KEYS[4])
-if type(queued) == 'table' then
-  return redis.error_reply('WRONGTYPE fair queue ' .. KEYS[4] .. ' is not a sorted set')
-end
-return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL', KEYS[3]), queued}
-"#
-    ),
-);
+pub static INSPECT: Script = Script::new("inspect", concat!(lock_prelude!(), include_str!("admin/inspect.lua")));
 
 /// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key if its holder is
 /// the one the operator expects (compare-and-delete on what was shown), keeps the fencing counter (the next grant's
@@ -1075,38 +348,8 @@ return {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL'
 /// pttl}` (the holder's value and remaining TTL before the delete), `{0}` when nobody held it, `{2, value, pttl}`
 /// when someone other than expected holds it (nothing deleted, nothing announced). A lock key of another type is
 /// `WRONGTYPE` and kept.
-pub static FORCE_RELEASE: Script = Script::new(
-    "force-release",
-    concat!(
-        lock_prelude!(),
-        r#"
-local value, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
-local pttl = -2
-if value then
-  pttl = redis.call('PTTL', KEYS[1])
-end
-local expect = ARGV[3] or '*'
-if value and expect ~= '*' and (expect == '' or string.sub(value, 1, #expect) ~= expect) then
-  return {2, value, pttl}
-end
-redis.call('DEL', KEYS[1], KEYS[3])
-local publish = ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH'
-local head = redis.pcall('ZRANGE', KEYS[4], 0, 0)
-if type(head) == 'table' and head[1] then
-  redis.call(publish, KEYS[2], ARGV[1] .. ' ' .. head[1])
-else
-  redis.call(publish, KEYS[2], ARGV[1])
-end
-if value then
-  return {1, value, pttl}
-end
-return {0}
-"#
-    ),
-);
+pub static FORCE_RELEASE: Script =
+    Script::new("force-release", concat!(lock_prelude!(), include_str!("admin/force_release.lua")));
 
 /// Elect (see [`Election`](crate::Election)): the mutex's acquire of the election's key, the new term from the
 /// fencing counter (same rule as [`ACQUIRE`]), and the leader's record, in one step; announced to observers.
@@ -1139,129 +382,14 @@ pub static ELECT: Script = Script::new(
         fencing_prelude!(),
         awaited_prelude!(),
         waiting_prelude!(),
-        r#"
-local current, refused = read_counter(KEYS[2])
-if refused then
-  return refused
-end
-local kind = redis.call('TYPE', KEYS[4]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE leader record ' .. KEYS[4] .. ' is not a hash')
-end
-if KEYS[6] then
-  kind = redis.call('TYPE', KEYS[6]).ok
-  if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE given-back candidacies ' .. KEYS[6] .. ' is not a hash')
-  end
-  if redis.call('HGET', KEYS[6], ARGV[1]) then
-    -- This candidacy was given back before this request arrived: it elects nobody and leaves no record.
-    return {0, -2}
-  end
-end
-local promised = false
-if KEYS[8] then
-  kind = redis.call('TYPE', KEYS[8]).ok
-  if kind ~= 'none' and kind ~= 'string' then
-    return redis.error_reply('WRONGTYPE election promise ' .. KEYS[8] .. ' holds a value that is not a promise')
-  end
-  promised = redis.call('GET', KEYS[8])
-end
-local holder, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
-if holder == ARGV[1] then
-  -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  return {1, tonumber(current or '0')}
-end
-local me = ARGV[8] or ''
--- Marks the election as awaited for `pttl` and lines this process up; a refusal (a key of another type) to return.
-local function wait_in_line(pttl)
-  if KEYS[7] then
-    return line_up(KEYS[7], KEYS[3], me, pttl)
-  end
-  return awaited(KEYS[3], pttl)
-end
-if holder then
-  local pttl = redis.call('PTTL', KEYS[1])
-  local refused = wait_in_line(pttl)
-  if refused then
-    return refused
-  end
-  return {0, pttl}
-end
-local grace = tonumber(ARGV[9] or '')
--- Whether it is this process's turn: the election is promised to it, or it is first in line. Its process, not its
--- candidacy: a try that does not line up (try_campaign) is as much that process's as a waiting campaign's, and a
--- campaign cut off after lining up leaves its process first in line with nothing waiting to take the promise.
-local turn = false
-if grace and KEYS[7] and KEYS[9] then
-  local left = false
-  if promised and promised ~= ARGV[6] then
-    left = redis.call('PTTL', KEYS[8])
-  elseif promised then
-    turn = true
-  else
-    local firsts = redis.pcall('ZRANGE', KEYS[7], 0, 0)
-    local first = type(firsts) == 'table' and not firsts.err and firsts[1]
-    turn = first == ARGV[6]
-    if first and not turn then
-      -- The leader's lease ran out with processes waiting: the first of them is promised the election.
-      redis.call('ZREM', KEYS[7], first)
-      redis.call('SET', KEYS[8], first, 'PX', string.format('%d', grace))
-      redis.call(ARGV[7] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[9], ARGV[6] .. '>' .. first)
-      left = grace
-    end
-  end
-  if left then
-    local refused = wait_in_line(left)
-    if refused then
-      return refused
-    end
-    return {0, left}
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local floor = tonumber(ARGV[3] or '')
-if not floor then
-  local now = redis.call('TIME')
-  floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-local term = advance(KEYS[2], current, floor)
-if KEYS[7] and (me ~= '' or turn) then
-  redis.pcall('ZREM', KEYS[7], ARGV[6])
-end
-if promised then
-  redis.call('DEL', KEYS[8])
-end
-redis.call('DEL', KEYS[4])
-redis.call('HSET', KEYS[4], 'id', ARGV[4], 'value', ARGV[5], 'term', string.format('%d', term), 'token', ARGV[1])
-redis.call('PEXPIRE', KEYS[4], ARGV[2])
-redis.call(ARGV[7] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[6])
-return {1, term}
-"#
+        include_str!("election/elect.lua")
     ),
 );
 
 /// Renew a leadership: compare-and-`PEXPIRE` of the lock key and the leader record together.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record; `ARGV[1]` token, `ARGV[2]` lease in ms. Reply: as [`EXTEND`].
-pub static ELECTION_RENEW: Script = Script::new(
-    "election-renew",
-    r#"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
-  return 1
-elseif value then
-  return -1
-end
-return 0
-"#,
-);
+pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("election/renew.lua"));
 
 /// Resign: compare-and-delete of the lock key and the leader record; wakes a waiting candidate (only when one
 /// marked the key, as [`RELEASE`]) and always tells observers.
@@ -1277,108 +405,20 @@ return 0
 /// A resignation that finds the key not ours (a candidate giving back a grant whose request has not arrived yet, a
 /// delayed `ELECT` on another connection, say) notes the token in `KEYS[6]` for one lease: should that `ELECT`
 /// arrive later, [`ELECT`] refuses it, so observers never see a leader that gave its candidacy up.
-pub static RESIGN: Script = Script::new(
-    "resign",
-    concat!(
-        next_waiting_prelude!(),
-        r#"
-if KEYS[6] then
-  local kind = redis.call('TYPE', KEYS[6]).ok
-  if kind ~= 'none' and kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE given-back candidacies ' .. KEYS[6] .. ' is not a hash')
-  end
-end
-if KEYS[8] then
-  local kind = redis.call('TYPE', KEYS[8]).ok
-  if kind ~= 'none' and kind ~= 'string' then
-    return redis.error_reply('WRONGTYPE election promise ' .. KEYS[8] .. ' holds a value that is not a promise')
-  end
-end
-local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] and KEYS[6] then
-  redis.call('HSET', KEYS[6], ARGV[1], '1')
-  if redis.call('PTTL', KEYS[6]) < tonumber(ARGV[4]) then
-    redis.call('PEXPIRE', KEYS[6], ARGV[4])
-  end
-end
-if value == ARGV[1] then
-  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
-  if redis.call('DEL', KEYS[1], KEYS[4]) > 1 then
-    local payload = ARGV[2]
-    if KEYS[7] then
-      local first, others = next_waiting(KEYS[7], ARGV[2])
-      if others then
-        -- The processes not named still wait: the next resignation must announce itself too.
-        local left = redis.call('PTTL', KEYS[7])
-        if left > 0 then
-          redis.call('SET', KEYS[4], '1', 'PX', string.format('%d', left))
-        end
-      end
-      if first then
-        payload = ARGV[2] .. '>' .. first
-        local grace = tonumber(ARGV[5] or '')
-        if grace and KEYS[8] then
-          redis.call('SET', KEYS[8], first, 'PX', string.format('%d', grace))
-        end
-      end
-    end
-    redis.call(publish, KEYS[3], payload)
-  end
-  redis.call('DEL', KEYS[2])
-  redis.call(publish, KEYS[5], ARGV[2])
-  return 1
-elseif value then
-  return -1
-end
-return 0
-"#
-    ),
-);
+pub static RESIGN: Script =
+    Script::new("resign", concat!(next_waiting_prelude!(), include_str!("election/resign.lua")));
 
 /// Proclaim: replace the leader's value, only while the lock key holds our token; tells observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` leader channel; `ARGV[1]` token, `ARGV[2]` the value,
 /// `ARGV[3]` origin, `ARGV[4]` `"1"` for `SPUBLISH`. Reply: `1` done, `0` not the leader.
-pub static PROCLAIM: Script = Script::new(
-    "proclaim",
-    r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('HSET', KEYS[2], 'value', ARGV[2])
-redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[3], ARGV[3])
-return 1
-"#,
-);
+pub static PROCLAIM: Script = Script::new("proclaim", include_str!("election/proclaim.lua"));
 
 /// The current leader, read in one step: its record only while the lock key still holds the record's token (a
 /// plain lock on the same name, or a record outliving its leader, is no leader).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record. Reply: `{id, value, term, pttl}`, or `{}` with no leader.
-pub static LEADER: Script = Script::new(
-    "leader",
-    concat!(
-        lock_prelude!(),
-        r#"
-local holder, refused_lock = lock_value(KEYS[1])
-if refused_lock then
-  return refused_lock
-end
-if not holder then
-  return {}
-end
-local kind = redis.call('TYPE', KEYS[2]).ok
-if kind ~= 'none' and kind ~= 'hash' then
-  return redis.error_reply('WRONGTYPE leader record ' .. KEYS[2] .. ' is not a hash')
-end
-local record = redis.call('HMGET', KEYS[2], 'id', 'value', 'term', 'token')
-if record[4] ~= holder then
-  return {}
-end
-return {record[1], record[2], record[3], redis.call('PTTL', KEYS[1])}
-"#
-    ),
-);
+pub static LEADER: Script = Script::new("leader", concat!(lock_prelude!(), include_str!("election/leader.lua")));
 
 /// What every semaphore script starts with: `sem_now()` is the server's clock in ms; `purge(now)` drops every permit
 /// whose expiry has passed (its slots, its grant and its expiry), so a dead holder costs at most its TTL whoever
@@ -1388,49 +428,7 @@ return {record[1], record[2], record[3], redis.call('PTTL', KEYS[1])}
 /// the limit (string).
 macro_rules! semaphore_prelude {
     () => {
-        r#"
-local function sem_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function sem_types()
-  local want = {'zset', 'hash', 'hash', 'string'}
-  for i = 1, 4 do
-    local kind = redis.call('TYPE', KEYS[i]).ok
-    if kind ~= 'none' and kind ~= want[i] then
-      return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' is not a ' .. want[i])
-    end
-  end
-end
-local function free(token)
-  local grant = redis.call('HGET', KEYS[3], token)
-  if grant then
-    for slot in string.gmatch(string.match(grant, ';(.*)$') or '', '%d+') do
-      if redis.call('HGET', KEYS[2], slot) == token then
-        redis.call('HDEL', KEYS[2], slot)
-      end
-    end
-    redis.call('HDEL', KEYS[3], token)
-  end
-  redis.call('ZREM', KEYS[1], token)
-end
-local function purge(now)
-  for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))) do
-    free(token)
-  end
-end
-local function gc()
-  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  if not last[2] then
-    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-    return
-  end
-  local at = string.format('%d', tonumber(last[2]) + 1000)
-  for i = 1, 4 do
-    redis.call('PEXPIREAT', KEYS[i], at)
-  end
-end
-"#
+        include_str!("scripts/semaphore.lua")
     };
 }
 
@@ -1447,172 +445,30 @@ end
 /// sees strictly increase.
 pub static SEM_ACQUIRE: Script = Script::new(
     "sem-acquire",
-    concat!(
-        semaphore_prelude!(),
-        fencing_prelude!(),
-        awaited_prelude!(),
-        r#"
-local refused = sem_types()
-if refused then
-  return refused
-end
-local fencing = ARGV[5] == '1'
-local current = false
-if fencing then
-  current, refused = read_counter(KEYS[5])
-  if refused then
-    return refused
-  end
-end
-local now = sem_now()
-local ttl = tonumber(ARGV[3])
-purge(now)
-local stored = redis.call('GET', KEYS[4])
-if stored and stored ~= ARGV[4] then
-  return {-1, tonumber(stored)}
-end
-local grant = redis.call('HGET', KEYS[3], ARGV[1])
-if grant then
-  redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + ttl), ARGV[1])
-  gc()
-  local reply = {1, tonumber(string.match(grant, '^(%-?%d+);'))}
-  for slot in string.gmatch(string.match(grant, ';(.*)$') or '', '%d+') do
-    table.insert(reply, tonumber(slot))
-  end
-  return reply
-end
-local n, limit = tonumber(ARGV[2]), tonumber(ARGV[4])
-if redis.call('HLEN', KEYS[2]) + n > limit then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  local wait = -1
-  if first[2] then
-    wait = math.max(tonumber(first[2]) - now, 0)
-  end
-  local marked = awaited(KEYS[6], wait)
-  if marked then
-    return marked
-  end
-  return {0, wait, limit - redis.call('HLEN', KEYS[2])}
-end
-local slots = {}
-local slot = 0
-while #slots < n and slot < limit do
-  if not redis.call('HGET', KEYS[2], string.format('%d', slot)) then
-    table.insert(slots, slot)
-  end
-  slot = slot + 1
-end
-local fence = -1
-if fencing then
-  local floor = tonumber(ARGV[6] or '')
-  if not floor then
-    local t = redis.call('TIME')
-    floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  fence = advance(KEYS[5], current, floor)
-end
-for _, s in ipairs(slots) do
-  redis.call('HSET', KEYS[2], string.format('%d', s), ARGV[1])
-end
-redis.call('HSET', KEYS[3], ARGV[1], string.format('%d', fence) .. ';' .. table.concat(slots, ','))
-redis.call('ZADD', KEYS[1], string.format('%d', now + ttl), ARGV[1])
-redis.call('SET', KEYS[4], ARGV[4])
-gc()
-local reply = {1, fence}
-for _, s in ipairs(slots) do
-  table.insert(reply, s)
-end
-return reply
-"#
-    ),
+    concat!(semaphore_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("semaphore/acquire.lua")),
 );
 
 /// Semaphore extend: pushes the token's own expiry, only while it holds a permit that has not expired.
 ///
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string); `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` not held
 /// (expired, purged, or never granted): never recreated.
-pub static SEM_EXTEND: Script = Script::new(
-    "sem-extend",
-    concat!(
-        semaphore_prelude!(),
-        r#"
-local refused = sem_types()
-if refused then
-  return refused
-end
-local now = sem_now()
-purge(now)
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], 'XX', string.format('%d', now + tonumber(ARGV[2])), ARGV[1])
-gc()
-return 1
-"#
-    ),
-);
+pub static SEM_EXTEND: Script =
+    Script::new("sem-extend", concat!(semaphore_prelude!(), include_str!("semaphore/extend.lua")));
 
 /// Semaphore release: frees the token's slots; announces (only when a try marked the semaphore as awaited).
 ///
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string), `KEYS[5]` release channel, `KEYS[6]` the release mark; `ARGV[1]` token,
 /// `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` released though its expiry had passed
 /// (nobody had taken its slots yet), `0` not held: the count is never raised by an unknown or purged token.
-pub static SEM_RELEASE: Script = Script::new(
-    "sem-release",
-    concat!(
-        semaphore_prelude!(),
-        r#"
-local refused = sem_types()
-if refused then
-  return refused
-end
-if not redis.call('HGET', KEYS[3], ARGV[1]) then
-  return 0
-end
-local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
-local late = score <= sem_now()
-free(ARGV[1])
--- The keys already expire a second after the latest expiry of the permits left (removing one never moves that
--- later), so only an emptied semaphore needs its keys touched.
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-end
-if redis.call('DEL', KEYS[6]) > 0 then
-  redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[2])
-end
-if late then
-  return 2
-end
-return 1
-"#
-    ),
-);
+pub static SEM_RELEASE: Script =
+    Script::new("sem-release", concat!(semaphore_prelude!(), include_str!("semaphore/release.lua")));
 
 /// Semaphore state, read without writing: the limit stored by the holders, and how many slots live permits hold
 /// (expired ones not counted).
 ///
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string). Reply: `{limit or -1, held}`.
-pub static SEM_STATE: Script = Script::new(
-    "sem-state",
-    concat!(
-        semaphore_prelude!(),
-        r#"
-local refused = sem_types()
-if refused then
-  return refused
-end
-local now = sem_now()
-local held = 0
-for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. string.format('%d', now), '+inf')) do
-  local grant = redis.call('HGET', KEYS[3], token)
-  for _ in string.gmatch(string.match(grant or '', ';(.*)$') or '', '%d+') do
-    held = held + 1
-  end
-end
-return {tonumber(redis.call('GET', KEYS[4]) or '-1'), held}
-"#
-    ),
-);
+pub static SEM_STATE: Script =
+    Script::new("sem-state", concat!(semaphore_prelude!(), include_str!("semaphore/state.lua")));
 
 /// What every read-write lock script starts with (see [`RwLock`](crate::RwLock)): `rw_now()` is the server's clock in
 /// ms; `rw_read(command, what, key, …)` runs a read that doubles as the type check of `key` (a key of another type
@@ -1622,28 +478,7 @@ return {tonumber(redis.call('GET', KEYS[4]) or '-1'), held}
 /// waiting writers (zset: token → ticket), `KEYS[4]` their heartbeats (zset: token → expiry of the place).
 macro_rules! rw_prelude {
     () => {
-        r#"
-local function rw_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local function rw_read(command, what, key, ...)
-  local reply = redis.pcall(command, key, ...)
-  if type(reply) == 'table' and reply.err then
-    if string.find(reply.err, 'WRONGTYPE', 1, true) then
-      return nil, redis.error_reply('WRONGTYPE read-write lock ' .. what .. ' ' .. key .. ' has another type')
-    end
-    return nil, reply
-  end
-  return reply
-end
-local function rw_expire_readers()
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  if last[2] then
-    redis.call('PEXPIREAT', KEYS[2], last[2])
-  end
-end
-"#
+        include_str!("scripts/rw.lua")
     };
 }
 
@@ -1659,72 +494,7 @@ end
 /// be granted while a live reader holds). Expired readers and dead waiting writers are purged, after every check.
 pub static RW_READ: Script = Script::new(
     "rw-read",
-    concat!(
-        rw_prelude!(),
-        lock_prelude!(),
-        fencing_prelude!(),
-        awaited_prelude!(),
-        r#"
-local token = ARGV[1]
-local writer, refused = lock_value(KEYS[1])
-if refused then
-  return refused
-end
-local now = rw_now()
-local mine, dead, queued, current
-mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
-if refused then
-  return refused
-end
-dead, refused = rw_read('ZRANGEBYSCORE', 'writer heartbeats', KEYS[4], '-inf', string.format('%d', now))
-if refused then
-  return refused
-end
-queued, refused = rw_read('ZCARD', 'writer queue', KEYS[3])
-if refused then
-  return refused
-end
-if ARGV[3] == '1' then
-  current, refused = read_counter(KEYS[5])
-  if refused then
-    return refused
-  end
-end
-local function purge()
-  if #dead > 0 then
-    for _, waiter in ipairs(dead) do
-      redis.call('ZREM', KEYS[3], waiter)
-    end
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%d', now))
-  end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))
-end
-local wait = false
-if mine and tonumber(mine) > now then
-  wait = false
-elseif writer then
-  wait = redis.call('PTTL', KEYS[1])
-elseif queued > #dead then
-  local next = redis.call('ZRANGE', KEYS[4], #dead, #dead, 'WITHSCORES')
-  wait = next[2] and math.max(tonumber(next[2]) - now, 0) or -1
-end
-if wait then
-  local marked = awaited(KEYS[6], wait)
-  if marked then
-    return marked
-  end
-  purge()
-  return {0, wait}
-end
-purge()
-redis.call('ZADD', KEYS[2], string.format('%d', now + tonumber(ARGV[2])), token)
-rw_expire_readers()
-if ARGV[3] ~= '1' then
-  return {1}
-end
-return {1, tonumber(current) or 0}
-"#
-    ),
+    concat!(rw_prelude!(), lock_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("rwlock/read.lua")),
 );
 
 /// Read-write lock release, whatever the token holds: the write lock (compare-and-delete), a read hold, or a
@@ -1736,69 +506,8 @@ return {1, tonumber(current) or 0}
 /// `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released (a hold, or a waiting
 /// writer's place), `2` a read hold released after its expiry had passed (not purged yet), `0` nothing of ours held,
 /// `-1` another writer holds.
-pub static RW_RELEASE: Script = Script::new(
-    "rw-release",
-    concat!(
-        rw_prelude!(),
-        lock_prelude!(),
-        r#"
-local token = ARGV[1]
-local writer, refused = lock_value(KEYS[1])
-if refused then
-  return refused
-end
-local mine, beat, head
-mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
-if refused then
-  return refused
-end
-beat, refused = rw_read('ZSCORE', 'writer heartbeats', KEYS[4], token)
-if refused then
-  return refused
-end
-head, refused = rw_read('ZRANGE', 'writer queue', KEYS[3], 0, 1)
-if refused then
-  return refused
-end
-local now = rw_now()
-local outcome = 0
-if writer == token then
-  redis.call('DEL', KEYS[1])
-  writer = false
-  outcome = 1
-elseif mine then
-  redis.call('ZREM', KEYS[2], token)
-  outcome = tonumber(mine) > now and 1 or 2
-elseif writer then
-  outcome = -1
-end
-local left = redis.call('ZREM', KEYS[3], token)
-if beat then
-  redis.call('ZREM', KEYS[4], token)
-end
-if outcome == 0 and left == 1 then
-  -- A waiting writer's place, given back: released (so the caller wakes a reader of its own process it held back).
-  outcome = 1
-end
-if (outcome == 1 or outcome == 2) and not writer then
-  local first = head[1]
-  if first == token then
-    first = head[2]
-  end
-  local publish = ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH'
-  if first then
-    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-    if not (last[2] and tonumber(last[2]) > now) then
-      redis.call(publish, KEYS[5], ARGV[2] .. ' ' .. first)
-    end
-  elseif redis.call('DEL', KEYS[6]) > 0 then
-    redis.call(publish, KEYS[5], ARGV[2])
-  end
-end
-return outcome
-"#
-    ),
-);
+pub static RW_RELEASE: Script =
+    Script::new("rw-release", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/release.lua")));
 
 /// Read-write lock extend, and the writer's atomic downgrade: pushes the token's own expiry (the writer key's PTTL,
 /// or its reader expiry while that lies ahead); never recreates a hold that is gone. With `ARGV[3]` `"1"`, a writer
@@ -1808,83 +517,15 @@ return outcome
 /// `KEYS[1..4]` as in every read-write lock script, `KEYS[5]` release channel, `KEYS[6]` the release mark;
 /// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` to downgrade, `ARGV[4]` origin, `ARGV[5]` `"1"` for
 /// `SPUBLISH`. Reply: `1` extended (or downgraded; a retried downgrade finds the reader and renews it), `0` not held.
-pub static RW_EXTEND: Script = Script::new(
-    "rw-extend",
-    concat!(
-        rw_prelude!(),
-        lock_prelude!(),
-        r#"
-local token = ARGV[1]
-local writer, refused = lock_value(KEYS[1])
-if refused then
-  return refused
-end
-local mine, head
-mine, refused = rw_read('ZSCORE', 'readers', KEYS[2], token)
-if refused then
-  return refused
-end
-head, refused = rw_read('ZRANGE', 'writer queue', KEYS[3], 0, 0)
-if refused then
-  return refused
-end
-local now = rw_now()
-local expiry = string.format('%d', now + tonumber(ARGV[2]))
-if writer == token then
-  if ARGV[3] ~= '1' then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    return 1
-  end
-  redis.call('DEL', KEYS[1])
-  redis.call('ZADD', KEYS[2], expiry, token)
-  rw_expire_readers()
-  if not head[1] and redis.call('DEL', KEYS[6]) > 0 then
-    redis.call(ARGV[5] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[4])
-  end
-  return 1
-end
-if mine and tonumber(mine) > now then
-  redis.call('ZADD', KEYS[2], 'XX', expiry, token)
-  rw_expire_readers()
-  return 1
-end
-return 0
-"#
-    ),
-);
+pub static RW_EXTEND: Script =
+    Script::new("rw-extend", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/extend.lua")));
 
 /// Read-write lock state, read without writing: `{writer, readers, waiting}`: `1` when a writer holds, the readers
 /// whose expiry lies ahead, and the waiting writers whose place has not expired.
 ///
 /// `KEYS[1..4]` as in every read-write lock script.
-pub static RW_STATE: Script = Script::new(
-    "rw-state",
-    concat!(
-        rw_prelude!(),
-        lock_prelude!(),
-        r#"
-local writer, refused = lock_value(KEYS[1])
-if refused then
-  return refused
-end
-local now = string.format('%d', rw_now())
-local readers, waiting
-readers, refused = rw_read('ZRANGEBYSCORE', 'readers', KEYS[2], '(' .. now, '+inf')
-if refused then
-  return refused
-end
-waiting, refused = rw_read('ZRANGEBYSCORE', 'writer heartbeats', KEYS[4], '(' .. now, '+inf')
-if refused then
-  return refused
-end
-local _, refused_queue = rw_read('ZCARD', 'writer queue', KEYS[3])
-if refused_queue then
-  return refused_queue
-end
-return {writer and 1 or 0, #readers, #waiting}
-"#
-    ),
-);
+pub static RW_STATE: Script =
+    Script::new("rw-state", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/state.lua")));
 
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[

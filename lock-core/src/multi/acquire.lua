@@ -1,0 +1,56 @@
+
+local lines_up = ARGV[5] and ARGV[5] ~= ''
+local n = #KEYS / (lines_up and 4 or 3)
+local fencing = ARGV[3] == '1'
+-- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
+-- until every key passed.
+local values, counters = {}, {}
+for i = 1, n do
+  local lock = KEYS[2 * i - 1]
+  local value = redis.pcall('GET', lock)
+  if type(value) == 'table' then
+    return redis.error_reply('WRONGTYPE lock key ' .. lock .. ' holds a value that is not a lock')
+  end
+  values[i] = value
+  if fencing then
+    local current, refused = read_counter(KEYS[2 * i])
+    if refused then
+      return refused
+    end
+    counters[i] = current
+  end
+end
+for i = 1, n do
+  if values[i] and values[i] ~= ARGV[1] then
+    local pttl = redis.call('PTTL', KEYS[2 * i - 1])
+    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[5], pttl)
+    if refused then
+      return refused
+    end
+    return {0, i, pttl}
+  end
+end
+local floor = nil
+if fencing then
+  floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+end
+local reply = {1}
+for i = 1, n do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  if values[i] == ARGV[1] then
+    redis.call('PEXPIRE', lock, ARGV[2])
+    if fencing then
+      reply[i + 1] = tonumber(counters[i] or '0')
+    end
+  else
+    redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
+    if fencing then
+      reply[i + 1] = advance(fence, counters[i], floor)
+    end
+  end
+end
+return reply

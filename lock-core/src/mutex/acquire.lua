@@ -1,0 +1,30 @@
+
+local fencing = ARGV[3] == '1'
+local current = false
+if fencing then
+  local refused
+  current, refused = read_counter(KEYS[2])
+  if refused then
+    return refused
+  end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not fencing then
+    return {1}
+  end
+  local floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return {1, advance(KEYS[2], current, floor)}
+end
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
+end
+local pttl = redis.call('PTTL', KEYS[1])
+local refused = line_up(KEYS[4], KEYS[3], ARGV[5], pttl)
+if refused then
+  return refused
+end
+return {0, pttl}

@@ -1,0 +1,20 @@
+
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[3]) > 1 then
+    local first, others = next_waiting(KEYS[4], ARGV[2])
+    if others then
+      -- The processes not woken still wait: the next release must announce itself too.
+      local left = redis.call('PTTL', KEYS[4])
+      if left > 0 then
+        redis.call('SET', KEYS[3], '1', 'PX', string.format('%d', left))
+      end
+    end
+    local payload = first and (ARGV[2] .. '>' .. first) or ARGV[2]
+    redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2], payload)
+  end
+  return 1
+elseif value then
+  return -1
+end
+return 0
