@@ -63,7 +63,9 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
 
 use futures_util::future::{join_all, select, Either};
 use futures_util::stream::Stream;
@@ -75,10 +77,12 @@ use crate::lock::{Guard, Lock};
 use crate::lost::{LostReason, LostSignal};
 use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::store::ReleaseOutcome;
-use crate::target::{ElectionSpec, Target};
+use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
+use crate::token::Token;
 use crate::transport::{Call, Reply, Topology};
 use crate::wait::Attempt;
 use crate::{rt, scripts};
@@ -255,7 +259,7 @@ impl Election {
         &self.options
     }
 
-    fn prepare(&self, id: &str, value: &str, wait: Duration) -> Result<(Arc<Target>, LockOptions)> {
+    fn prepare(&self, id: &str, value: &str, wait: Duration) -> Result<(Arc<dyn Primitive>, LockOptions)> {
         let label = HolderLabel::new(id).map_err(|_| {
             LockError::invalid(format!(
                 "a candidate id must be 1 to {} bytes without control characters",
@@ -263,7 +267,8 @@ impl Election {
             ))
         })?;
         check_value(value)?;
-        let spec = ElectionSpec {
+        let target = ElectionTarget {
+            keys: [self.keys.clone()],
             info: self.info.clone(),
             channel: self.channel.clone(),
             id: id.to_owned(),
@@ -281,7 +286,7 @@ impl Election {
             .with_auto_renew(RenewPolicy::default().with_interval(self.options.retry_period))
             .with_holder_label(label);
         self.lock.check(&options)?;
-        Ok((Arc::new(Target::election(self.keys.clone(), spec)), options))
+        Ok((Arc::new(target), options))
     }
 
     /// Campaigns as `id` with `value` until elected: returns the [`Leadership`] only with a grant from the server
@@ -446,6 +451,132 @@ impl Election {
         (self.lock.stores().len() == 1).then(|| {
             self.options.retry_period.max(Duration::from_secs(1)).saturating_add(self.lock.operation_timeout())
         })
+    }
+}
+
+/// One candidacy's acquisition: the leadership, elected, renewed and resigned by the election's scripts.
+#[derive(Debug)]
+pub(crate) struct ElectionTarget {
+    keys: [LockKeys; 1],
+    /// The leader record (`prefix{name}:info`).
+    info: String,
+    /// The channel observers listen on (`prefix{name}:leader`).
+    channel: String,
+    /// The candidate's id and initial value.
+    id: String,
+    value: String,
+    /// How long a leader trusts its leadership after the start of its last successful renewal.
+    renew_deadline: Duration,
+    /// The candidacies given back before their `ELECT` arrived (`prefix{name}:given-back`), and how long each is
+    /// remembered there (the lease, in ms).
+    given_back: String,
+    lease_ms: String,
+    /// The process a hand-over promised the election to (`prefix{name}:promised`), and for how long (ms; empty
+    /// over Redlock, where each instance's line could name another process and promises would split the vote).
+    promised: String,
+    grace_ms: String,
+}
+
+#[async_trait]
+impl Primitive for ElectionTarget {
+    fn kind(&self) -> Kind {
+        Kind::Election
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// No later than the renew deadline: the leader stops acting before anyone else can win.
+    fn valid_until(&self, started: Instant, ttl: Duration) -> Instant {
+        let lease = crate::lease::valid_until(started, ttl);
+        started.checked_add(self.renew_deadline).map_or(lease, |deadline| deadline.min(lease))
+    }
+
+    /// [`ELECT`](scripts::ELECT).
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.keys[0];
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let floor = ask.floor_arg();
+        let (origin, sharded) = announcer(store);
+        // The candidate's process lines up when it hears releases (as a mutex's waiter does).
+        let waiting_as =
+            store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin()).unwrap_or_default();
+        let call_keys = [
+            keys.lock(),
+            keys.fence(),
+            keys.awaited(),
+            &self.info,
+            &self.channel,
+            &self.given_back,
+            keys.waiting(),
+            &self.promised,
+            keys.channel(),
+        ];
+        let args =
+            [ask.token.as_str(), &ttl, &floor, &self.id, &self.value, origin, sharded, waiting_as, &self.grace_ms];
+        let call = Call::script("acquire", &scripts::ELECT, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let ints = ran.reply.as_ints().unwrap_or_default();
+        let grant = match ints.as_slice() {
+            [1, term] => Grant::Acquired { fences: vec![u64::try_from(*term).ok()] },
+            [0, pttl] => Grant::Held {
+                index: 0,
+                ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
+                holder: None,
+                place: None,
+            },
+            _ => return Err(LockError::backend(format!("unexpected reply to the elect script: {:?}", ran.reply))),
+        };
+        ask.check_replicas(&ran, &grant)?;
+        Ok(grant)
+    }
+
+    /// [`ELECTION_RENEW`](scripts::ELECTION_RENEW).
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys = [self.keys[0].lock(), self.info.as_str()];
+        let args = [token.as_str(), &ttl];
+        let ran = store.call(Call::script("extend", &scripts::ELECTION_RENEW, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => Ok(vec![scripts::parse_extend(code)?]),
+            None => Err(LockError::backend(format!("unexpected reply to the renew script: {:?}", ran.reply))),
+        }
+    }
+
+    /// The term is the fence: [`RAISE_FENCE`](scripts::RAISE_FENCE) raises the leader record's term with it.
+    async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
+        let want = want.to_string();
+        let call_keys = [keys.lock(), keys.fence(), self.info.as_str()];
+        let args = [token.as_str(), want.as_str()];
+        let ran = store.call(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(true),
+            Some(0) => Ok(false),
+            _ => Err(LockError::backend(format!("unexpected reply to the raise-fence script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`RESIGN`](scripts::RESIGN).
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let (origin, sharded) = announcer(store);
+        let call_keys = [
+            keys.lock(),
+            &self.info,
+            keys.channel(),
+            keys.awaited(),
+            &self.channel,
+            &self.given_back,
+            keys.waiting(),
+            &self.promised,
+        ];
+        let args = [token.as_str(), origin, sharded, &self.lease_ms, &self.grace_ms];
+        let ran = store.call(Call::script("release", &scripts::RESIGN, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => Ok(vec![scripts::parse_release(code)?]),
+            None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
+        }
     }
 }
 

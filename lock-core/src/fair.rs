@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use futures_util::future::{select, Either};
 
 use crate::error::{LockError, Result};
@@ -23,9 +24,12 @@ use crate::inflight::InFlight;
 use crate::lock::{Guard, Lock};
 use crate::notify::{ReleaseWatch, Wake};
 use crate::options::LockOptions;
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::target::Target;
+use crate::scripts;
+use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::Token;
+use crate::transport::{Call, Reply};
 use crate::wait::{Attempt, Watches};
 use event_listener::EventListener;
 
@@ -45,10 +49,185 @@ pub(crate) fn grants_key(keys: &LockKeys) -> String {
     format!("{}:grants", keys.lock())
 }
 
+/// The queue of a fair lock (see [`LockOptions::with_fair_queue`]), and a read-write lock's writers' queue.
+#[derive(Debug)]
+pub(crate) struct FairSpec {
+    /// `prefix{resource}:queue`: token → ticket.
+    queue: String,
+    /// `prefix{resource}:heartbeats`: token → expiry of its place, server ms.
+    heartbeats: String,
+    /// `prefix{resource}:grants`: token → how a release grants it the lock (see
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+    grants: String,
+    /// The waiter TTL, and in ms.
+    waiter_ttl: Duration,
+    waiter_ttl_ms: String,
+}
+
+impl FairSpec {
+    /// The queue of `keys`' fair lock, whose places last `waiter_ttl` per heartbeat.
+    pub(crate) fn new(keys: &LockKeys, waiter_ttl: Duration) -> Self {
+        FairSpec {
+            queue: queue_key(keys),
+            heartbeats: heartbeats_key(keys),
+            grants: grants_key(keys),
+            waiter_ttl,
+            waiter_ttl_ms: scripts::ttl_millis(waiter_ttl).to_string(),
+        }
+    }
+
+    /// The queue key (token → ticket) and its heartbeats (token → expiry of the place, server ms).
+    pub(crate) fn queue_keys(&self) -> (&str, &str) {
+        (&self.queue, &self.heartbeats)
+    }
+
+    /// The lease a release grants a waiter of this queue acquiring with `ttl` (see
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): never longer than its waiter TTL, so a head that died just
+    /// before its turn holds the lock no longer than its place would have held up the queue.
+    pub(crate) fn lease(&self, ttl: Duration) -> Duration {
+        ttl.min(self.waiter_ttl)
+    }
+
+    /// [`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE) of `keys` on one store; `readers` is a read-write lock's
+    /// readers key, for its writer (whom a release only tells: its grant depends on readers).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        readers: Option<&str>,
+        store: &dyn LockStore,
+        ask: Ask<'_>,
+    ) -> Result<Grant> {
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let fencing = ask.fencing_flag();
+        let floor = ask.floor_arg();
+        let queue = if ask.queued.is_some() { "1" } else { "0" };
+        let hub = store.release_hub();
+        let (origin, sharded) = announcer(store);
+        let mut call_keys = vec![
+            keys.lock(),
+            keys.fence(),
+            &self.queue,
+            &self.heartbeats,
+            keys.channel(),
+            keys.awaited(),
+            &self.grants,
+        ];
+        call_keys.extend(readers);
+        // How a release grants us the lock when we are the head: a lease of our TTL, or our waiter TTL when that is
+        // shorter (see `FAIR_RELEASE`). A read-write lock's writer is only told (its grant depends on readers).
+        let grant = match (readers, ask.queued) {
+            (None, Some(_)) => {
+                let lease = scripts::ttl_millis(self.lease(ask.ttl));
+                format!("{lease} {fencing}")
+            }
+            _ => String::new(),
+        };
+        let mut args =
+            vec![ask.token.as_str(), &ttl, fencing, &floor, &self.waiter_ttl_ms, queue, origin, sharded, &grant];
+        args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
+        let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let Reply::Array(items) = &ran.reply else { return Err(unexpected(&ran.reply)) };
+        let int = |i: usize| items.get(i).and_then(Reply::as_int);
+        let grant = match (int(0), items.len(), ask.fencing) {
+            (Some(1), 2, true) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
+            (Some(1), 1, false) => Grant::Acquired { fences: vec![None] },
+            (Some(0), 3.., _) => {
+                // Peers whose place was gone: they take a new one with a try of their own.
+                for lost in items.iter().skip(3).filter_map(Reply::as_text) {
+                    if let Some(hub) = hub {
+                        hub.place_lost(keys.channel(), lost);
+                    }
+                }
+                Grant::Held {
+                    index: 0,
+                    // -2: free, but someone is queued ahead of us.
+                    ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+                    holder: None,
+                    place: int(2).and_then(|p| u64::try_from(p).ok()),
+                }
+            }
+            _ => return Err(unexpected(&ran.reply)),
+        };
+        ask.check_replicas(&ran, &grant)?;
+        Ok(grant)
+    }
+}
+
+fn unexpected(reply: &Reply) -> LockError {
+    LockError::backend(format!("unexpected reply to a fair-lock script: {reply:?}"))
+}
+
+/// A fair lock's acquisition: its place in the queue while it waits, then the lock.
+#[derive(Debug)]
+pub(crate) struct FairTarget {
+    keys: [LockKeys; 1],
+    fair: FairSpec,
+}
+
+impl FairTarget {
+    /// `keys`' lock, acquired in the order of a queue of waiters that hold their place for `waiter_ttl` per
+    /// heartbeat.
+    pub(crate) fn new(keys: LockKeys, waiter_ttl: Duration) -> Self {
+        let fair = FairSpec::new(&keys, waiter_ttl);
+        FairTarget { keys: [keys], fair }
+    }
+}
+
+#[async_trait]
+impl Primitive for FairTarget {
+    fn kind(&self) -> Kind {
+        Kind::FairLock
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    fn draws_fence_later(&self) -> bool {
+        true
+    }
+
+    fn queue(&self) -> Option<&FairSpec> {
+        Some(&self.fair)
+    }
+
+    fn fair_lease(&self, ttl: Duration) -> Option<Duration> {
+        Some(self.fair.lease(ttl))
+    }
+
+    fn wakes_head_only(&self) -> bool {
+        true
+    }
+
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        self.fair.acquire(&self.keys[0], None, store, ask).await
+    }
+
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        Ok(vec![store.extend(&self.keys[0], token, ttl).await?])
+    }
+
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let fair = &self.fair;
+        let (origin, sharded) = announcer(store);
+        let call_keys =
+            [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited(), keys.fence(), &fair.grants];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => Ok(vec![scripts::parse_release(code)?]),
+            None => Err(unexpected(&ran.reply)),
+        }
+    }
+}
+
 /// Waits in `target`'s queue until granted or out of budget (see [`Lock::acquire`]).
 pub(crate) async fn until_granted(
     lock: &Lock,
-    target: &Arc<Target>,
+    target: &Arc<dyn Primitive>,
     options: &LockOptions,
     waiter_ttl: Duration,
 ) -> Result<(Guard, Option<Watches>)> {

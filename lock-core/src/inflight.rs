@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::lock::Instances;
+use crate::primitive::Primitive;
 use crate::store::LockStore;
-use crate::target::Target;
 use crate::token::Token;
 
 /// An acquire in flight on one or more stores. Releases on drop unless [`disarm`](Self::disarm)ed.
 pub(crate) struct InFlight {
     instances: Arc<Instances>,
-    target: Arc<Target>,
+    target: Arc<dyn Primitive>,
     token: Token,
     timeout: Duration,
     /// The TTL the requests ask for: whatever they acquired has expired on every server `ttl` after the last of
@@ -30,7 +30,7 @@ impl InFlight {
     /// An acquire of `token` for `ttl` about to be sent, each call bounded by `timeout`.
     pub(crate) fn new(
         instances: Arc<Instances>,
-        target: Arc<Target>,
+        target: Arc<dyn Primitive>,
         token: Token,
         ttl: Duration,
         timeout: Duration,
@@ -64,7 +64,7 @@ impl InFlight {
     /// never have reached the server) is sent again there in the background until the key would have expired
     /// anyway, so a grant nobody holds does not keep others out for its whole TTL.
     pub(crate) async fn release_now(mut self) {
-        let failed = release_all(&self.instances.stores, &self.target, &self.token, self.timeout, None).await;
+        let failed = release_all(&self.instances.stores, &*self.target, &self.token, self.timeout, None).await;
         self.armed = false;
         if !failed.is_empty() {
             let (instances, target, token, timeout) =
@@ -83,7 +83,7 @@ impl Drop for InFlight {
         let (instances, target, token) = (self.instances.clone(), self.target.clone(), self.token.clone());
         let (timeout, expires) = (self.timeout, self.expires());
         let release = async move {
-            let failed = release_all(&instances.stores, &target, &token, timeout, None).await;
+            let failed = release_all(&instances.stores, &*target, &token, timeout, None).await;
             resend(instances, target, token, timeout, failed, expires).await;
         };
         spawn_detached(self.runtime.as_ref(), self.target.label(), release);
@@ -116,7 +116,7 @@ const RESEND_PAUSE_MAX: Duration = Duration::from_secs(1);
 /// is idempotent, so a release that did reach the server the first time finds nothing to delete.
 pub(crate) async fn resend(
     instances: Arc<Instances>,
-    target: Arc<Target>,
+    target: Arc<dyn Primitive>,
     token: Token,
     timeout: Duration,
     mut failed: Vec<usize>,
@@ -131,7 +131,7 @@ pub(crate) async fn resend(
         if crate::rt::sleep(resume.saturating_duration_since(Instant::now())).await.is_err() {
             return;
         }
-        failed = release_all(&instances.stores, &target, &token, timeout, Some(&failed)).await;
+        failed = release_all(&instances.stores, &*target, &token, timeout, Some(&failed)).await;
         pause = pause.saturating_mul(2).min(RESEND_PAUSE_MAX);
     }
 }
@@ -146,7 +146,7 @@ pub(crate) async fn resend(
 /// the real holder still blocks.
 pub(crate) async fn release_all(
     stores: &[Arc<dyn LockStore>],
-    target: &Target,
+    target: &dyn Primitive,
     token: &Token,
     timeout: Duration,
     only: Option<&[usize]>,

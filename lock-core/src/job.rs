@@ -29,15 +29,18 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
 use crate::lock::Lock;
 use crate::lost::LostSignal;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::target::{JobSpec, Target};
+use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::FencingToken;
+use crate::token::Token;
 use crate::transport::{Call, Reply};
 use crate::wait::Attempt;
 
@@ -348,22 +351,23 @@ impl JobLock {
         options.validate()?;
         let keys = LockKeys::new(self.lock.key_prefix(), job)?;
         let retention = crate::scripts::ttl_millis(options.tick_retention());
-        let spec = JobSpec {
+        let target = Arc::new(JobTarget {
             info: format!("{}:info", keys.lock()),
             tick: tick.map(|t| (format!("{}:tick:{t}", keys.lock()), retention)),
             holder: options.holder(),
             at_least_ms: u64::try_from(options.at_least_for.as_millis()).unwrap_or(u64::MAX),
             // Until the work starts, any end of this run is a give-back of a start that never ran.
             ending: Mutex::new(Ending::GivenBack),
-        };
-        let target = Arc::new(Target::job(keys, spec));
+            keys: [keys],
+        });
         let mut lock_options =
             LockOptions::new(options.at_most_for).with_wait(Duration::ZERO).with_fencing(options.fencing);
         if let Some(policy) = &options.keep_alive {
             lock_options = lock_options.with_auto_renew(policy.clone());
         }
         self.lock.check(&lock_options)?;
-        let guard = match self.lock.attempt(&target, &lock_options).await? {
+        let engine: Arc<dyn Primitive> = target.clone();
+        let guard = match self.lock.attempt(&engine, &lock_options).await? {
             Attempt::Held { holder_ttl, holder, .. } => {
                 tracing::debug!(job, ?holder, "job held elsewhere; skipped");
                 return Ok(JobOutcome::Skipped { holder, locked_for: holder_ttl });
@@ -456,4 +460,87 @@ fn parse_record(reply: &Reply) -> Result<Option<LastRun>> {
         finished: field("finished_ms").and_then(|s| s.parse::<u64>().ok()).map(at),
         outcome,
     }))
+}
+
+/// One run's acquisition: started and finished by the job scripts instead of the mutex's.
+#[derive(Debug)]
+pub(crate) struct JobTarget {
+    keys: [LockKeys; 1],
+    /// The key of the job's record (`prefix{job}:info`).
+    info: String,
+    /// Tick mode: the tick's key and its TTL in ms.
+    tick: Option<(String, u64)>,
+    /// This run's holder label.
+    holder: String,
+    /// `at_least_for` in ms.
+    at_least_ms: u64,
+    /// How the run ends, as its record will say (a run dropped before it set this was cancelled).
+    ending: Mutex<Ending>,
+}
+
+impl JobTarget {
+    /// Sets how the run ends (what its finish records).
+    fn end_as(&self, ending: Ending) {
+        *self.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = ending;
+    }
+}
+
+#[async_trait]
+impl Primitive for JobTarget {
+    fn kind(&self) -> Kind {
+        Kind::Job
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// [`JOB_START`](crate::scripts::JOB_START).
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.keys[0];
+        let ttl = crate::scripts::ttl_millis(ask.ttl).to_string();
+        let at_least = self.at_least_ms.to_string();
+        let tick_ttl = self.tick.as_ref().map(|(_, ttl)| ttl.to_string()).unwrap_or_default();
+        let mut call_keys = vec![keys.lock(), keys.fence(), self.info.as_str()];
+        call_keys.extend(self.tick.as_ref().map(|(key, _)| key.as_str()));
+        let args = [ask.token.as_str(), &ttl, ask.fencing_flag(), &self.holder, &at_least, &tick_ttl];
+        let call = Call::script("acquire", &crate::scripts::JOB_START, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let unexpected = || LockError::backend(format!("unexpected reply to the job-start script: {:?}", ran.reply));
+        let Reply::Array(items) = &ran.reply else { return Err(unexpected()) };
+        let int = |i: usize| items.get(i).and_then(Reply::as_int);
+        let grant = match int(0) {
+            Some(1) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
+            Some(0) => Grant::Held {
+                index: 0,
+                ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
+                holder: items.get(2).and_then(Reply::as_text).map(str::to_owned),
+                place: None,
+            },
+            _ => return Err(unexpected()),
+        };
+        ask.check_replicas(&ran, &grant)?;
+        Ok(grant)
+    }
+
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        Ok(vec![store.extend(&self.keys[0], token, ttl).await?])
+    }
+
+    /// [`JOB_FINISH`](crate::scripts::JOB_FINISH): owner-checked, keeping the lock for `at_least_for`.
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let ending = *self.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (origin, sharded) = announcer(store);
+        let mut call_keys = vec![keys.lock(), self.info.as_str(), keys.channel()];
+        call_keys.extend(self.tick.as_ref().map(|(key, _)| key.as_str()));
+        let args = [token.as_str(), ending.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &crate::scripts::JOB_FINISH, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            // Kept until `at_least_for` has passed: released, as far as this run is concerned.
+            Some(2) => Ok(vec![ReleaseOutcome::Released]),
+            Some(code) => Ok(vec![crate::scripts::parse_release(code)?]),
+            None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
+        }
+    }
 }

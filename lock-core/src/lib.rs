@@ -105,9 +105,11 @@ mod lost;
 #[cfg(feature = "memory")]
 mod memory;
 pub mod multi;
+mod mutex;
 mod mutex_calls;
 mod notify;
 mod options;
+mod primitive;
 pub mod redlock;
 mod resource;
 pub mod rt;
@@ -117,7 +119,6 @@ pub mod scripts;
 pub mod semaphore;
 pub mod server_error;
 mod store;
-mod target;
 pub mod telemetry;
 mod token;
 pub mod transport;
@@ -136,6 +137,7 @@ pub use lost::{LostReason, LostSignal};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 pub use multi::{MultiContext, MultiGuard, MultiRelease};
+pub use mutex::MAX_RESOURCES;
 pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
     validate_ttl, CrossSlot, Fencing, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT,
@@ -150,7 +152,6 @@ pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
 pub use store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
-pub use target::MAX_RESOURCES;
 pub use token::{FencingToken, Token};
 pub use transport::{Call, Ran, Reply, ScriptStore, Topology};
 

@@ -20,11 +20,12 @@ use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
+use crate::mutex::MutexTarget;
 use crate::options::{validate_ttl, Fencing, LockOptions};
+use crate::primitive::{Ask, Grant, Primitive};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
-use crate::target::{Ask, Grant, Target};
 use crate::token::{FencingToken, Token};
 use crate::transport::{Call, Topology};
 use crate::wait::{until_acquired, Attempt, Watches};
@@ -176,21 +177,21 @@ impl Lock {
         Ok(())
     }
 
-    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<Target>> {
+    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<dyn Primitive>> {
         self.check(options)?;
         let keys = LockKeys::new(&self.prefix, resource)?;
-        Ok(Arc::new(match options.fair_queue() {
-            None => Target::one(keys),
+        Ok(match options.fair_queue() {
+            None => Arc::new(MutexTarget::one(keys)),
             Some(_) if self.instances.n() > 1 => {
                 return Err(LockError::invalid(
                     "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
                 ))
             }
-            Some(waiter_ttl) => Target::fair(keys, waiter_ttl),
-        }))
+            Some(waiter_ttl) => Arc::new(crate::fair::FairTarget::new(keys, waiter_ttl)),
+        })
     }
 
-    pub(crate) fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<Target>> {
+    pub(crate) fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<dyn Primitive>> {
         self.check(options)?;
         if options.fair_queue().is_some() {
             return Err(LockError::invalid("a fair queue orders the waiters of one resource; acquire_all has none"));
@@ -198,7 +199,7 @@ impl Lock {
         let keys = resources.iter().map(|r| LockKeys::new(&self.prefix, r)).collect::<Result<Vec<_>>>()?;
         let clustered = self.instances.stores.iter().any(|s| s.topology() == Topology::Cluster);
         let topology = if clustered { Topology::Cluster } else { Topology::Single };
-        Ok(Arc::new(Target::all(keys, topology, options.cross_slot())?))
+        Ok(Arc::new(MutexTarget::all(keys, topology, options.cross_slot())?))
     }
 
     /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
@@ -282,7 +283,7 @@ impl Lock {
     /// `attempts`.
     pub(crate) async fn wait_for(
         &self,
-        target: &Arc<Target>,
+        target: &Arc<dyn Primitive>,
         options: &LockOptions,
         attempts: &AtomicU32,
     ) -> Result<Guard> {
@@ -290,7 +291,7 @@ impl Lock {
         // all of them.
         let stores = &self.instances.stores;
         let (guard, watch) = match options.fair_queue() {
-            Some(waiter_ttl) if target.is_fair() && !options.wait().is_zero() => {
+            Some(waiter_ttl) if target.queue().is_some() && !options.wait().is_zero() => {
                 // Boxed: the fair wait must not grow every acquire's future (async-std runs tests on small stacks).
                 Box::pin(crate::fair::until_granted(self, target, options, waiter_ttl)).await?
             }
@@ -322,7 +323,7 @@ impl Lock {
 
     /// One try: one round trip to each instance, concurrently, plus (Redlock with fencing, when the quorum's counters
     /// disagree) one fence write-back.
-    pub(crate) async fn attempt(&self, target: &Arc<Target>, options: &LockOptions) -> Result<Attempt<Guard>> {
+    pub(crate) async fn attempt(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Attempt<Guard>> {
         self.attempt_as(target, options, None).await
     }
 
@@ -331,7 +332,7 @@ impl Lock {
     /// owns the token and gives it back when it stops waiting, and a retry with the token gets the same grant.
     pub(crate) async fn attempt_as(
         &self,
-        target: &Arc<Target>,
+        target: &Arc<dyn Primitive>,
         options: &LockOptions,
         queued: Option<crate::fair::Queued<'_>>,
     ) -> Result<Attempt<Guard>> {
@@ -366,7 +367,12 @@ impl Lock {
                 std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
                     let call = target.acquire(store.as_ref(), ask);
                     let replicas = ask.replicas.is_some();
-                    (i, bounded("acquire", call_timeout, store.as_ref(), target, replicas, call).await.and_then(|r| r))
+                    (
+                        i,
+                        bounded("acquire", call_timeout, store.as_ref(), &**target, replicas, call)
+                            .await
+                            .and_then(|r| r),
+                    )
                 })));
             while let Some((i, reply)) = replies.as_mut().next().await {
                 tally.add(i, reply);
@@ -414,7 +420,7 @@ impl Lock {
             let raised = if behind.is_empty() {
                 0
             } else {
-                raise_fences(inst, target, inflight.token(), &fences, call_timeout, &behind).await
+                raise_fences(inst, &**target, inflight.token(), &fences, call_timeout, &behind).await
             };
             if at_t.len() + raised < inst.quorum {
                 if Instant::now() >= valid_until {
@@ -444,7 +450,7 @@ impl Lock {
     /// acknowledgement asked for): the waiter's next try then returns the grant.
     pub(crate) fn granted(
         &self,
-        target: &Arc<Target>,
+        target: &Arc<dyn Primitive>,
         options: &LockOptions,
         token: &Token,
         granted: crate::notify::Granted,
@@ -490,7 +496,7 @@ impl Lock {
     }
 
     /// A guard for a lock just acquired.
-    fn hold(&self, target: &Arc<Target>, options: &LockOptions, held: Held) -> Guard {
+    fn hold(&self, target: &Arc<dyn Primitive>, options: &LockOptions, held: Held) -> Guard {
         let inst = &self.instances;
         let deployment = self.deployment();
         // The guard's own span: the watchdog runs in it, and it lives as long as the guard, so it is not a child of
@@ -551,7 +557,7 @@ fn bounded<F: std::future::Future>(
     operation: &'static str,
     after: Duration,
     store: &dyn LockStore,
-    target: &Target,
+    target: &dyn Primitive,
     waits_for_replicas: bool,
     call: F,
 ) -> rt::Timed<F> {
@@ -672,7 +678,7 @@ impl Tally {
 /// instances accepted every raise they needed.
 async fn raise_fences(
     inst: &Instances,
-    target: &Target,
+    target: &dyn Primitive,
     token: &Token,
     t: &[Option<u64>],
     call_timeout: Duration,
@@ -773,7 +779,7 @@ struct GuardState {
     span: tracing::Span,
     instances: Arc<Instances>,
     call_timeout: Duration,
-    target: Arc<Target>,
+    target: Arc<dyn Primitive>,
     token: Token,
     /// Each resource's fencing token, in the target's order, when drawn with the grant.
     fences: Vec<Option<FencingToken>>,
@@ -838,7 +844,7 @@ impl GuardState {
         let call_keys = [keys.lock(), keys.fence()];
         let args = [self.token.as_str()];
         let call = Call::script("fence", &crate::scripts::FENCE, &call_keys, &args);
-        let ran = bounded("fence", self.call_timeout, store.as_ref(), &self.target, false, store.call(call)).await??;
+        let ran = bounded("fence", self.call_timeout, store.as_ref(), &*self.target, false, store.call(call)).await??;
         match ran.reply.as_int() {
             Some(drawn) if drawn > 0 => {
                 let fence = FencingToken::new(drawn.unsigned_abs());
@@ -905,7 +911,7 @@ impl GuardState {
                     let extend = self.target.extend(store.as_ref(), &self.token, ttl);
                     (
                         i,
-                        bounded("extend", self.call_timeout, store.as_ref(), &self.target, false, extend)
+                        bounded("extend", self.call_timeout, store.as_ref(), &*self.target, false, extend)
                             .await
                             .and_then(|r| r),
                     )
@@ -1102,7 +1108,7 @@ impl GuardState {
         single: bool,
     ) -> Result<Vec<ReleaseOutcome>> {
         let release = self.target.release(store, &self.token);
-        let call = bounded("release", self.call_timeout, store, &self.target, false, release);
+        let call = bounded("release", self.call_timeout, store, &*self.target, false, release);
         let Some(hub) = store.release_hub() else {
             return call.await.and_then(|r| r);
         };
@@ -1337,8 +1343,8 @@ impl Guard {
     }
 
     /// What this guard holds.
-    pub(crate) fn target(&self) -> &Target {
-        &self.state.target
+    pub(crate) fn target(&self) -> &dyn Primitive {
+        &*self.state.target
     }
 
     /// Each resource's fencing token, in the target's order.

@@ -238,9 +238,33 @@ fn validate_name(resource: &str) -> Result<()> {
     Ok(())
 }
 
+/// Redis Cluster's slot count.
+const SLOTS: u16 = 16384;
+
+/// The Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the whole key without one).
+pub(crate) fn slot(key: &str) -> u16 {
+    const CRC: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|b| *b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|b| *b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    CRC.checksum(tagged.unwrap_or(bytes)) % SLOTS
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_follow_redis_cluster() {
+        // What `CLUSTER KEYSLOT` answers (the examples of its documentation); a key with an empty tag hashes whole.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("somekey"), 11058);
+        assert_eq!(slot("{user1000}.following"), 3443);
+        assert_eq!(slot("{user1000}.followers"), 3443);
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+    }
 
     fn tag(key: &str) -> &str {
         // Redis Cluster's rule: the tag is between the first '{' and the first '}' after it.

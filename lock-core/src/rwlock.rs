@@ -65,16 +65,20 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
+use crate::fair::FairSpec;
 use crate::lock::{Guard, Lock};
 use crate::options::{LockOptions, MIN_WAITER_TTL};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
 use crate::store::ReleaseOutcome;
-use crate::target::Target;
+use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
+use crate::token::Token;
 use crate::transport::Call;
 use crate::wait::Attempt;
 
@@ -149,14 +153,14 @@ impl RwLock {
         &self.keys
     }
 
-    fn prepare(&self, reader: bool, options: &LockOptions) -> Result<(Arc<Target>, LockOptions)> {
+    fn prepare(&self, reader: bool, options: &LockOptions) -> Result<(Arc<RwTarget>, LockOptions)> {
         if options.fair_queue().is_some() {
             return Err(LockError::invalid(
                 "a read-write lock queues its writers itself: set the waiter TTL with RwLock::with_waiter_ttl",
             ));
         }
         self.lock.check(options)?;
-        let target = Arc::new(Target::rw(self.keys.clone(), reader, self.waiter_ttl));
+        let target = Arc::new(RwTarget::new(self.keys.clone(), reader, self.waiter_ttl));
         let options = if reader { options.clone() } else { options.clone().with_fair_queue(self.waiter_ttl) };
         Ok((target, options))
     }
@@ -176,7 +180,9 @@ impl RwLock {
         let (target, options) = self.prepare(true, options)?;
         let span = tracing::debug_span!("rwlock.read", resource = self.name());
         let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        let guard = Box::pin(self.lock.wait_for(&(target.clone() as Arc<dyn Primitive>), &options, &attempts))
+            .instrument(span)
+            .await?;
         self.pass_wake_up_on();
         Ok(ReadGuard { guard })
     }
@@ -190,7 +196,7 @@ impl RwLock {
     /// As [`read`](Self::read).
     pub async fn try_read(&self, options: &LockOptions) -> Result<Option<ReadGuard>> {
         let (target, options) = self.prepare(true, options)?;
-        match self.lock.attempt(&target, &options).await? {
+        match self.lock.attempt(&(target.clone() as Arc<dyn Primitive>), &options).await? {
             Attempt::Acquired(guard) => Ok(Some(ReadGuard { guard })),
             Attempt::Held { .. } => Ok(None),
         }
@@ -209,7 +215,9 @@ impl RwLock {
         let (target, options) = self.prepare(false, options)?;
         let span = tracing::debug_span!("rwlock.write", resource = self.name());
         let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        let guard = Box::pin(self.lock.wait_for(&(target.clone() as Arc<dyn Primitive>), &options, &attempts))
+            .instrument(span)
+            .await?;
         Ok(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() })
     }
 
@@ -222,7 +230,7 @@ impl RwLock {
     /// As [`write`](Self::write).
     pub async fn try_write(&self, options: &LockOptions) -> Result<Option<WriteGuard>> {
         let (target, options) = self.prepare(false, options)?;
-        match self.lock.attempt(&target, &options).await? {
+        match self.lock.attempt(&(target.clone() as Arc<dyn Primitive>), &options).await? {
             Attempt::Acquired(guard) => {
                 Ok(Some(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() }))
             }
@@ -308,7 +316,7 @@ impl ReadGuard {
 #[derive(Debug)]
 pub struct WriteGuard {
     guard: Guard,
-    target: Arc<Target>,
+    target: Arc<RwTarget>,
     ttl: Duration,
     hub_channel: Option<(Arc<crate::notify::ReleaseHub>, String)>,
 }
@@ -336,7 +344,7 @@ impl WriteGuard {
     pub async fn downgrade(self) -> Result<ReadGuard> {
         // The extension serialises with the watchdog's: whichever runs first downgrades, and the other finds the
         // read hold and renews it.
-        self.target.downgrade_next_extension();
+        self.target.downgrade.store(true, std::sync::atomic::Ordering::SeqCst);
         self.guard.extend(self.ttl).await?;
         if let Some((hub, channel)) = &self.hub_channel {
             // The announcement is our own echo, which this process's hub skips: wake a local reader here.
@@ -357,5 +365,121 @@ impl WriteGuard {
     /// As [`Guard::release`].
     pub async fn release(self) -> Result<ReleaseOutcome> {
         self.guard.release().await
+    }
+}
+
+/// A read or write hold's acquisition: read by the read scripts, written by the fair ones with the readers' key;
+/// extended and released by the read-write lock's own.
+#[derive(Debug)]
+pub(crate) struct RwTarget {
+    keys: [LockKeys; 1],
+    /// `prefix:rw:{name}:readers`: token → expiry, server ms.
+    readers: String,
+    /// The writers' queue and its heartbeats (as a fair lock's).
+    writers: FairSpec,
+    /// A reader's hold (the writer's goes through the fair scripts).
+    reader: bool,
+    /// Set by a downgrade: the next extension turns the write hold into a read hold in one step.
+    downgrade: std::sync::atomic::AtomicBool,
+}
+
+impl RwTarget {
+    /// A reader (`reader`) or writer of `keys`' read-write lock, whose writers queue with `waiter_ttl` per heartbeat.
+    fn new(keys: LockKeys, reader: bool, waiter_ttl: Duration) -> Self {
+        RwTarget {
+            readers: format!("{}:readers", keys.lock()),
+            writers: FairSpec::new(&keys, waiter_ttl),
+            reader,
+            downgrade: std::sync::atomic::AtomicBool::new(false),
+            keys: [keys],
+        }
+    }
+
+    /// The keys every read-write lock script takes first: writer, readers, waiting writers, their heartbeats.
+    fn rw_keys(&self) -> [&str; 4] {
+        let (queue, heartbeats) = self.writers.queue_keys();
+        [self.keys[0].lock(), &self.readers, queue, heartbeats]
+    }
+}
+
+#[async_trait]
+impl Primitive for RwTarget {
+    fn kind(&self) -> Kind {
+        if self.reader {
+            Kind::Read
+        } else {
+            Kind::Write
+        }
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// A writer waits in the writers' queue.
+    fn queue(&self) -> Option<&FairSpec> {
+        (!self.reader).then_some(&self.writers)
+    }
+
+    /// [`RW_READ`](scripts::RW_READ) for a reader; [`FAIR_ACQUIRE`](scripts::FAIR_ACQUIRE) with the readers' key
+    /// for a writer.
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.keys[0];
+        if !self.reader {
+            return self.writers.acquire(keys, Some(&self.readers), store, ask).await;
+        }
+        let [writer, readers, queue, heartbeats] = self.rw_keys();
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let call_keys = [writer, readers, queue, heartbeats, keys.fence(), keys.awaited()];
+        let args = [ask.token.as_str(), &ttl, ask.fencing_flag()];
+        let call = Call::script("acquire", &scripts::RW_READ, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let ints = ran.reply.as_ints().unwrap_or_default();
+        let grant = match (ints.as_slice(), ask.fencing) {
+            ([1, epoch], true) => Grant::Acquired { fences: vec![u64::try_from(*epoch).ok()] },
+            ([1], false) => Grant::Acquired { fences: vec![None] },
+            ([0, wait], _) => Grant::Held {
+                index: 0,
+                ttl: u64::try_from(*wait).ok().map(Duration::from_millis),
+                holder: None,
+                place: None,
+            },
+            _ => return Err(LockError::backend(format!("unexpected reply to the rw-read script: {:?}", ran.reply))),
+        };
+        ask.check_replicas(&ran, &grant)?;
+        Ok(grant)
+    }
+
+    /// [`RW_EXTEND`](scripts::RW_EXTEND) (a downgrade when one was asked for).
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let keys = &self.keys[0];
+        let [writer, readers, queue, heartbeats] = self.rw_keys();
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let downgrade = if self.downgrade.load(std::sync::atomic::Ordering::SeqCst) { "1" } else { "0" };
+        let (origin, sharded) = announcer(store);
+        let call_keys = [writer, readers, queue, heartbeats, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), &ttl, downgrade, origin, sharded];
+        let ran = store.call(Call::script("extend", &scripts::RW_EXTEND, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(vec![ExtendReply::Extended]),
+            Some(0) => Ok(vec![ExtendReply::Absent]),
+            _ => Err(LockError::backend(format!("unexpected reply to the rw-extend script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`RW_RELEASE`](scripts::RW_RELEASE): a read or write hold, or a waiting writer's place.
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let [writer, readers, queue, heartbeats] = self.rw_keys();
+        let (origin, sharded) = announcer(store);
+        let call_keys = [writer, readers, queue, heartbeats, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::RW_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(vec![ReleaseOutcome::Released]),
+            Some(0 | 2) => Ok(vec![ReleaseOutcome::AlreadyExpired]),
+            Some(-1) => Ok(vec![ReleaseOutcome::OwnedByOther]),
+            _ => Err(LockError::backend(format!("unexpected reply to the rw-release script: {:?}", ran.reply))),
+        }
     }
 }

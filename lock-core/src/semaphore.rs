@@ -50,16 +50,19 @@ use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::LockOptions;
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
 use crate::store::ReleaseOutcome;
-use crate::target::{SemaphoreSpec, Target};
+use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
+use crate::token::Token;
 use crate::transport::{Call, Reply};
 use crate::wait::Attempt;
 
@@ -127,7 +130,7 @@ impl Semaphore {
         self.limit
     }
 
-    fn prepare(&self, permits: u32, options: &LockOptions) -> Result<Arc<Target>> {
+    fn prepare(&self, permits: u32, options: &LockOptions) -> Result<Arc<PermitTarget>> {
         if permits == 0 || permits > self.limit {
             return Err(LockError::invalid(format!("a permit takes 1 to {} slots of this semaphore", self.limit)));
         }
@@ -135,13 +138,13 @@ impl Semaphore {
             return Err(LockError::invalid("a semaphore has no fair queue"));
         }
         self.lock.check(options)?;
-        let spec = SemaphoreSpec {
-            keys: self.names.clone(),
+        Ok(Arc::new(PermitTarget {
+            keys: [self.keys.clone()],
+            names: self.names.clone(),
             limit: self.limit.to_string(),
             permits: permits.to_string(),
             granted: Mutex::new(Vec::new()),
-        };
-        Ok(Arc::new(Target::semaphore(self.keys.clone(), spec)))
+        }))
     }
 
     /// Takes `permits` slots, waiting up to the options' budget (woken by releases, and at the earliest expiry of
@@ -159,7 +162,8 @@ impl Semaphore {
         let target = self.prepare(permits, options)?;
         let span = tracing::debug_span!("semaphore.acquire", semaphore = self.name(), permits);
         let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&target, options, &attempts)).instrument(span).await?;
+        let engine: Arc<dyn Primitive> = target.clone();
+        let guard = Box::pin(self.lock.wait_for(&engine, options, &attempts)).instrument(span).await?;
         // Slots may be left for the next local waiter: the release woke only this one (see `pass_room_on`).
         if let Some(hub) = self.lock.stores().first().and_then(|store| store.release_hub()) {
             hub.pass_room_on(self.keys.channel());
@@ -176,7 +180,8 @@ impl Semaphore {
     /// As [`acquire`](Self::acquire).
     pub async fn try_acquire(&self, permits: u32, options: &LockOptions) -> Result<Option<Permit>> {
         let target = self.prepare(permits, options)?;
-        match self.lock.attempt(&target, options).await? {
+        let engine: Arc<dyn Primitive> = target.clone();
+        match self.lock.attempt(&engine, options).await? {
             Attempt::Acquired(guard) => Ok(Some(Permit::new(guard, &target))),
             Attempt::Held { .. } => Ok(None),
         }
@@ -201,6 +206,89 @@ impl Semaphore {
                 Ok(SemaphoreState { limit: u32::try_from(*limit).ok(), held: u32::try_from(*held).unwrap_or(0) })
             }
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-state script: {reply:?}"))),
+        }
+    }
+}
+
+/// One permit's acquisition: how many slots of which semaphore, and the slots its grant named.
+#[derive(Debug)]
+pub(crate) struct PermitTarget {
+    keys: [LockKeys; 1],
+    /// Expiries, slots, grants, limit (`prefix{name}:sem:…`).
+    names: Arc<[String; 4]>,
+    limit: String,
+    /// How many slots this permit takes.
+    permits: String,
+    /// The slots granted (set by the grant).
+    granted: Mutex<Vec<u32>>,
+}
+
+#[async_trait]
+impl Primitive for PermitTarget {
+    fn kind(&self) -> Kind {
+        Kind::Semaphore
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// [`SEM_ACQUIRE`](scripts::SEM_ACQUIRE).
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        let keys = &self.keys[0];
+        let [exp, slots, grants, limit] = &*self.names;
+        let ttl = scripts::ttl_millis(ask.ttl).to_string();
+        let floor = ask.floor_arg();
+        let call_keys = [exp.as_str(), slots, grants, limit, keys.fence(), keys.awaited()];
+        let args = [ask.token.as_str(), &self.permits, &ttl, &self.limit, ask.fencing_flag(), &floor];
+        let call = Call::script("acquire", &scripts::SEM_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
+        let ran = store.call(call).await?;
+        let grant = match parse_acquire(&ran.reply, keys.resource(), &self.limit)? {
+            Try::Granted { fence, slots } => {
+                *self.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = slots;
+                Grant::Acquired { fences: vec![fence.filter(|_| ask.fencing)] }
+            }
+            Try::Full { wait, room } => {
+                // Free slots too few for this request may fit a smaller one: the next local waiter tries.
+                if room {
+                    if let Some(hub) = store.release_hub() {
+                        hub.pass_room_on(keys.channel());
+                    }
+                }
+                Grant::Held { index: 0, ttl: wait, holder: None, place: None }
+            }
+        };
+        ask.check_replicas(&ran, &grant)?;
+        Ok(grant)
+    }
+
+    /// [`SEM_EXTEND`](scripts::SEM_EXTEND).
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+        let [exp, slots, grants, limit] = &*self.names;
+        let ttl = scripts::ttl_millis(ttl).to_string();
+        let call_keys = [exp.as_str(), slots, grants, limit];
+        let args = [token.as_str(), &ttl];
+        let ran = store.call(Call::script("extend", &scripts::SEM_EXTEND, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(vec![ExtendReply::Extended]),
+            Some(0) => Ok(vec![ExtendReply::Absent]),
+            _ => Err(LockError::backend(format!("unexpected reply to the semaphore-extend script: {:?}", ran.reply))),
+        }
+    }
+
+    /// [`SEM_RELEASE`](scripts::SEM_RELEASE).
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let [exp, slots, grants, limit] = &*self.names;
+        let (origin, sharded) = announcer(store);
+        let call_keys = [exp.as_str(), slots, grants, limit, keys.channel(), keys.awaited()];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::SEM_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(vec![ReleaseOutcome::Released]),
+            // Past its expiry (2), or purged already (0): the holder overran its TTL.
+            Some(0 | 2) => Ok(vec![ReleaseOutcome::AlreadyExpired]),
+            _ => Err(LockError::backend(format!("unexpected reply to the semaphore-release script: {:?}", ran.reply))),
         }
     }
 }
@@ -248,8 +336,8 @@ pub struct Permit {
 }
 
 impl Permit {
-    fn new(guard: Guard, target: &Target) -> Self {
-        let slots = target.semaphore_slots();
+    fn new(guard: Guard, target: &PermitTarget) -> Self {
+        let slots = target.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
         Permit { guard, slots }
     }
 

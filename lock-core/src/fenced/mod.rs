@@ -298,8 +298,8 @@ impl FencedResource {
             }
         }
         if self.store.topology() == Topology::Cluster {
-            let slot = crate::target::slot(&self.guard);
-            if let Some(key) = write.keys.iter().find(|key| crate::target::slot(key) != slot) {
+            let slot = crate::resource::slot(&self.guard);
+            if let Some(key) = write.keys.iter().find(|key| crate::resource::slot(key) != slot) {
                 return Err(LockError::invalid(format!(
                     "key {key:?} is in another Redis Cluster slot than its fence guard {:?}: give them one hash tag",
                     self.guard

@@ -1,0 +1,190 @@
+//! What the engine asks of a primitive: how one acquisition is taken, extended and given back on one store, read
+//! from its scripts' replies. The engine in [`lock`](crate::lock) (waiting, validity, Redlock quorums and fence
+//! write-back, renewal, the lost signal, cancel safety, telemetry) is written once over [`Primitive`]; a primitive
+//! is a type in its own module that implements it:
+//!
+//! | kind | implemented by |
+//! |---|---|
+//! | the lock, one resource or several all or nothing | [`MutexTarget`](crate::mutex::MutexTarget) |
+//! | a fair lock | [`FairTarget`](crate::fair::FairTarget) |
+//! | a semaphore's permit | [`PermitTarget`](crate::semaphore::PermitTarget) |
+//! | an election's leadership | [`ElectionTarget`](crate::election::ElectionTarget) |
+//! | a job's run | [`JobTarget`](crate::job::JobTarget) |
+//! | a read-write lock's read or write hold | [`RwTarget`](crate::rwlock::RwTarget) |
+//!
+//! A primitive only translates: it names its keys (all under one hash tag), sends its scripts and reads their
+//! replies. Everything that holds for every primitive lives in the engine, so it cannot differ between them.
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::fair::FairSpec;
+use crate::options::ReplicaAck;
+use crate::resource::LockKeys;
+use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::token::Token;
+use crate::transport::{Ran, Topology};
+
+/// Which primitive an acquisition belongs to: the `primitive` label of its spans and metrics (a small fixed set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// [`Lock::acquire`](crate::Lock::acquire) of one resource.
+    Lock,
+    /// A fair lock ([`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)).
+    FairLock,
+    /// [`Lock::acquire_all`](crate::Lock::acquire_all).
+    MultiLock,
+    /// A [`Semaphore`](crate::Semaphore)'s permit.
+    Semaphore,
+    /// An [`Election`](crate::Election)'s leadership.
+    Election,
+    /// A [`JobLock`](crate::JobLock)'s run.
+    Job,
+    /// A [`RwLock`](crate::RwLock)'s read hold.
+    Read,
+    /// A [`RwLock`](crate::RwLock)'s write hold.
+    Write,
+}
+
+impl Kind {
+    /// The label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::FairLock => "fair_lock",
+            Kind::MultiLock => "multi_lock",
+            Kind::Semaphore => "semaphore",
+            Kind::Election => "election",
+            Kind::Job => "job",
+            Kind::Read => "rwlock_read",
+            Kind::Write => "rwlock_write",
+        }
+    }
+}
+
+/// One store's answer to an acquire.
+#[derive(Debug)]
+pub(crate) enum Grant {
+    /// Every resource is ours; each one's fencing counter when fencing.
+    Acquired { fences: Vec<Option<u64>> },
+    /// Resource `index` is held by someone else (nothing of ours is left on this store, but a place in a fair lock's
+    /// queue); `holder` is its label, when the primitive records one; `place` our 0-based place in a fair lock's
+    /// queue.
+    Held { index: usize, ttl: Option<Duration>, holder: Option<String>, place: Option<u64> },
+}
+
+/// The fixed part of one acquire request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask<'a> {
+    pub(crate) token: &'a Token,
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
+    pub(crate) fence_floor: Option<u64>,
+    pub(crate) replicas: Option<ReplicaAck>,
+    /// A fair lock's waiting acquire: take (or keep, as a heartbeat) a place in the queue when not granted, and
+    /// renew these peers' places (see [`Queued`](crate::fair::Queued)).
+    pub(crate) queued: Option<&'a [String]>,
+}
+
+impl Ask<'_> {
+    /// `"1"` when the grant draws a fence, `"0"` otherwise (the scripts' flag).
+    pub(crate) fn fencing_flag(&self) -> &'static str {
+        if self.fencing {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    /// The Redlock fence floor as a script argument (empty for none).
+    pub(crate) fn floor_arg(&self) -> String {
+        self.fence_floor.map(|f| f.to_string()).unwrap_or_default()
+    }
+
+    /// Fails a grant that `ran` did not get the asked replicas' acknowledgements for (the engine gives it back).
+    pub(crate) fn check_replicas(&self, ran: &Ran, grant: &Grant) -> Result<()> {
+        match (self.replicas, grant) {
+            (Some(ack), Grant::Acquired { .. }) => ack.check(ran.replicas.unwrap_or(0)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What every script that wakes a waiter is told about the store it runs on: the process's hub id, so its own
+/// subscriber skips the echo (empty without a hub), and `"1"` on Redis Cluster (publish to the shard channel).
+pub(crate) fn announcer(store: &dyn LockStore) -> (&str, &'static str) {
+    let origin = store.release_hub().map(|hub| hub.origin()).unwrap_or_default();
+    let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
+    (origin, sharded)
+}
+
+/// One primitive's acquisition as the engine takes, keeps and gives it back on each store (see the module docs).
+///
+/// An implementation holds what one acquisition needs beyond its token and TTL (its keys, its limit, its candidate
+/// id …) and is shared by the acquisition's guard, its renewal and its cancel-safety tasks.
+#[async_trait]
+pub(crate) trait Primitive: Debug + Send + Sync + 'static {
+    /// Which primitive this is.
+    fn kind(&self) -> Kind;
+
+    /// The resources held, in the order every reply and fence list follows; never empty.
+    fn resources(&self) -> &[LockKeys];
+
+    /// What errors and traces call this acquisition: the resource's name (a multi-lock's names joined by `", "`).
+    fn label(&self) -> &str {
+        self.resources().first().map(LockKeys::resource).unwrap_or_default()
+    }
+
+    /// Takes the hold on `store` (all or nothing).
+    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant>;
+
+    /// Compare-and-extend on `store`: what each resource held.
+    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>>;
+
+    /// Compare-and-delete on `store`: one outcome per resource.
+    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>>;
+
+    /// Raises `keys`' fencing counter to `want` on `store` while it holds `token` (the Redlock write-back).
+    async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
+        store.raise_fence(keys, token, want).await
+    }
+
+    /// Until when a grant (or extension) whose request started at `started` may be trusted: the lease's validity
+    /// unless the primitive promises less.
+    fn valid_until(&self, started: Instant, ttl: Duration) -> Instant {
+        crate::lease::valid_until(started, ttl)
+    }
+
+    /// Whether taking, extending or releasing is one store call (not several groups one after another).
+    fn is_one_call(&self) -> bool {
+        true
+    }
+
+    /// Whether a [`Fencing::OnDemand`](crate::Fencing::OnDemand) token may be drawn after the grant by
+    /// [`FENCE`](crate::scripts::FENCE), which reads the plain lock key. Otherwise the token is drawn with the
+    /// grant.
+    fn draws_fence_later(&self) -> bool {
+        false
+    }
+
+    /// The server-side queue its waiters line up in, when it has one (then the engine waits in it: see
+    /// [`fair`](crate::fair)).
+    fn queue(&self) -> Option<&FairSpec> {
+        None
+    }
+
+    /// The lease a queue's release grants a waiter acquiring with `ttl`, when a release hands the hold over
+    /// (`None` when a release only tells the head, which then tries).
+    fn fair_lease(&self, ttl: Duration) -> Option<Duration> {
+        let _ = ttl;
+        None
+    }
+
+    /// Whether a release tells only the head of a queue, so the engine must not wake a local waiter itself.
+    fn wakes_head_only(&self) -> bool {
+        false
+    }
+}
