@@ -61,7 +61,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -305,8 +304,7 @@ impl Election {
     pub async fn campaign(&self, id: &str, value: &str) -> Result<Leadership> {
         let (target, options) = self.prepare(id, value, MAX_WAIT)?;
         let span = tracing::debug_span!("election.campaign", election = self.name(), id);
-        let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&target, &options, &attempts)).instrument(span).await?;
+        let guard = Box::pin(self.lock.take(&target, &options)).instrument(span).await?;
         tracing::info!(election = self.name(), id, term = ?guard.fencing_token(), "elected");
         Ok(Leadership { guard, election: self.clone() })
     }
@@ -321,7 +319,7 @@ impl Election {
     /// As [`campaign`](Self::campaign).
     pub async fn try_campaign(&self, id: &str, value: &str) -> Result<Option<Leadership>> {
         let (target, options) = self.prepare(id, value, Duration::ZERO)?;
-        match self.lock.attempt(&target, &options).await? {
+        match self.lock.try_take(&target, &options).await? {
             Attempt::Acquired(guard) => Ok(Some(Leadership { guard, election: self.clone() })),
             Attempt::Held { .. } => Ok(None),
         }

@@ -367,7 +367,7 @@ impl JobLock {
         }
         self.lock.check(&lock_options)?;
         let engine: Arc<dyn Primitive> = target.clone();
-        let guard = match self.lock.attempt(&engine, &lock_options).await? {
+        let guard = match self.lock.try_take(&engine, &lock_options).await? {
             Attempt::Held { holder_ttl, holder, .. } => {
                 tracing::debug!(job, ?holder, "job held elsewhere; skipped");
                 return Ok(JobOutcome::Skipped { holder, locked_for: holder_ttl });

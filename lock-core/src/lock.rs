@@ -210,28 +210,11 @@ impl Lock {
     /// # Cancel safety
     /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
     pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
-        let started = Instant::now();
         let target = self.prepare(resource, options)?;
-        let span = tracing::debug_span!(
-            "lock.try_acquire",
-            resource,
-            deployment = self.deployment(),
-            ttl = ?options.ttl(),
-            outcome = tracing::field::Empty,
-        );
-        let result = match self.attempt(&target, options).instrument(span.clone()).await {
-            Ok(Attempt::Acquired(guard)) => Ok(Some(guard)),
-            Ok(Attempt::Held { .. }) => Ok(None),
-            Err(err) => Err(err),
-        };
-        let outcome = match &result {
-            Ok(Some(_)) => "acquired",
-            Ok(None) => "held",
-            Err(err) => err.kind(),
-        };
-        span.record("outcome", outcome);
-        telemetry::acquire("try_acquire", outcome, self.deployment(), resource, started.elapsed(), Some(1));
-        result
+        match self.try_take(&target, options).await? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held { .. } => Ok(None),
+        }
     }
 
     /// Acquires, waiting up to the options' wait budget. See [`DistributedLock::acquire`].
@@ -243,11 +226,42 @@ impl Lock {
     /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
     /// a release notification it had consumed is passed to the next waiter.
     pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
-        let started = Instant::now();
         let target = self.prepare(resource, options)?;
+        self.take(&target, options).await
+    }
+
+    /// Takes `target` once, without waiting: every primitive's try comes through here, so its `lock.try_acquire`
+    /// span and its acquire metrics are the same for all, labelled by the primitive's kind.
+    pub(crate) async fn try_take(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Attempt<Guard>> {
+        let started = Instant::now();
+        let span = tracing::debug_span!(
+            "lock.try_acquire",
+            primitive = target.kind().as_str(),
+            resource = target.label(),
+            deployment = self.deployment(),
+            ttl = ?options.ttl(),
+            outcome = tracing::field::Empty,
+        );
+        let result = self.attempt(target, options).instrument(span.clone()).await;
+        let outcome = match &result {
+            Ok(Attempt::Acquired(_)) => "acquired",
+            Ok(Attempt::Held { .. }) => "held",
+            Err(err) => err.kind(),
+        };
+        span.record("outcome", outcome);
+        let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
+        telemetry::acquire("try_acquire", outcome, kind, self.deployment(), resource, elapsed, Some(1));
+        result
+    }
+
+    /// Takes `target`, waiting up to the options' budget: every primitive's waiting acquire comes through here, so
+    /// its `lock.acquire` span and its acquire metrics are the same for all, labelled by the primitive's kind.
+    pub(crate) async fn take(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Guard> {
+        let started = Instant::now();
         let span = tracing::debug_span!(
             "lock.acquire",
-            resource,
+            primitive = target.kind().as_str(),
+            resource = target.label(),
             deployment = self.deployment(),
             ttl = ?options.ttl(),
             wait = ?options.wait(),
@@ -255,20 +269,7 @@ impl Lock {
             attempts = tracing::field::Empty,
         );
         let attempts = AtomicU32::new(0);
-        let result = self.wait_for(&target, options, &attempts).instrument(span.clone()).await;
-        self.record_acquire(&span, resource, started, &attempts, &result);
-        result
-    }
-
-    /// Records an acquire's outcome on its span and in the metrics.
-    pub(crate) fn record_acquire<G>(
-        &self,
-        span: &tracing::Span,
-        resource: &str,
-        started: Instant,
-        attempts: &AtomicU32,
-        result: &Result<G>,
-    ) {
+        let result = self.wait_for(target, options, &attempts).instrument(span.clone()).await;
         let outcome = result.as_ref().map_or_else(LockError::kind, |_| "acquired");
         // A fair wait counts no tries (its heartbeats are tries too, and say nothing about contention).
         let attempts = Some(attempts.load(Ordering::Relaxed)).filter(|n| *n > 0);
@@ -276,12 +277,14 @@ impl Lock {
         if let Some(n) = attempts {
             span.record("attempts", n);
         }
-        telemetry::acquire("acquire", outcome, self.deployment(), resource, started.elapsed(), attempts);
+        let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
+        telemetry::acquire("acquire", outcome, kind, self.deployment(), resource, elapsed, attempts);
+        result
     }
 
     /// Tries `target` until acquired or out of budget (see [`acquire`](Self::acquire)), counting the tries in
     /// `attempts`.
-    pub(crate) async fn wait_for(
+    async fn wait_for(
         &self,
         target: &Arc<dyn Primitive>,
         options: &LockOptions,
@@ -524,6 +527,7 @@ impl Lock {
             watch: Mutex::new(None),
             runtime: rt::current(),
         });
+        telemetry::held(target.kind().as_str(), deployment, 1.0);
         if let Some(first) = held.renew_at {
             let weak: Weak<dyn Renewable> = Arc::downgrade(&state) as Weak<dyn Renewable>;
             let policy = options.auto_renew();
@@ -880,7 +884,12 @@ impl GuardState {
 
     /// Counts a loss this guard's own calls (or its watchdog) detected.
     fn note_lost(&self, reason: LostReason) {
-        telemetry::lost(telemetry::lost_reason(reason), self.deployment, self.target.label());
+        telemetry::lost(
+            telemetry::lost_reason(reason),
+            self.target.kind().as_str(),
+            self.deployment,
+            self.target.label(),
+        );
     }
 
     async fn extend_now(&self, ttl: Duration) -> Result<Instant> {
@@ -988,7 +997,7 @@ impl GuardState {
                     let outcome = report.outcome(quorum);
                     let name = telemetry::release_outcome(outcome);
                     span.record("outcome", name);
-                    telemetry::release(name, self.deployment, keys.resource(), held);
+                    telemetry::release(name, self.target.kind().as_str(), self.deployment, keys.resource(), held);
                     if outcome != ReleaseOutcome::Released {
                         tracing::warn!(
                             resource = keys.resource(),
@@ -1001,7 +1010,7 @@ impl GuardState {
             }
             Err(err) => {
                 span.record("outcome", err.kind());
-                telemetry::release(err.kind(), self.deployment, self.target.label(), held);
+                telemetry::release(err.kind(), self.target.kind().as_str(), self.deployment, self.target.label(), held);
             }
         }
         result
@@ -1163,6 +1172,9 @@ impl Renewable for GuardState {
     }
     fn resource(&self) -> &str {
         self.target.label()
+    }
+    fn primitive(&self) -> &'static str {
+        self.target.kind().as_str()
     }
     fn note_lost(&self, reason: LostReason) {
         GuardState::note_lost(self, reason);
@@ -1359,6 +1371,13 @@ impl Guard {
         // Only now: if this future is dropped mid-release, `Drop` still sends a (best-effort) release.
         self.released = true;
         reports
+    }
+}
+
+/// The held gauge counts a hold until its state is gone: released, or given back by a dropped guard's task.
+impl Drop for GuardState {
+    fn drop(&mut self) {
+        telemetry::held(self.target.kind().as_str(), self.deployment, -1.0);
     }
 }
 

@@ -24,8 +24,6 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tracing::Instrument;
-
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock, ReleaseReport};
 use crate::lost::LostSignal;
@@ -66,25 +64,8 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::try_acquire`]: whatever a dropped future may have taken is released in the background.
     pub async fn try_acquire_all(&self, resources: &[&str], options: &LockOptions) -> Result<Option<MultiGuard>> {
-        let started = std::time::Instant::now();
         let target = self.prepare_all(resources, options)?;
-        let span = tracing::debug_span!(
-            "lock.try_acquire",
-            resource = target.label(),
-            deployment = self.deployment(),
-            ttl = ?options.ttl(),
-            outcome = tracing::field::Empty,
-        );
-        let result = Box::pin(self.attempt(&target, options).instrument(span.clone())).await;
-        let outcome = match &result {
-            Ok(Attempt::Acquired(_)) => "acquired",
-            Ok(Attempt::Held { .. }) => "held",
-            Err(err) => err.kind(),
-        };
-        span.record("outcome", outcome);
-        let elapsed = started.elapsed();
-        crate::telemetry::acquire("try_acquire", outcome, self.deployment(), target.label(), elapsed, Some(1));
-        match result? {
+        match Box::pin(self.try_take(&target, options)).await? {
             Attempt::Acquired(guard) => Ok(Some(MultiGuard { guard })),
             Attempt::Held { .. } => Ok(None),
         }
@@ -121,23 +102,10 @@ impl Lock {
     /// # Cancel safety
     /// As [`Lock::acquire`].
     pub async fn acquire_all(&self, resources: &[&str], options: &LockOptions) -> Result<MultiGuard> {
-        let started = std::time::Instant::now();
         let target = self.prepare_all(resources, options)?;
-        let span = tracing::debug_span!(
-            "lock.acquire",
-            resource = target.label(),
-            deployment = self.deployment(),
-            ttl = ?options.ttl(),
-            wait = ?options.wait(),
-            outcome = tracing::field::Empty,
-            attempts = tracing::field::Empty,
-        );
-        let attempts = std::sync::atomic::AtomicU32::new(0);
         // Boxed: the waiting loop over a set is large in debug builds, and callers' futures are often polled whole on
         // small thread stacks (`block_on` on a test thread).
-        let result = Box::pin(self.wait_for(&target, options, &attempts).instrument(span.clone())).await;
-        self.record_acquire(&span, target.label(), started, &attempts, &result);
-        Ok(MultiGuard { guard: result? })
+        Ok(MultiGuard { guard: Box::pin(self.take(&target, options)).await? })
     }
 
     /// Takes every resource in `resources` (waiting up to the options' budget), runs `work` while renewing the

@@ -61,7 +61,6 @@
 //! subset of readers, give no majority argument that excludes a writer from readers (the semaphore's problem), and
 //! no test here shows one. Single server, Sentinel and Cluster work.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,10 +178,8 @@ impl RwLock {
     pub async fn read(&self, options: &LockOptions) -> Result<ReadGuard> {
         let (target, options) = self.prepare(true, options)?;
         let span = tracing::debug_span!("rwlock.read", resource = self.name());
-        let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&(target.clone() as Arc<dyn Primitive>), &options, &attempts))
-            .instrument(span)
-            .await?;
+        let guard =
+            Box::pin(self.lock.take(&(target.clone() as Arc<dyn Primitive>), &options)).instrument(span).await?;
         self.pass_wake_up_on();
         Ok(ReadGuard { guard })
     }
@@ -196,7 +193,7 @@ impl RwLock {
     /// As [`read`](Self::read).
     pub async fn try_read(&self, options: &LockOptions) -> Result<Option<ReadGuard>> {
         let (target, options) = self.prepare(true, options)?;
-        match self.lock.attempt(&(target.clone() as Arc<dyn Primitive>), &options).await? {
+        match self.lock.try_take(&(target.clone() as Arc<dyn Primitive>), &options).await? {
             Attempt::Acquired(guard) => Ok(Some(ReadGuard { guard })),
             Attempt::Held { .. } => Ok(None),
         }
@@ -214,10 +211,8 @@ impl RwLock {
     pub async fn write(&self, options: &LockOptions) -> Result<WriteGuard> {
         let (target, options) = self.prepare(false, options)?;
         let span = tracing::debug_span!("rwlock.write", resource = self.name());
-        let attempts = AtomicU32::new(0);
-        let guard = Box::pin(self.lock.wait_for(&(target.clone() as Arc<dyn Primitive>), &options, &attempts))
-            .instrument(span)
-            .await?;
+        let guard =
+            Box::pin(self.lock.take(&(target.clone() as Arc<dyn Primitive>), &options)).instrument(span).await?;
         Ok(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() })
     }
 
@@ -230,7 +225,7 @@ impl RwLock {
     /// As [`write`](Self::write).
     pub async fn try_write(&self, options: &LockOptions) -> Result<Option<WriteGuard>> {
         let (target, options) = self.prepare(false, options)?;
-        match self.lock.attempt(&(target.clone() as Arc<dyn Primitive>), &options).await? {
+        match self.lock.try_take(&(target.clone() as Arc<dyn Primitive>), &options).await? {
             Attempt::Acquired(guard) => {
                 Ok(Some(WriteGuard { guard, target, ttl: options.ttl(), hub_channel: self.wake_up_target() }))
             }

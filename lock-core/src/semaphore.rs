@@ -46,7 +46,6 @@
 //! (madelson's DistributedLock docs). [`Semaphore::new`] refuses a Redlock. Cluster works (every key shares the
 //! name's hash tag).
 
-use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -161,9 +160,8 @@ impl Semaphore {
     pub async fn acquire(&self, permits: u32, options: &LockOptions) -> Result<Permit> {
         let target = self.prepare(permits, options)?;
         let span = tracing::debug_span!("semaphore.acquire", semaphore = self.name(), permits);
-        let attempts = AtomicU32::new(0);
         let engine: Arc<dyn Primitive> = target.clone();
-        let guard = Box::pin(self.lock.wait_for(&engine, options, &attempts)).instrument(span).await?;
+        let guard = Box::pin(self.lock.take(&engine, options)).instrument(span).await?;
         // Slots may be left for the next local waiter: the release woke only this one (see `pass_room_on`).
         if let Some(hub) = self.lock.stores().first().and_then(|store| store.release_hub()) {
             hub.pass_room_on(self.keys.channel());
@@ -181,7 +179,7 @@ impl Semaphore {
     pub async fn try_acquire(&self, permits: u32, options: &LockOptions) -> Result<Option<Permit>> {
         let target = self.prepare(permits, options)?;
         let engine: Arc<dyn Primitive> = target.clone();
-        match self.lock.attempt(&engine, options).await? {
+        match self.lock.try_take(&engine, options).await? {
             Attempt::Acquired(guard) => Ok(Some(Permit::new(guard, &target))),
             Attempt::Held { .. } => Ok(None),
         }

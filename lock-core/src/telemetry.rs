@@ -7,11 +7,13 @@
 //! # Spans
 //! Every span has the fields `resource` (the name, or the names joined by `", "` for a multi-resource lock) and
 //! `deployment` (`single`, `sentinel`, `cluster`, `memory` or `redlock`; see [`Lock::deployment`](crate::Lock::deployment)).
+//! Every primitive's acquisitions go through one engine, so they have the same spans and metrics: `primitive` says
+//! which (`lock`, `fair_lock`, `multi_lock`, `semaphore`, `election`, `job`, `rwlock_read`, `rwlock_write`).
 //!
 //! | span (level `debug`) | around | more fields |
 //! |---|---|---|
-//! | `lock.acquire` | [`Lock::acquire`](crate::Lock::acquire) and `acquire_all` | `ttl`, `wait`, `outcome`, `attempts` |
-//! | `lock.try_acquire` | [`Lock::try_acquire`](crate::Lock::try_acquire) and `try_acquire_all` | `ttl`, `outcome` |
+//! | `lock.acquire` | every waiting acquire: [`Lock::acquire`](crate::Lock::acquire), `acquire_all`, a semaphore's, a campaign, a read or write | `primitive`, `ttl`, `wait`, `outcome`, `attempts` |
+//! | `lock.try_acquire` | every try: [`Lock::try_acquire`](crate::Lock::try_acquire), `try_acquire_all`, a job's start, … | `primitive`, `ttl`, `outcome` |
 //! | `lock.held` | a guard's life; its renewal watchdog runs inside it (it follows from the acquire's span) | `fence` |
 //! | `lock.extend` | [`Guard::extend`](crate::Guard::extend) and each renewal | `ttl`, `outcome` |
 //! | `lock.release` | [`Guard::release`](crate::Guard::release) and the release of a dropped guard | `outcome` |
@@ -44,14 +46,15 @@
 //!
 //! | metric | type | labels | what |
 //! |---|---|---|---|
-//! | `lock_acquire_duration_seconds` | histogram | `operation` (`acquire`, `try_acquire`), `outcome`, `deployment` | the whole call, waiting included |
-//! | `lock_acquire_wait_seconds` | histogram | `outcome`, `deployment` | acquires that found the lock held at least once: the time until granted or given up |
-//! | `lock_acquire_attempts` | histogram | `outcome`, `deployment` | tries per acquire (1 when uncontended) |
-//! | `lock_validity_exhausted_total` | counter | `deployment` | grants that arrived after their validity and were given back |
-//! | `lock_hold_duration_seconds` | histogram | `deployment` | from the grant to the release (or the drop) |
-//! | `lock_releases_total` | counter | `outcome` (`released`, `already_expired`, `owned_by_other`, an error kind), `deployment` | releases |
-//! | `lock_lost_total` | counter | `reason` (`expired`, `not_held`, `renewal_failed`, `max_hold_reached`), `deployment` | locks lost while held |
-//! | `lock_renewals_total` | counter | `outcome` (`renewed`, `failed`) | the watchdog's extensions (a `failed` one is retried until the deadline) |
+//! | `lock_acquire_duration_seconds` | histogram | `operation` (`acquire`, `try_acquire`), `outcome`, `primitive`, `deployment` | the whole call, waiting included |
+//! | `lock_acquire_wait_seconds` | histogram | `outcome`, `primitive`, `deployment` | acquires that found the lock held at least once: the time until granted or given up |
+//! | `lock_acquire_attempts` | histogram | `outcome`, `primitive`, `deployment` | tries per acquire (1 when uncontended; a wait in a fair queue counts none) |
+//! | `lock_validity_exhausted_total` | counter | `primitive`, `deployment` | grants that arrived after their validity and were given back |
+//! | `lock_held` | gauge | `primitive`, `deployment` | holds live in this process (up at the grant, down when the hold's release is done) |
+//! | `lock_hold_duration_seconds` | histogram | `primitive`, `deployment` | from the grant to the release (or the drop), per resource |
+//! | `lock_releases_total` | counter | `outcome` (`released`, `already_expired`, `owned_by_other`, an error kind), `primitive`, `deployment` | releases, per resource |
+//! | `lock_lost_total` | counter | `reason` (`expired`, `not_held`, `renewal_failed`, `max_hold_reached`), `primitive`, `deployment` | holds lost while held |
+//! | `lock_renewals_total` | counter | `outcome` (`renewed`, `failed`), `primitive` | the watchdog's extensions (a `failed` one is retried until the deadline) |
 //! | `lock_force_releases_total` | counter | `freed` (`true`, `false`) | administrators' forced releases |
 //! | `lock_subscriber_reconnects_total` | counter | `backend` | a release-notification connection was re-established |
 //! | `lock_command_duration_seconds` | histogram | `backend` (the store's type: `RedisStore`, `FredStore`, `MemoryStore`), `operation`, `outcome` (`ok` or an error kind) | one round trip to one server |
@@ -107,7 +110,7 @@ pub(crate) fn lost_reason(reason: LostReason) -> &'static str {
 #[cfg(feature = "metrics")]
 mod record {
     use super::*;
-    use metrics::{counter, histogram, Label};
+    use metrics::{counter, gauge, histogram, Label};
 
     fn labels(pairs: &[(&'static str, &'static str)], resource: &str) -> Vec<Label> {
         let mut labels: Vec<Label> = pairs.iter().map(|(k, v)| Label::new(*k, *v)).collect();
@@ -120,39 +123,53 @@ mod record {
     pub(crate) fn acquire(
         operation: &'static str,
         outcome: &'static str,
+        primitive: &'static str,
         deployment: &'static str,
         resource: &str,
         elapsed: Duration,
         attempts: Option<u32>,
     ) {
-        let base = [("operation", operation), ("outcome", outcome), ("deployment", deployment)];
+        let base =
+            [("operation", operation), ("outcome", outcome), ("primitive", primitive), ("deployment", deployment)];
         histogram!("lock_acquire_duration_seconds", labels(&base, resource)).record(elapsed.as_secs_f64());
         if let Some(attempts) = attempts {
-            let base = [("outcome", outcome), ("deployment", deployment)];
+            let base = [("outcome", outcome), ("primitive", primitive), ("deployment", deployment)];
             histogram!("lock_acquire_attempts", labels(&base, resource)).record(f64::from(attempts));
             if attempts > 1 {
                 histogram!("lock_acquire_wait_seconds", labels(&base, resource)).record(elapsed.as_secs_f64());
             }
         }
         if outcome == "validity_exhausted" {
-            counter!("lock_validity_exhausted_total", labels(&[("deployment", deployment)], resource)).increment(1);
+            let base = [("primitive", primitive), ("deployment", deployment)];
+            counter!("lock_validity_exhausted_total", labels(&base, resource)).increment(1);
         }
     }
 
-    pub(crate) fn release(outcome: &'static str, deployment: &'static str, resource: &str, held: Duration) {
-        let base = [("deployment", deployment)];
+    pub(crate) fn release(
+        outcome: &'static str,
+        primitive: &'static str,
+        deployment: &'static str,
+        resource: &str,
+        held: Duration,
+    ) {
+        let base = [("primitive", primitive), ("deployment", deployment)];
         histogram!("lock_hold_duration_seconds", labels(&base, resource)).record(held.as_secs_f64());
-        let base = [("outcome", outcome), ("deployment", deployment)];
+        let base = [("outcome", outcome), ("primitive", primitive), ("deployment", deployment)];
         counter!("lock_releases_total", labels(&base, resource)).increment(1);
     }
 
-    pub(crate) fn lost(reason: &'static str, deployment: &'static str, resource: &str) {
-        let base = [("reason", reason), ("deployment", deployment)];
+    pub(crate) fn lost(reason: &'static str, primitive: &'static str, deployment: &'static str, resource: &str) {
+        let base = [("reason", reason), ("primitive", primitive), ("deployment", deployment)];
         counter!("lock_lost_total", labels(&base, resource)).increment(1);
     }
 
-    pub(crate) fn renewal(renewed: bool) {
-        counter!("lock_renewals_total", "outcome" => if renewed { "renewed" } else { "failed" }).increment(1);
+    pub(crate) fn held(primitive: &'static str, deployment: &'static str, delta: f64) {
+        gauge!("lock_held", "primitive" => primitive, "deployment" => deployment).increment(delta);
+    }
+
+    pub(crate) fn renewal(renewed: bool, primitive: &'static str) {
+        let outcome = if renewed { "renewed" } else { "failed" };
+        counter!("lock_renewals_total", "outcome" => outcome, "primitive" => primitive).increment(1);
     }
 
     pub(crate) fn force_release(freed: bool) {
@@ -170,15 +187,16 @@ mod record {
 mod record {
     use super::*;
 
-    pub(crate) fn acquire(_: &'static str, _: &'static str, _: &'static str, _: &str, _: Duration, _: Option<u32>) {}
-    pub(crate) fn release(_: &'static str, _: &'static str, _: &str, _: Duration) {}
-    pub(crate) fn lost(_: &'static str, _: &'static str, _: &str) {}
-    pub(crate) fn renewal(_: bool) {}
+    pub(crate) fn acquire(_: &str, _: &str, _: &str, _: &str, _: &str, _: Duration, _: Option<u32>) {}
+    pub(crate) fn release(_: &str, _: &str, _: &str, _: &str, _: Duration) {}
+    pub(crate) fn lost(_: &str, _: &str, _: &str, _: &str) {}
+    pub(crate) fn held(_: &str, _: &str, _: f64) {}
+    pub(crate) fn renewal(_: bool, _: &str) {}
     pub(crate) fn force_release(_: bool) {}
     pub(crate) fn command(_: &'static str, _: &'static str, _: &'static str, _: Duration) {}
 }
 
-pub(crate) use record::{acquire, command, force_release, lost, release, renewal};
+pub(crate) use record::{acquire, command, force_release, held, lost, release, renewal};
 
 /// Whether command latencies are recorded: only with the `metrics` feature (timing a command costs two clock
 /// reads, which the hot path does not pay otherwise).

@@ -35,6 +35,8 @@ pub(crate) trait Renewable: Send + Sync + 'static {
     fn lost_signal(&self) -> &LostSignal;
     /// For logs.
     fn resource(&self) -> &str;
+    /// For metrics: the primitive's kind.
+    fn primitive(&self) -> &'static str;
     /// Counts a loss the watchdog found.
     fn note_lost(&self, reason: LostReason);
 }
@@ -139,7 +141,7 @@ async fn run(
         let started = Instant::now();
         match target.renew(ttl).await {
             Ok(_) => {
-                telemetry::renewal(true);
+                telemetry::renewal(true, target.primitive());
                 if matches!(limit, Renewals::Once) {
                     // Nobody extends it again: from here the lock simply expires.
                     lost.left_unrenewed();
@@ -150,13 +152,13 @@ async fn run(
             }
             Err(LockError::Lost { .. }) => return,
             Err(err) if err.is_retryable() => {
-                telemetry::renewal(false);
+                telemetry::renewal(false, target.primitive());
                 let left = lost.valid_until().saturating_duration_since(Instant::now());
                 tracing::debug!(resource = target.resource(), error = %err.report(), ?left, "lock renewal failed; retrying");
                 next = Instant::now() + (left / 4).clamp(MIN_RETRY, interval.max(MIN_RETRY));
             }
             Err(err) => {
-                telemetry::renewal(false);
+                telemetry::renewal(false, target.primitive());
                 tracing::warn!(resource = target.resource(), error = %err.report(), "lock lost: renewal failed permanently");
                 if lost.mark(LostReason::RenewalFailed) {
                     target.note_lost(LostReason::RenewalFailed);

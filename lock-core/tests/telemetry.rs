@@ -47,7 +47,11 @@ struct EventSeen {
 
 #[derive(Default)]
 struct Log {
-    spans: BTreeMap<u64, SpanSeen>,
+    /// Every span, in creation order.
+    spans: Vec<SpanSeen>,
+    /// The span each live id names: the registry reuses a closed span's id, so a span is kept by its place in
+    /// `spans`, not by its id (keyed by id, a `lock.force_release` span was overwritten by a later one).
+    live: BTreeMap<u64, usize>,
     events: Vec<EventSeen>,
 }
 
@@ -71,13 +75,16 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
         let mut seen = SpanSeen { name: attrs.metadata().name(), ..SpanSeen::default() };
         attrs.record(&mut Fields(&mut seen.fields));
         seen.parent = ctx.span(id).and_then(|span| span.parent()).map(|parent| parent.name());
-        self.0.lock().unwrap().spans.insert(id.into_u64(), seen);
+        let mut log = self.0.lock().unwrap();
+        log.spans.push(seen);
+        let place = log.spans.len() - 1;
+        log.live.insert(id.into_u64(), place);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
-        if let Some(seen) = self.0.lock().unwrap().spans.get_mut(&id.into_u64()) {
-            values.record(&mut Fields(&mut seen.fields));
-        }
+        let mut log = self.0.lock().unwrap();
+        let Some(place) = log.live.get(&id.into_u64()).copied() else { return };
+        values.record(&mut Fields(&mut log.spans[place].fields));
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
@@ -93,12 +100,20 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
 impl Recording {
     /// Runs `f` with this layer as the thread's subscriber.
     fn capture<T>(&self, f: impl FnOnce() -> T) -> T {
+        // `tracing` caches, per callsite and process-wide, whether any subscriber wants it; a callsite first reached
+        // on a test thread with no subscriber while the other captures were between registrations was cached as
+        // unwanted, and a `lock.force_release` span went unrecorded when the tests ran in parallel. A global
+        // subscriber that answers "sometimes" makes every callsite ask the thread's subscriber each time.
+        static ASK_EACH_TIME: std::sync::Once = std::sync::Once::new();
+        ASK_EACH_TIME.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(AskEachTime);
+        });
         let subscriber = tracing_subscriber::registry().with(self.clone());
         tracing::subscriber::with_default(subscriber, f)
     }
 
     fn spans(&self, name: &str) -> Vec<SpanSeen> {
-        self.0.lock().unwrap().spans.values().filter(|s| s.name == name).cloned().collect()
+        self.0.lock().unwrap().spans.iter().filter(|s| s.name == name).cloned().collect()
     }
 
     fn events(&self, level: Level, starting: &str) -> Vec<EventSeen> {
@@ -116,6 +131,27 @@ impl Recording {
             _ => panic!("expected one {name} span with {field}={value}, saw {spans:#?}"),
         }
     }
+}
+
+/// The process's global subscriber in these tests: records nothing, and tells `tracing` to ask the thread's own
+/// subscriber at every callsite (see [`Recording::capture`]).
+struct AskEachTime;
+
+impl Subscriber for AskEachTime {
+    fn register_callsite(&self, _: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
 }
 
 #[test]
@@ -369,5 +405,148 @@ mod metrics_recorded {
         });
         let labelled = samples(&snap, "lock_acquire_duration_seconds", &[("resource", "few-names")]);
         assert_eq!(labelled.len(), 1, "the opted-in resource label is missing");
+    }
+
+    /// Every kind of primitive, as the `primitive` label and span field name it.
+    const KINDS: [&str; 8] =
+        ["lock", "fair_lock", "multi_lock", "semaphore", "election", "job", "rwlock_read", "rwlock_write"];
+
+    /// The `lock_held` gauge of `kind` in `entries` (a snapshot swaps every value for zero: the entries of all
+    /// snapshots sum to the value).
+    fn gauge(entries: &[Entry], kind: &str) -> f64 {
+        find(entries, "lock_held", &[("primitive", kind)])
+            .iter()
+            .map(|v| if let DebugValue::Gauge(g) = v { g.into_inner() } else { 0.0 })
+            .sum()
+    }
+
+    /// Takes and gives back `kind` twice on `lock` (a try, then a waiting acquire) and returns the `lock_held` gauge
+    /// while the second hold was live. A snapshot drains every metric: its entries are kept in `drained`.
+    async fn exercise(lock: &Lock, kind: &str, snapshotter: &Snapshotter, drained: &Mutex<Vec<Entry>>) -> f64 {
+        let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));
+        let held_now = || {
+            let mut drained = drained.lock().unwrap();
+            drained.extend(snapshotter.snapshot().into_vec());
+            gauge(&drained, kind)
+        };
+        match kind {
+            "lock" => {
+                lock.try_acquire(kind, &opts).await.unwrap().unwrap().release().await.unwrap();
+                let guard = lock.acquire(kind, &opts).await.unwrap();
+                let held = held_now();
+                guard.release().await.unwrap();
+                held
+            }
+            "fair_lock" => {
+                let fair = opts.clone().with_fair_queue(ms(1_000));
+                lock.try_acquire(kind, &fair).await.unwrap().unwrap().release().await.unwrap();
+                let guard = lock.acquire(kind, &fair).await.unwrap();
+                let held = held_now();
+                guard.release().await.unwrap();
+                held
+            }
+            "multi_lock" => {
+                lock.try_acquire_all(&["a", "b"], &opts).await.unwrap().unwrap().release().await.unwrap();
+                let guard = lock.acquire_all(&["a", "b"], &opts).await.unwrap();
+                let held = held_now();
+                guard.release().await.unwrap();
+                held
+            }
+            "semaphore" => {
+                let sem = lock_core::Semaphore::new(lock.clone(), kind, 2).unwrap();
+                sem.try_acquire(1, &opts).await.unwrap().unwrap().release().await.unwrap();
+                let permit = sem.acquire(1, &opts).await.unwrap();
+                let held = held_now();
+                permit.release().await.unwrap();
+                held
+            }
+            "election" => {
+                let options = lock_core::ElectionOptions::default();
+                let election = lock_core::Election::new(lock.clone(), kind, options).unwrap();
+                election.try_campaign("a", "1").await.unwrap().unwrap().resign().await.unwrap();
+                let leadership = election.campaign("a", "1").await.unwrap();
+                let held = held_now();
+                leadership.resign().await.unwrap();
+                held
+            }
+            "job" => {
+                let jobs = lock_core::JobLock::new(lock.clone());
+                let options = lock_core::JobOptions::new(ms(5_000));
+                let mut held = 0.0;
+                let ran = jobs.run(kind, &options, |_| async { held = held_now() }).await.unwrap();
+                assert!(matches!(ran, lock_core::JobOutcome::Ran { .. }), "{ran:?}");
+                held
+            }
+            "rwlock_read" => {
+                let rw = lock_core::RwLock::new(lock.clone(), kind).unwrap();
+                rw.try_read(&opts).await.unwrap().unwrap().release().await.unwrap();
+                let guard = rw.read(&opts).await.unwrap();
+                let held = held_now();
+                guard.release().await.unwrap();
+                held
+            }
+            "rwlock_write" => {
+                let rw = lock_core::RwLock::new(lock.clone(), kind).unwrap();
+                rw.try_write(&opts).await.unwrap().unwrap().release().await.unwrap();
+                let guard = rw.write(&opts).await.unwrap();
+                let held = held_now();
+                guard.release().await.unwrap();
+                held
+            }
+            other => panic!("no exercise for {other}"),
+        }
+    }
+
+    /// The engine measures and traces every primitive alike: its acquires (tries and waits), its holds (the gauge
+    /// up while held, back to zero after) and its releases, labelled by the primitive's kind, in the same spans.
+    #[test]
+    fn every_primitive_is_measured_and_traced_alike() {
+        let seen = Recording::default();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let drained = Mutex::new(Vec::new());
+        let during = seen.capture(|| {
+            metrics::with_local_recorder(&recorder, || {
+                run(async {
+                    let lock = Lock::new(MemoryStore::new());
+                    let mut during = Vec::new();
+                    for kind in KINDS {
+                        during.push((kind, exercise(&lock, kind, &snapshotter, &drained).await));
+                    }
+                    during
+                })
+            })
+        });
+        let mut all = drained.into_inner().unwrap();
+        all.extend(snapshotter.snapshot().into_vec());
+        for (kind, held) in during {
+            let label = ("primitive", kind);
+            assert_eq!(held, 1.0, "{kind}: the held gauge while one hold was live");
+            assert_eq!(gauge(&all, kind), 0.0, "{kind}: the held gauge after every hold ended");
+            let tried = samples(&all, "lock_acquire_duration_seconds", &[("operation", "try_acquire"), label]);
+            let waited = samples(&all, "lock_acquire_duration_seconds", &[("operation", "acquire"), label]);
+            // A job's run is one try (it never waits); every other kind was tried once and acquired once.
+            let (want_tries, want_waits): (usize, usize) = if kind == "job" { (1, 0) } else { (1, 1) };
+            assert_eq!((tried.len(), waited.len()), (want_tries, want_waits), "{kind}: acquire durations");
+            // A wait in a fair queue counts no tries (its heartbeats are tries too): only the try counts one.
+            let attempts: &[f64] =
+                if matches!(kind, "job" | "fair_lock" | "rwlock_write") { &[1.0] } else { &[1.0, 1.0] };
+            assert_eq!(samples(&all, "lock_acquire_attempts", &[label]), attempts, "{kind}: attempts");
+            let holds = (want_tries + want_waits) as u64;
+            let hold_samples = if kind == "multi_lock" { 2 * holds } else { holds };
+            // A multi-lock's release counts each of its two resources.
+            let releases = if kind == "multi_lock" { 2 * holds } else { holds };
+            assert_eq!(counter(&all, "lock_releases_total", &[("outcome", "released"), label]), releases, "{kind}");
+            assert_eq!(
+                samples(&all, "lock_hold_duration_seconds", &[label]).len() as u64,
+                hold_samples,
+                "{kind}: holds"
+            );
+            let spans = seen.spans(if kind == "job" { "lock.try_acquire" } else { "lock.acquire" });
+            let span = spans.iter().find(|s| s.fields.get("primitive").map(String::as_str) == Some(kind));
+            let span = span.unwrap_or_else(|| panic!("{kind}: no acquire span names it: {spans:#?}"));
+            assert_eq!(span.fields["outcome"], "acquired", "{kind}");
+            assert_eq!(span.fields["deployment"], "memory", "{kind}");
+        }
     }
 }
