@@ -1,5 +1,7 @@
-//! What an operator asks of a lock: who holds it and for how long ([`Lock::inspect`]), and "free it now"
-//! ([`Lock::force_release`]).
+//! What an operator asks of a name: who holds it and for how long ([`Lock::inspect`]), and "free it now"
+//! ([`Lock::force_release`]), for every primitive: the lock key's holder (a lock, a fair lock, a job's run, an
+//! election's leader, a read-write lock's writer) and the holders that share a name (a read-write lock's readers, a
+//! semaphore's permits with their slots).
 //!
 //! Both run one script per instance (read-only for the inspection), so they work on every store that runs
 //! lock-core's scripts, on Cluster, and on a Redlock (per instance, since each instance has its own view).
@@ -30,6 +32,33 @@ pub struct Holder {
     /// The lock's remaining time-to-live on the server's clock; `None` when the key has no TTL (set by another
     /// client: it will never expire by itself).
     pub ttl: Option<Duration>,
+    /// What it holds: the name alone, or a share of it.
+    pub role: HolderRole,
+    /// A semaphore permit's slots (empty for every other holder).
+    pub slots: Vec<u32>,
+}
+
+/// What a [`Holder`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HolderRole {
+    /// The name alone: a lock's holder, a fair lock's, a job's run, an election's leader, a read-write lock's writer.
+    Exclusive,
+    /// A share, as one of a read-write lock's readers.
+    Reader,
+    /// A share, as one of a semaphore's permits.
+    Permit,
+}
+
+impl HolderRole {
+    /// `exclusive`, `reader` or `permit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HolderRole::Exclusive => "exclusive",
+            HolderRole::Reader => "reader",
+            HolderRole::Permit => "permit",
+        }
+    }
 }
 
 /// One instance's view of a resource.
@@ -46,6 +75,9 @@ pub struct LockState {
     /// Waiters in the resource's fair queue ([`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)),
     /// including any whose heartbeats stopped and that the next fair try will drop.
     pub queued: u64,
+    /// The live holders that share the name, each with its own expiry: a read-write lock's readers, a semaphore's
+    /// permits (at most 1000 of each, soonest to expire first).
+    pub shared: Vec<Holder>,
 }
 
 /// What [`Lock::inspect`] found: each instance's view, and the summary a single-instance lock needs.
@@ -71,9 +103,15 @@ impl Inspection {
         })
     }
 
-    /// Whether the lock is held ([`holder`](Self::holder) is some).
+    /// Whether the name is held: by a [`holder`](Self::holder), or by [`shared`](Self::shared) holders.
     pub fn is_held(&self) -> bool {
-        self.holder().is_some()
+        self.holder().is_some() || !self.shared().is_empty()
+    }
+
+    /// The live holders that share the name (readers, permits), as the first instance that answered sees them
+    /// (the primitives that share a name run on one store).
+    pub fn shared(&self) -> &[Holder] {
+        self.states().next().map(|state| state.shared.as_slice()).unwrap_or_default()
     }
 
     /// The highest fencing counter any instance reported: the next fenced grant's token is above it.
@@ -143,6 +181,9 @@ const TOKEN_HEX_DIGITS: usize = 32;
 pub enum Forced {
     /// This holder's lock was deleted.
     Deleted(Holder),
+    /// These holders' shares (and, first, the lock key's holder, if it was one of them) were deleted: a forced
+    /// release of anyone from a name several hold (readers, permits).
+    DeletedSeveral(Vec<Holder>),
     /// The lock was free; nothing to delete.
     Free,
     /// Someone other than the expected holder holds it; nothing was deleted.
@@ -170,15 +211,19 @@ impl ForcedRelease {
 
     /// Whether the lock is free on a quorum of instances now (deleted there, or found free).
     pub fn is_free(&self) -> bool {
-        let free = self.instances.iter().filter(|outcome| matches!(outcome, Ok(Forced::Deleted(_) | Forced::Free)));
+        let free = self
+            .instances
+            .iter()
+            .filter(|outcome| matches!(outcome, Ok(Forced::Deleted(_) | Forced::DeletedSeveral(_) | Forced::Free)));
         free.count() >= self.quorum
     }
 
     /// The holders whose locks were deleted.
     pub fn previous(&self) -> impl Iterator<Item = &Holder> {
-        self.instances.iter().filter_map(|outcome| match outcome {
-            Ok(Forced::Deleted(holder)) => Some(holder),
-            _ => None,
+        self.instances.iter().flat_map(|outcome| match outcome {
+            Ok(Forced::Deleted(holder)) => std::slice::from_ref(holder),
+            Ok(Forced::DeletedSeveral(holders)) => holders.as_slice(),
+            _ => &[],
         })
     }
 
@@ -235,9 +280,16 @@ impl Lock {
     /// # Cancel safety
     /// Cancel-safe: it writes nothing.
     pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
-        let keys = LockKeys::new(self.key_prefix(), resource)?;
-        let queue = fair::queue_key(&keys);
-        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), queue.as_str()];
+        self.inspect_keys(&LockKeys::new(self.key_prefix(), resource)?).await
+    }
+
+    /// [`inspect`](Self::inspect) of the name `keys` are for (a read-write lock's are under a prefix of its own).
+    pub(crate) async fn inspect_keys(&self, keys: &LockKeys) -> Result<Inspection> {
+        let resource = keys.resource();
+        let queue = fair::queue_key(keys);
+        let readers = crate::rwlock::readers_key(keys);
+        let [permits, _, grants, _] = crate::semaphore::keys(keys);
+        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants];
         let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
             let call = Call::script("inspect", &scripts::INSPECT, &call_keys, &[]);
@@ -315,10 +367,18 @@ impl Lock {
     /// # Cancel safety
     /// As [`force_release`](Self::force_release).
     pub async fn force_release_expecting(&self, resource: &str, expected: &ExpectedHolder) -> Result<ForcedRelease> {
-        let keys = LockKeys::new(self.key_prefix(), resource)?;
+        self.force_release_keys(&LockKeys::new(self.key_prefix(), resource)?, expected).await
+    }
+
+    /// [`force_release_expecting`](Self::force_release_expecting) of the name `keys` are for.
+    pub(crate) async fn force_release_keys(&self, keys: &LockKeys, expected: &ExpectedHolder) -> Result<ForcedRelease> {
+        let resource = keys.resource();
         let expect = expected.argument()?;
-        let queue = fair::queue_key(&keys);
-        let call_keys = [keys.lock(), keys.channel(), keys.awaited(), queue.as_str()];
+        let queue = fair::queue_key(keys);
+        let readers = crate::rwlock::readers_key(keys);
+        let [permits, slots, grants, limit] = crate::semaphore::keys(keys);
+        let call_keys =
+            [keys.lock(), keys.channel(), keys.awaited(), &queue, &readers, &permits, &grants, &slots, &limit];
         let span = tracing::debug_span!("lock.force_release", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
             let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
@@ -384,12 +444,35 @@ fn millis(pttl: i64) -> Option<Duration> {
 
 fn holder(value: &str, pttl: i64) -> Holder {
     let stored = StoredValue::parse(value);
-    Holder { owner: stored.owner, label: stored.label, ttl: millis(pttl) }
+    Holder { owner: stored.owner, label: stored.label, ttl: millis(pttl), role: HolderRole::Exclusive, slots: vec![] }
+}
+
+/// The holders of a reply's tail: four items each (`'x'`, `'r'` or `'p'`; value; time left in ms; slots).
+fn holders(items: &[Reply]) -> Option<Vec<Holder>> {
+    items
+        .chunks(4)
+        .map(|chunk| {
+            let [kind, value, pttl, slots] = chunk else { return None };
+            let role = match kind.to_text_lossy()?.as_str() {
+                "x" => HolderRole::Exclusive,
+                "r" => HolderRole::Reader,
+                "p" => HolderRole::Permit,
+                _ => return None,
+            };
+            let mut found = holder(&value.to_text_lossy()?, pttl.as_int()?);
+            found.role = role;
+            found.slots = slots.to_text_lossy()?.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+            Some(found)
+        })
+        .collect()
 }
 
 fn parse_state(reply: &Reply) -> Result<LockState> {
     let Reply::Array(items) = reply else { return Err(unexpected("inspect", reply)) };
-    let [value, pttl, fence, mark, queued] = items.as_slice() else { return Err(unexpected("inspect", reply)) };
+    let [value, pttl, fence, mark, queued, tail @ ..] = items.as_slice() else {
+        return Err(unexpected("inspect", reply));
+    };
+    let shared = holders(tail).ok_or_else(|| unexpected("inspect", reply))?;
     let value = value.to_text_lossy().ok_or_else(|| unexpected("inspect", reply))?;
     let pttl = pttl.as_int().ok_or_else(|| unexpected("inspect", reply))?;
     let fence = fence.to_text_lossy().ok_or_else(|| unexpected("inspect", reply))?;
@@ -407,23 +490,21 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
         fence,
         awaited: mark > 0,
         queued: u64::try_from(queued).unwrap_or(0),
+        shared,
     })
 }
 
 fn parse_forced(reply: &Reply) -> Result<Forced> {
     let Reply::Array(items) = reply else { return Err(unexpected("force-release", reply)) };
-    match items.as_slice() {
-        [flag] if flag.as_int() == Some(0) => Ok(Forced::Free),
-        [flag, value, pttl] => {
-            let value = value.to_text_lossy().ok_or_else(|| unexpected("force-release", reply))?;
-            let pttl = pttl.as_int().ok_or_else(|| unexpected("force-release", reply))?;
-            match flag.as_int() {
-                Some(1) => Ok(Forced::Deleted(holder(&value, pttl))),
-                Some(2) => Ok(Forced::Kept(holder(&value, pttl))),
-                _ => Err(unexpected("force-release", reply)),
-            }
-        }
-        _ => Err(unexpected("force-release", reply)),
+    let unexpected = || unexpected("force-release", reply);
+    let (flag, tail) = items.split_first().ok_or_else(unexpected)?;
+    let mut found = holders(tail).ok_or_else(unexpected)?;
+    match (flag.as_int(), found.len()) {
+        (Some(0), 0) => Ok(Forced::Free),
+        (Some(1), 1) => Ok(Forced::Deleted(found.remove(0))),
+        (Some(1), 2..) => Ok(Forced::DeletedSeveral(found)),
+        (Some(2), 1) => Ok(Forced::Kept(found.remove(0))),
+        _ => Err(unexpected()),
     }
 }
 
@@ -459,19 +540,54 @@ mod tests {
         let foreign = Reply::Array(vec![bulk("x"), Reply::Int(-1), bulk("nope"), Reply::Int(-2), Reply::Int(0)]);
         assert!(matches!(parse_state(&foreign), Err(LockError::WrongType { .. })));
         assert!(parse_state(&Reply::Int(1)).is_err());
+
+        let mut with_readers = free.clone();
+        if let Reply::Array(items) = &mut with_readers {
+            items.extend([bulk("r"), bulk("0123456789abcdef0123456789abcdef"), Reply::Int(40), bulk("")]);
+        }
+        let state = parse_state(&with_readers).unwrap();
+        assert_eq!(state.shared.len(), 1);
+        assert_eq!((state.shared[0].role, state.shared[0].ttl), (HolderRole::Reader, Some(Duration::from_millis(40))));
+        if let Reply::Array(items) = &mut with_readers {
+            items.push(bulk("r"));
+        }
+        assert!(parse_state(&with_readers).is_err(), "a holder cut short");
     }
 
     #[test]
     fn a_forced_release_is_parsed_and_counts_a_quorum() {
         let value = bulk("0123456789abcdef0123456789abcdef ops");
         assert_eq!(parse_forced(&Reply::Array(vec![Reply::Int(0)])).unwrap(), Forced::Free);
-        let deleted = parse_forced(&Reply::Array(vec![Reply::Int(1), value.clone(), Reply::Int(5)])).unwrap();
+        let one = |flag: i64| Reply::Array(vec![Reply::Int(flag), bulk("x"), value.clone(), Reply::Int(5), bulk("")]);
+        let deleted = parse_forced(&one(1)).unwrap();
         assert!(matches!(&deleted, Forced::Deleted(h) if h.owner.as_deref() == Some("01234567")), "{deleted:?}");
-        let kept = parse_forced(&Reply::Array(vec![Reply::Int(2), value, Reply::Int(5)])).unwrap();
+        let kept = parse_forced(&one(2)).unwrap();
         assert!(matches!(kept, Forced::Kept(_)), "{kept:?}");
-        assert!(parse_forced(&Reply::Array(vec![Reply::Int(3), bulk("x"), Reply::Int(5)])).is_err());
+        assert!(parse_forced(&one(3)).is_err());
+        let permits = Reply::Array(vec![
+            Reply::Int(1),
+            bulk("p"),
+            bulk("0123456789abcdef0123456789abcdef"),
+            Reply::Int(9),
+            bulk("0,2"),
+            bulk("p"),
+            bulk("fedcba9876543210fedcba9876543210"),
+            Reply::Int(7),
+            bulk("1"),
+        ]);
+        let Forced::DeletedSeveral(freed) = parse_forced(&permits).unwrap() else { panic!("two permits freed") };
+        assert_eq!(
+            freed.iter().map(|h| (h.role, h.slots.clone())).collect::<Vec<_>>(),
+            [(HolderRole::Permit, vec![0, 2]), (HolderRole::Permit, vec![1])]
+        );
 
-        let holder = Holder { owner: Some("01234567".into()), label: None, ttl: None };
+        let holder = Holder {
+            owner: Some("01234567".into()),
+            label: None,
+            ttl: None,
+            role: HolderRole::Exclusive,
+            slots: vec![],
+        };
         let minority = ForcedRelease {
             resource: "r".into(),
             instances: vec![
@@ -500,10 +616,17 @@ mod tests {
     fn a_redlock_holder_needs_a_quorum_of_one_owner() {
         let held = |owner: &str| {
             Ok(LockState {
-                holder: Some(Holder { owner: Some(owner.into()), label: None, ttl: None }),
+                holder: Some(Holder {
+                    owner: Some(owner.into()),
+                    label: None,
+                    ttl: None,
+                    role: HolderRole::Exclusive,
+                    slots: vec![],
+                }),
                 fence: Some(3),
                 awaited: false,
                 queued: 0,
+                shared: vec![],
             })
         };
         let split = Inspection {

@@ -365,6 +365,10 @@ impl JobLock {
         if let Some(policy) = &options.keep_alive {
             lock_options = lock_options.with_auto_renew(policy.clone());
         }
+        // The lock key carries the holder as a lock's does, so an operator's inspection names the run's holder.
+        if let Ok(label) = crate::HolderLabel::new(options.holder()) {
+            lock_options = lock_options.with_holder_label(label);
+        }
         self.lock.check(&lock_options)?;
         let engine: Arc<dyn Primitive> = target.clone();
         let guard = match self.lock.try_take(&engine, &lock_options).await? {

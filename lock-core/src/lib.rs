@@ -125,7 +125,7 @@ pub mod transport;
 mod wait;
 mod watchdog;
 
-pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, LockState};
+pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use error::{AclRefusal, BoxError, LockError, PlainTextServer, Report, Result};

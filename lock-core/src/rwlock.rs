@@ -67,6 +67,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::Instrument;
 
+use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
 use crate::error::{LockError, Result};
 use crate::fair::FairSpec;
 use crate::lock::{Guard, Lock};
@@ -233,6 +234,48 @@ impl RwLock {
         }
     }
 
+    /// What an operator may know about this lock, as [`Lock::inspect`] reads any name: the writer
+    /// ([`Inspection::holder`]), each reader with its own time left ([`Inspection::shared`]), the writers' fencing
+    /// counter and their queue. Writes nothing. (A read-write lock's keys live under a prefix of its own, so
+    /// `Lock::inspect` of its name does not find it: this does.)
+    ///
+    /// ```
+    /// use lock_core::{HolderRole, Lock, LockOptions, MemoryStore, RwLock};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let rw = RwLock::new(Lock::new(MemoryStore::new()), "config")?;
+    /// let reader = rw.read(&LockOptions::new(Duration::from_secs(5))).await?;
+    /// let seen = rw.inspect().await?;
+    /// assert!(seen.holder().is_none() && seen.shared()[0].role == HolderRole::Reader);
+    /// reader.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Lock::inspect`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.lock.inspect_keys(&self.keys).await
+    }
+
+    /// Frees this lock by force, as [`Lock::force_release_expecting`] frees any name: the writer and every reader
+    /// ([`ExpectedHolder::Anyone`]), or only the holder the operator was shown ([`ExpectedHolder::Owner`]). Waiting
+    /// writers and readers are told at once; the holders are not (their next extension finds the hold gone).
+    ///
+    /// # Errors
+    /// As [`Lock::force_release_expecting`].
+    ///
+    /// # Cancel safety
+    /// As [`Lock::force_release`].
+    pub async fn force_release(&self, expected: &ExpectedHolder) -> Result<ForcedRelease> {
+        self.lock.force_release_keys(&self.keys, expected).await
+    }
+
     /// Whether a writer holds, how many readers hold, and how many writers wait, read without writing.
     ///
     /// # Errors
@@ -363,6 +406,11 @@ impl WriteGuard {
     }
 }
 
+/// A read-write lock's readers beside `keys`' lock key (the writer's): token → expiry, server ms.
+pub(crate) fn readers_key(keys: &LockKeys) -> String {
+    format!("{}:readers", keys.lock())
+}
+
 /// A read or write hold's acquisition: read by the read scripts, written by the fair ones with the readers' key;
 /// extended and released by the read-write lock's own.
 #[derive(Debug)]
@@ -382,7 +430,7 @@ impl RwTarget {
     /// A reader (`reader`) or writer of `keys`' read-write lock, whose writers queue with `waiter_ttl` per heartbeat.
     fn new(keys: LockKeys, reader: bool, waiter_ttl: Duration) -> Self {
         RwTarget {
-            readers: format!("{}:readers", keys.lock()),
+            readers: readers_key(&keys),
             writers: FairSpec::new(&keys, waiter_ttl),
             reader,
             downgrade: std::sync::atomic::AtomicBool::new(false),

@@ -326,30 +326,42 @@ pub static FAIR_RELEASE: Script = Script::new(
     concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), include_str!("fair/release.lua")),
 );
 
-/// Inspect (see [`Lock::inspect`](crate::Lock::inspect)): what an operator may know about one resource, read in one
-/// atomic step, writing nothing.
+/// Inspect (see [`Lock::inspect`](crate::Lock::inspect)): what an operator may know about one name, read in one
+/// atomic step, writing nothing: the lock key's holder (a lock's, a fair lock's, a job's, an election's or a
+/// read-write lock's writer) and the holders that share the name, each with its own expiry (a read-write lock's
+/// readers, a semaphore's permits).
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue. Reply:
-/// `{value, pttl, fence, mark_pttl, queued}`: the lock key's value (`''` when free) and PTTL, the fencing counter
-/// (`''` when never advanced), the release mark's PTTL (positive while a try that found the lock held may still
-/// wait) and how many waiters a fair queue holds. A lock key or queue of another type is `WRONGTYPE`, as in every
-/// script; the counter's content is checked by the client.
-pub static INSPECT: Script = Script::new("inspect", concat!(lock_prelude!(), include_str!("admin/inspect.lua")));
+/// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue, `KEYS[5]` a
+/// read-write lock's readers, `KEYS[6]` a semaphore's permits (token → expiry), `KEYS[7]` its grants (token →
+/// `fence;slots`). Reply: `{value, pttl, fence, mark_pttl, queued, …}`: the lock key's value (`''` when free) and
+/// PTTL, the fencing counter (`''` when never advanced), the release mark's PTTL (positive while a try that found
+/// the lock held may still wait) and how many waiters a fair queue holds; then four items per live shared holder
+/// (at most 1000 of each kind): `'r'` or `'p'`, its token, its time left in ms and a permit's slots (comma
+/// separated). A key of another type is `WRONGTYPE`, as in every script; the counter's content is checked by the
+/// client.
+pub static INSPECT: Script = Script::new(
+    "inspect",
+    concat!(lock_prelude!(), include_str!("admin/shared.lua"), include_str!("admin/inspect.lua")),
+);
 
-/// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes the lock key if its holder is
-/// the one the operator expects (compare-and-delete on what was shown), keeps the fencing counter (the next grant's
-/// token still increases), and announces the release, to a fair queue's head when there is one, so that a waiter
-/// in any process tries at once.
+/// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes what holds the name if it is
+/// the holder the operator expects (compare-and-delete on what was shown): the lock key's holder, a read-write
+/// lock's readers, a semaphore's permits (their slots freed). It keeps the fencing counter (the next grant's token
+/// still increases) and announces the release, to a fair queue's head when there is one, so that a waiter in any
+/// process tries at once.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue;
-/// `ARGV[1]` the announcement's origin (one no store uses, so every process's subscriber wakes a waiter),
-/// `ARGV[2]` `"1"` to announce with `SPUBLISH`, `ARGV[3]` whom to expect: `*` (or absent) anyone, `""` nobody (the
-/// operator saw the lock free), else an owner id, the first hex digits of the holder's token. Reply: `{1, value,
-/// pttl}` (the holder's value and remaining TTL before the delete), `{0}` when nobody held it, `{2, value, pttl}`
-/// when someone other than expected holds it (nothing deleted, nothing announced). A lock key of another type is
-/// `WRONGTYPE` and kept.
-pub static FORCE_RELEASE: Script =
-    Script::new("force-release", concat!(lock_prelude!(), include_str!("admin/force_release.lua")));
+/// `KEYS[1]` lock key, `KEYS[2]` release channel, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue,
+/// `KEYS[5]` a read-write lock's readers, `KEYS[6..9]` a semaphore's permits, grants, slots and limit; `ARGV[1]`
+/// the announcement's origin (one no store uses, so every process's subscriber wakes a waiter), `ARGV[2]` `"1"` to
+/// announce with `SPUBLISH`, `ARGV[3]` whom to expect: `*` (or absent) anyone, `""` nobody (the operator saw the
+/// name free), else an owner id, the first hex digits of a holder's token. Reply: `{1, …}` and four items per
+/// holder deleted (`'x'` the lock key's holder, `'r'` a reader or `'p'` a permit; its value; its time left; a
+/// permit's slots), `{0}` when nobody held it, `{2, kind, value, pttl, slots}` when only others than expected
+/// hold it (nothing deleted, nothing announced). A key of another type is `WRONGTYPE` and kept.
+pub static FORCE_RELEASE: Script = Script::new(
+    "force-release",
+    concat!(lock_prelude!(), include_str!("admin/shared.lua"), include_str!("admin/force_release.lua")),
+);
 
 /// Elect (see [`Election`](crate::Election)): the mutex's acquire of the election's key, the new term from the
 /// fencing counter (same rule as [`ACQUIRE`]), and the leader's record, in one step; announced to observers.

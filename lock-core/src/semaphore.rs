@@ -52,6 +52,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::Instrument;
 
+use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::LockOptions;
@@ -109,13 +110,7 @@ impl Semaphore {
             return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
         }
         let keys = LockKeys::new(lock.key_prefix(), name)?;
-        let base = keys.lock();
-        let names = Arc::new([
-            format!("{base}:sem:exp"),
-            format!("{base}:sem:slot"),
-            format!("{base}:sem:grant"),
-            format!("{base}:sem:limit"),
-        ]);
+        let names = Arc::new(self::keys(&keys));
         Ok(Semaphore { lock, keys, names, limit })
     }
 
@@ -185,6 +180,46 @@ impl Semaphore {
         }
     }
 
+    /// What an operator may know about this semaphore, as [`Lock::inspect`] reads any name: each permit with its
+    /// slots and time left ([`Inspection::shared`]) and the fencing counter. Writes nothing.
+    ///
+    /// ```
+    /// use lock_core::{Lock, LockOptions, MemoryStore, Semaphore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let pool = Semaphore::new(Lock::new(MemoryStore::new()), "gpu", 4)?;
+    /// let permit = pool.acquire(2, &LockOptions::new(Duration::from_secs(5))).await?;
+    /// let seen = pool.inspect().await?;
+    /// assert_eq!(seen.shared()[0].slots, permit.slots());
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Lock::inspect`].
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: it only reads.
+    pub async fn inspect(&self) -> Result<Inspection> {
+        self.lock.inspect_keys(&self.keys).await
+    }
+
+    /// Frees permits by force, as [`Lock::force_release_expecting`] frees any name: every permit
+    /// ([`ExpectedHolder::Anyone`]), or only the one the operator was shown ([`ExpectedHolder::Owner`]); their
+    /// slots are free at once and waiters are told. The holders are not (their next extension finds the permit gone).
+    ///
+    /// # Errors
+    /// As [`Lock::force_release_expecting`].
+    ///
+    /// # Cancel safety
+    /// As [`Lock::force_release`].
+    pub async fn force_release(&self, expected: &ExpectedHolder) -> Result<ForcedRelease> {
+        self.lock.force_release_keys(&self.keys, expected).await
+    }
+
     /// The limit its holders use and how many slots live permits hold, read without writing.
     ///
     /// # Errors
@@ -206,6 +241,13 @@ impl Semaphore {
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-state script: {reply:?}"))),
         }
     }
+}
+
+/// A semaphore's keys beside `keys`' lock key: its permits' expiries (token → expiry, server ms), its slots (slot
+/// → token), its grants (token → `fence;slots`) and its limit.
+pub(crate) fn keys(keys: &LockKeys) -> [String; 4] {
+    let base = keys.lock();
+    [format!("{base}:sem:exp"), format!("{base}:sem:slot"), format!("{base}:sem:grant"), format!("{base}:sem:limit")]
 }
 
 /// One permit's acquisition: how many slots of which semaphore, and the slots its grant named.

@@ -357,3 +357,80 @@ async fn list_skips_foreign_keys_and_lists_the_rest() {
     let newline = run(&url, &["inspect", "a\nb"]);
     assert_eq!(newline.status.code(), Some(2), "a name with a newline is a usage error: {newline:?}");
 }
+
+/// Every primitive through the operator's tool: `list` finds a held semaphore (its permits) beside a lock, an
+/// election's leader and a job's run; `inspect` shows a semaphore's permits with their slots and a read-write lock's
+/// readers (`--rwlock`); `force-release` with the owner shown frees one permit, a reader, a leader, and the next
+/// holder gets in.
+#[tokio::test]
+async fn every_primitive_is_listed_inspected_and_freed() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let long = LockOptions::new(ms(60_000));
+
+    let pool = lock_core::Semaphore::new(lock.clone(), "gpus", 3).unwrap();
+    let two = pool.acquire(2, &long).await.unwrap();
+    let one = pool.acquire(1, &long).await.unwrap();
+    let timing = lock_core::ElectionOptions::default().with_lease(ms(60_000)).with_renew_deadline(ms(40_000));
+    let election = lock_core::Election::new(lock.clone(), "leader", timing).unwrap();
+    let leader = election.campaign("node-1", "10.0.0.1").await.unwrap();
+    let plain = lock.acquire("plain", &labelled("web 1", 60_000)).await.unwrap();
+    let rw = lock_core::RwLock::new(lock.clone(), "config").unwrap();
+    let reader = rw.read(&long).await.unwrap();
+
+    let listed = json(&run(&url, &["list", "--json"]));
+    let names: Vec<&str> = listed.as_array().unwrap().iter().map(|row| row["resource"].as_str().unwrap()).collect();
+    assert_eq!(names, ["gpus", "leader", "plain"], "{listed}");
+    let text = stdout(&run(&url, &["list"]));
+    assert!(text.contains("2 permits"), "the semaphore's row: {text}");
+    let readers = json(&run(&url, &["--rwlock", "list", "--json"]));
+    assert_eq!(readers[0]["resource"], "config", "{readers}");
+
+    let seen = json(&run(&url, &["inspect", "gpus", "--json"]));
+    assert_eq!(seen["held"], true, "{seen}");
+    let permits = seen["shared"].as_array().unwrap();
+    let mut slots: Vec<Vec<u64>> =
+        permits.iter().map(|p| p["slots"].as_array().unwrap().iter().map(|s| s.as_u64().unwrap()).collect()).collect();
+    slots.sort();
+    let mut want: Vec<Vec<u64>> =
+        [two.slots(), one.slots()].iter().map(|s| s.iter().map(|&n| u64::from(n)).collect()).collect();
+    want.sort();
+    assert_eq!(slots, want, "{seen}");
+    assert!(permits.iter().all(|p| p["role"] == "permit"), "{seen}");
+    let text = stdout(&run(&url, &["inspect", "gpus"]));
+    assert!(text.contains("permit (slots"), "{text}");
+
+    // Free the one-slot permit by its owner id: the two-slot one stays, and a waiter for one slot gets in.
+    let single = permits.iter().find(|p| p["slots"].as_array().unwrap().len() == 1).expect("the one-slot permit");
+    let owner = single["owner"].as_str().unwrap().to_owned();
+    let forced = run(&url, &["force-release", "gpus", "--yes", "--owner", &owner, "--json"]);
+    assert_eq!(forced.status.code(), Some(0), "{forced:?}");
+    assert_eq!(json(&forced)["previous"]["slots"].as_array().unwrap().len(), 1, "{}", stdout(&forced));
+    let next = pool.try_acquire(1, &long).await.unwrap().expect("the freed slot");
+    assert!(pool.try_acquire(1, &long).await.unwrap().is_none(), "more than the freed slot came free");
+    assert!(one.extend(ms(60_000)).await.is_err(), "the freed permit extended");
+
+    let seen = json(&run(&url, &["--rwlock", "inspect", "config", "--json"]));
+    assert_eq!(seen["shared"][0]["role"], "reader", "{seen}");
+    let owner = seen["shared"][0]["owner"].as_str().unwrap().to_owned();
+    let freed = run(&url, &["--rwlock", "force-release", "config", "--yes", "--owner", &owner]);
+    assert_eq!(freed.status.code(), Some(0), "{freed:?}");
+    let writer = rw.try_write(&long).await.unwrap().expect("no reader left: the writer gets in");
+
+    let seen = json(&run(&url, &["inspect", "leader", "--json"]));
+    let owner = seen["holder"]["owner"].as_str().unwrap().to_owned();
+    let freed = run(&url, &["force-release", "leader", "--yes", "--owner", &owner]);
+    assert_eq!(freed.status.code(), Some(0), "{freed:?}");
+    let next_leader = election.try_campaign("node-2", "10.0.0.2").await.unwrap().expect("the election is free");
+    assert!(next_leader.term() > leader.term());
+
+    for guard in [plain] {
+        guard.release().await.unwrap();
+    }
+    two.release().await.unwrap();
+    next.release().await.unwrap();
+    writer.release().await.unwrap();
+    next_leader.resign().await.unwrap();
+    drop((reader, leader));
+}

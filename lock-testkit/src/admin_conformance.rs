@@ -7,7 +7,14 @@
 
 use std::time::Instant;
 
-use lock_core::{ExpectedHolder, HolderLabel, Lock, LockError, LockOptions, ReleaseOutcome, RetryPolicy, OWNER_ID_LEN};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lock_core::{
+    Election, ElectionOptions, ExpectedHolder, ForcedRelease, Holder, HolderLabel, HolderRole, Inspection, JobLock,
+    JobOptions, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RetryPolicy, RwLock, Semaphore,
+    OWNER_ID_LEN,
+};
 
 use crate::conformance::{ok, some};
 use crate::or_panic::ms;
@@ -236,6 +243,172 @@ pub async fn every_primitive_refuses_a_name_outside_the_rule(s: &Subject) {
     }
     let seen = ok(lock.inspect(&fine).await, "inspect");
     assert!(!seen.is_held(), "a refused acquire_all left {fine:?} held: {seen:?}");
+}
+
+/// The owner id of the one holder `seen` shows in `role` (the lock key's holder, or the only shared one).
+fn shown(seen: &Inspection, role: HolderRole, what: &str) -> String {
+    let holder: Option<&Holder> = match role {
+        HolderRole::Exclusive => seen.holder(),
+        _ => match seen.shared() {
+            [one] => Some(one),
+            other => panic!("{what}: expected one shared holder, inspect showed {other:?}"),
+        },
+    };
+    let holder = some(holder.cloned(), what);
+    assert_eq!(holder.role, role, "{what}: the holder's role");
+    assert!(holder.ttl.is_some_and(|ttl| ttl > ms(5_000)), "{what}: the holder's time left {:?}", holder.ttl);
+    some(holder.owner, what)
+}
+
+/// How many waiters of this process wait on `keys`' channel (on the first store's hub; 0 without one): a waiter
+/// that lines up behind another of its process waits for a wake-up without trying, so it leaves no mark.
+fn local_waiters(lock: &Lock, keys: &lock_core::LockKeys) -> usize {
+    let hub = lock.stores().first().and_then(|store| store.release_hub());
+    hub.map_or(0, |hub| hub.waiters(keys.channel()))
+}
+
+/// Runs `force` once `waiting` (polled) says the waiter waits, beside `waiter`; checks that the forced release
+/// freed the holder shown and that the waiter got in within a round trip, not at its next poll (5 s or more away).
+async fn force_while_waiting<W, T, P, PF, F>(what: &str, waiter: W, waiting: P, force: F) -> T
+where
+    W: Future<Output = lock_core::Result<T>>,
+    T: std::fmt::Debug,
+    P: Fn() -> PF,
+    PF: Future<Output = bool>,
+    F: Future<Output = lock_core::Result<ForcedRelease>>,
+{
+    let sent = AtomicBool::new(false);
+    let forcing = async {
+        let started = Instant::now();
+        while !waiting().await {
+            assert!(started.elapsed() < ms(5_000), "{what}: the waiter never waited");
+            sleep(ms(2)).await;
+        }
+        let started = Instant::now();
+        sent.store(true, Ordering::SeqCst);
+        (ok(force.await, "force_release"), started)
+    };
+    let (waiter, forcing) = (std::pin::pin!(waiter), std::pin::pin!(forcing));
+    // The waiter's grant and the forced release's reply may arrive in one poll: only a grant before the forced
+    // release was sent is early.
+    let ((forced, started), next) = match futures_util::future::select(waiter, forcing).await {
+        futures_util::future::Either::Left((next, forcing)) => {
+            assert!(sent.load(Ordering::SeqCst), "{what}: the waiter was done before the forced release: {next:?}");
+            (forcing.await, next)
+        }
+        futures_util::future::Either::Right((forced, waiter)) => (forced, waiter.await),
+    };
+    let next = ok(next, what);
+    let woke_after = started.elapsed();
+    assert!(forced.released(), "{what}: the forced release freed nothing: {forced:?}");
+    let owners: std::collections::HashSet<_> = forced.previous().map(|holder| holder.owner.clone()).collect();
+    assert_eq!(owners.len(), 1, "{what}: freed one holder (on each instance), not {forced:?}");
+    assert!(woke_after < ms(2_000), "{what}: the waiter got in {woke_after:?} after the forced release: not woken");
+    next
+}
+
+/// Every primitive's hold is seen and freed by an operator alike: inspection shows the holder with its role (a
+/// permit with its slots), a forced release that names the holder shown frees it, a waiter (which otherwise polls
+/// every 5 s or more) gets in within a round trip, and the freed holder finds its hold gone at its next extension.
+/// The primitives that need one store (semaphore, read-write lock) are skipped over Redlock.
+pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) {
+    let lock = s.engine();
+    let long = LockOptions::new(ms(30_000));
+    let waiting = slow_poller(30_000, 10_000);
+
+    let r = fresh("every-lock");
+    let held = ok(lock.acquire(&r, &long).await, "lock");
+    let owner = shown(&ok(lock.inspect(&r).await, "inspect"), HolderRole::Exclusive, "lock");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let expected = ExpectedHolder::Owner(owner);
+    let forced = lock.force_release_expecting(&r, &expected);
+    let next = force_while_waiting("lock", lock.acquire(&r, &waiting), awaited, forced).await;
+    assert!(held.extend(ms(30_000)).await.is_err(), "lock: the freed holder extended");
+    ok(next.release().await, "release");
+
+    let r = fresh("every-election");
+    let timing =
+        ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
+    let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
+    let leader = ok(election.campaign("a", "1").await, "campaign");
+    let owner = shown(&ok(lock.inspect(&r).await, "inspect"), HolderRole::Exclusive, "election");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let expected = ExpectedHolder::Owner(owner);
+    let forced = lock.force_release_expecting(&r, &expected);
+    let next = force_while_waiting("election", election.campaign("b", "2"), awaited, forced).await;
+    assert!(next.term() > leader.term(), "election: the next term is not higher");
+    let resigned = ok(leader.resign().await, "the freed leader's resignation");
+    assert_ne!(resigned, ReleaseOutcome::Released, "election: the freed leader resigned the next one's term");
+    ok(next.resign().await, "resign");
+
+    let r = fresh("every-job");
+    let jobs = JobLock::new(lock.clone());
+    let options = JobOptions::new(ms(30_000))
+        .with_holder("nightly on host 1")
+        .with_keep_alive(RenewPolicy::default().with_interval(ms(100)));
+    let started = AtomicBool::new(false);
+    let running = jobs.run(&r, &options, |_| {
+        started.store(true, Ordering::SeqCst);
+        // Works until the run is cancelled: by its lost signal, once the keep-alive finds the lock gone.
+        std::future::pending::<()>()
+    });
+    let operate = async {
+        let began = Instant::now();
+        while !started.load(Ordering::SeqCst) {
+            assert!(began.elapsed() < ms(5_000), "job: the run never started");
+            sleep(ms(2)).await;
+        }
+        let seen = ok(lock.inspect(&r).await, "inspect");
+        assert_eq!(seen.holder().and_then(|h| h.label.as_deref()), Some("nightly on host 1"), "job: {seen:?}");
+        let owner = shown(&seen, HolderRole::Exclusive, "job");
+        let forced = ok(lock.force_release_expecting(&r, &ExpectedHolder::Owner(owner)).await, "force_release");
+        assert!(forced.released(), "job: {forced:?}");
+    };
+    let (ran, ()) = futures_util::future::join(running, operate).await;
+    assert!(matches!(ran, Err(LockError::Lost { .. })), "job: the freed run did not learn it lost its lock: {ran:?}");
+    let again = ok(jobs.run(&r, &JobOptions::new(ms(5_000)), |_| async {}).await, "the next run");
+    assert!(matches!(again, lock_core::JobOutcome::Ran { .. }), "job: the next run after a forced release: {again:?}");
+
+    if lock.stores().len() > 1 {
+        return;
+    }
+
+    let r = fresh("every-semaphore");
+    let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let permit = ok(pool.acquire(1, &long).await, "permit");
+    let seen = ok(pool.inspect().await, "inspect");
+    assert_eq!(seen.shared().first().map(|h| h.slots.clone()), Some(permit.slots().to_vec()), "semaphore: slots");
+    let expected = ExpectedHolder::Owner(shown(&seen, HolderRole::Permit, "semaphore"));
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(pool.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let forced = pool.force_release(&expected);
+    let next = force_while_waiting("semaphore", pool.acquire(1, &waiting), awaited, forced).await;
+    assert!(permit.extend(ms(30_000)).await.is_err(), "semaphore: the freed permit extended");
+    ok(next.release().await, "release");
+
+    // The writers' heartbeats are tries: 10 s apart here, so only a wake-up lets the writer in sooner.
+    let rw = ok(ok(RwLock::new(lock.clone(), &r), "RwLock::new").with_waiter_ttl(ms(30_000)), "with_waiter_ttl");
+    let reader = ok(rw.read(&long).await, "read");
+    let expected = ExpectedHolder::Owner(shown(&ok(rw.inspect().await, "inspect"), HolderRole::Reader, "reader"));
+    let keys = rw.keys().clone();
+    let before = local_waiters(lock, &keys);
+    let queued = || async { ok(rw.inspect().await, "inspect").queued() > 0 || local_waiters(lock, &keys) > before };
+    let forced = rw.force_release(&expected);
+    let writer = force_while_waiting("reader", rw.write(&waiting), queued, forced).await;
+    assert!(reader.extend(ms(30_000)).await.is_err(), "reader: the freed reader extended");
+    let expected = ExpectedHolder::Owner(shown(&ok(rw.inspect().await, "inspect"), HolderRole::Exclusive, "writer"));
+    let keys = rw.keys().clone();
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(rw.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let forced = rw.force_release(&expected);
+    let reader = force_while_waiting("writer", rw.read(&waiting), awaited, forced).await;
+    assert!(writer.extend(ms(30_000)).await.is_err(), "writer: the freed writer extended");
+    ok(reader.release().await, "release");
 }
 
 /// Waits (bounded) until a try has marked `resource` as awaited.

@@ -523,6 +523,7 @@ macro_rules! admin_tests {
             force_release_hands_a_fair_lock_to_the_head,
             admin_calls_refuse_an_empty_name,
             every_primitive_refuses_a_name_outside_the_rule,
+            every_primitive_is_inspected_and_force_released_alike,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

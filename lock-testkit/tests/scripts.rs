@@ -161,6 +161,21 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
         "the foreign key was touched"
     );
     assert!(!exists(&s, "lock:{e}:info"), "a record was written beside a foreign lock key");
+
+    // The holders that share a name: a foreign readers' set or semaphore key is refused, and kept, by both.
+    s.command(&["DEL", "lock:{e}"]).unwrap();
+    let shared = ["lock:{e}:readers", "lock:{e}:sem:exp", "lock:{e}:sem:grant"];
+    let inspect_keys = [admin.as_slice(), &shared].concat();
+    let forced_keys = [forced.as_slice(), &shared, &["lock:{e}:sem:slot", "lock:{e}:sem:limit"]].concat();
+    for foreign in ["lock:{e}:readers", "lock:{e}:sem:exp", "lock:{e}:sem:grant"] {
+        s.command(&["SET", foreign, "foreign"]).unwrap();
+        if foreign != "lock:{e}:sem:grant" {
+            wrongtype(eval(&s, &scripts::INSPECT, &inspect_keys, &[]), foreign);
+        }
+        wrongtype(eval(&s, &scripts::FORCE_RELEASE, &forced_keys, &["force-release", "0", "*"]), foreign);
+        assert_eq!(s.command(&["GET", foreign]).unwrap().as_text().as_deref(), Some("foreign"), "{foreign} touched");
+        s.command(&["DEL", foreign]).unwrap();
+    }
 }
 
 /// The read-write lock's scripts check every key's type before any write: a foreign readers' set, writer queue,

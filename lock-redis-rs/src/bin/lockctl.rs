@@ -5,7 +5,11 @@
 //! lockctl inspect orders/42 --json
 //! lockctl force-release orders/42 --yes
 //! lockctl watch orders/42
+//! lockctl inspect config --rwlock        # a read-write lock (its keys live under the prefix + "rw:")
 //! ```
+//!
+//! Every primitive's holders are shown: a lock's, a fair lock's, a job's run, an election's leader, a read-write
+//! lock's writer and readers, a semaphore's permits with their slots; `force-release` frees any of them.
 //!
 //! Exit codes: 0 done (for `inspect`: the lock is held); 1 `inspect` found the lock free, or `force-release` found
 //! nothing to free; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed;
@@ -43,7 +47,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use futures_util::StreamExt;
 use lock_redis_rs::lock_core::{
-    ExpectedHolder, Forced, ForcedRelease, Holder, Inspection, Lock, LockError, LockKeys, LockStore, DEFAULT_PREFIX,
+    ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, Lock, LockError, LockKeys, LockStore,
+    DEFAULT_PREFIX,
 };
 use lock_redis_rs::redis;
 use lock_redis_rs::RedisStore;
@@ -67,6 +72,9 @@ struct Cli {
     /// Bound on each call to a server, in milliseconds.
     #[arg(long, global = true, default_value_t = 2_000)]
     timeout_ms: u64,
+    /// The names are read-write locks' (`RwLock`), whose keys live under the prefix followed by `rw:`.
+    #[arg(long, global = true)]
+    rwlock: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -176,7 +184,16 @@ async fn connect(cli: &Cli) -> Result<Lock, Failure> {
         stores.push(std::sync::Arc::new(store));
     }
     let lock = if stores.len() == 1 { Lock::from_arc(stores.remove(0)) } else { Lock::redlock(stores).build()? };
-    Ok(lock.with_key_prefix(cli.prefix.clone()).with_operation_timeout(Duration::from_millis(cli.timeout_ms)))
+    Ok(lock.with_key_prefix(prefix(cli)).with_operation_timeout(Duration::from_millis(cli.timeout_ms)))
+}
+
+/// The prefix the names' keys live under: a read-write lock's are under the prefix followed by `rw:`.
+fn prefix(cli: &Cli) -> String {
+    if cli.rwlock {
+        format!("{}rw:", cli.prefix)
+    } else {
+        cli.prefix.clone()
+    }
 }
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
@@ -203,6 +220,8 @@ fn holder_json(holder: Option<&Holder>) -> Value {
             "owner": h.owner,
             "label": h.label,
             "ttl_ms": h.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            "role": h.role.as_str(),
+            "slots": h.slots,
         }),
         None => Value::Null,
     }
@@ -215,6 +234,7 @@ fn inspection_json(seen: &Inspection) -> Value {
         .map(|state| match state {
             Ok(state) => json!({
                 "holder": holder_json(state.holder.as_ref()),
+                "shared": state.shared.iter().map(|h| holder_json(Some(h))).collect::<Vec<_>>(),
                 "fence": state.fence,
                 "awaited": state.awaited,
                 "queued": state.queued,
@@ -226,6 +246,7 @@ fn inspection_json(seen: &Inspection) -> Value {
         "resource": seen.resource,
         "held": seen.is_held(),
         "holder": holder_json(seen.holder()),
+        "shared": seen.shared().iter().map(|h| holder_json(Some(h))).collect::<Vec<_>>(),
         "fence": seen.fence(),
         "awaited": seen.awaited(),
         "queued": seen.queued(),
@@ -240,7 +261,15 @@ fn describe_holder(holder: Option<&Holder>) -> String {
             let who = h.label.as_deref().unwrap_or("(no label)");
             let owner = h.owner.as_deref().unwrap_or("foreign value");
             let ttl = h.ttl.map_or_else(|| "no TTL".to_owned(), |t| format!("{:.3}s left", t.as_secs_f64()));
-            format!("held by {who} (owner {owner}, {ttl})")
+            let what = match h.role {
+                HolderRole::Reader => "read by".to_owned(),
+                HolderRole::Permit => {
+                    let slots: Vec<String> = h.slots.iter().map(u32::to_string).collect();
+                    format!("permit (slots {}) held by", slots.join(","))
+                }
+                _ => "held by".to_owned(),
+            };
+            format!("{what} {who} (owner {owner}, {ttl})")
         }
     }
 }
@@ -251,7 +280,13 @@ fn print_inspection(cli: &Cli, seen: &Inspection) {
         return;
     }
     out!("resource  {}", seen.resource);
-    out!("state     {}", describe_holder(seen.holder()));
+    match (seen.holder(), seen.shared()) {
+        (None, [_, ..]) => {}
+        (holder, _) => out!("state     {}", describe_holder(holder)),
+    }
+    for shared in seen.shared() {
+        out!("shared    {}", describe_holder(Some(shared)));
+    }
     out!("fence     {}", seen.fence().map_or_else(|| "-".to_owned(), |f| f.to_string()));
     let waiting = match (seen.awaited(), seen.queued()) {
         (_, q) if q > 0 => format!("{q} queued (fair)"),
@@ -278,8 +313,17 @@ fn scan_pattern(prefix: &str) -> String {
         }
         pattern.push(c);
     }
-    pattern.push_str("{*}");
+    pattern.push_str("{*}*");
     pattern
+}
+
+/// The name whose holder `key` records: a lock key (a lock's, a fair lock's, a job's, an election's, a read-write
+/// lock's writer), a semaphore's permits, a read-write lock's readers; `None` for the other keys of a name.
+fn name_of(prefix: &str, key: &str) -> Option<String> {
+    [Some(key), key.strip_suffix(":sem:exp"), key.strip_suffix(":readers")]
+        .into_iter()
+        .flatten()
+        .find_map(|candidate| LockKeys::resource_of(prefix, candidate))
 }
 
 async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
@@ -290,7 +334,8 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
         tokio::time::timeout(Duration::from_millis(cli.timeout_ms), client.get_multiplexed_async_connection())
             .await
             .map_err(|_| Failure { code: 3, message: "connecting timed out".to_owned() })??;
-    let pattern = scan_pattern(&cli.prefix);
+    let prefix = prefix(cli);
+    let pattern = scan_pattern(&prefix);
     let mut names = std::collections::BTreeSet::new();
     let mut cursor: u64 = 0;
     loop {
@@ -302,7 +347,7 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
             .arg(1_000)
             .query_async(&mut conn)
             .await?;
-        names.extend(keys.iter().filter_map(|key| LockKeys::resource_of(&cli.prefix, key)));
+        names.extend(keys.iter().filter_map(|key| name_of(&prefix, key)));
         cursor = next;
         if cursor == 0 || names.len() >= limit {
             break;
@@ -313,7 +358,7 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
     for name in names.iter().take(limit) {
         match lock.inspect(name).await {
             // A lock that expired between the SCAN and the inspection is not listed.
-            Ok(seen) if seen.states().any(|state| state.holder.is_some()) => rows.push(seen),
+            Ok(seen) if seen.is_held() || seen.states().any(|state| state.holder.is_some()) => rows.push(seen),
             Ok(_) => {}
             // A key of another type under the prefix (written by something else) is reported, and the rest listed.
             Err(err @ LockError::WrongType { .. }) => skipped.push((name.clone(), err)),
@@ -330,7 +375,13 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
     out!("{:<32} {:<28} {:<9} {:>10} {:>18}", "RESOURCE", "HOLDER", "OWNER", "TTL", "FENCE");
     for seen in &rows {
         let holder = seen.holder().or_else(|| seen.states().find_map(|s| s.holder.as_ref()));
-        let label = holder.and_then(|h| h.label.as_deref()).unwrap_or("-");
+        let shares = match seen.shared() {
+            [] => None,
+            [first, ..] if first.role == HolderRole::Permit => Some(format!("{} permits", seen.shared().len())),
+            many => Some(format!("{} readers", many.len())),
+        };
+        let holder = holder.or_else(|| seen.shared().first());
+        let label = shares.as_deref().or_else(|| holder.and_then(|h| h.label.as_deref())).unwrap_or("-");
         let owner = holder.and_then(|h| h.owner.as_deref()).unwrap_or("-");
         let ttl = holder.and_then(|h| h.ttl).map_or_else(|| "-".to_owned(), |t| format!("{:.3}s", t.as_secs_f64()));
         let fence = seen.fence().map_or_else(|| "-".to_owned(), |f| f.to_string());
@@ -342,9 +393,11 @@ async fn list(cli: &Cli, lock: &Lock, limit: usize) -> Result<u8, Failure> {
 /// Whom a confirmed prompt expects: the holder it showed, "nobody" when it showed the lock free, anyone when what
 /// it showed has no owner id to compare (a foreign value, or Redlock instances that disagree; each was listed).
 fn expected_from(seen: &Inspection) -> ExpectedHolder {
-    match seen.holder() {
-        Some(Holder { owner: Some(owner), .. }) => ExpectedHolder::Owner(owner.clone()),
-        None if seen.states().all(|state| state.holder.is_none()) => ExpectedHolder::Nobody,
+    match (seen.holder(), seen.shared()) {
+        (Some(Holder { owner: Some(owner), .. }), []) | (None, [Holder { owner: Some(owner), .. }]) => {
+            ExpectedHolder::Owner(owner.clone())
+        }
+        (None, []) if seen.states().all(|state| state.holder.is_none()) => ExpectedHolder::Nobody,
         _ => ExpectedHolder::Anyone,
     }
 }
@@ -363,7 +416,12 @@ async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool, owner:
         if seen.instances.len() > 1 {
             print_inspection(cli, &seen);
         }
-        prompt!("Force-release {resource:?}, {}? Its holder is not told. [y/N] ", describe_holder(seen.holder()));
+        let shown = match (seen.holder(), seen.shared()) {
+            (None, [one]) => describe_holder(Some(one)),
+            (None, [_, _, ..]) => format!("{} shared holders", seen.shared().len()),
+            (holder, _) => describe_holder(holder),
+        };
+        prompt!("Force-release {resource:?}, {shown}? Its holders are not told. [y/N] ");
         let mut answer = String::new();
         if std::io::stdin().lock().read_line(&mut answer).is_err() || !matches!(answer.trim(), "y" | "Y" | "yes") {
             say!("lockctl: not confirmed; nothing done");
@@ -390,7 +448,11 @@ async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool, owner:
         return Ok(code);
     }
     match code {
-        0 => out!("released {resource}, which was {}", describe_holder(forced.previous().next())),
+        0 => {
+            for previous in forced.previous() {
+                out!("released {resource}, which was {}", describe_holder(Some(previous)));
+            }
+        }
         1 => out!("{resource} was not held; waiters were told to try again"),
         EXIT_HOLDER_CHANGED => out!(
             "{resource} changed hands: it is {}, not the holder expected; nothing done",
@@ -398,7 +460,11 @@ async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool, owner:
         ),
         _ => out!(
             "{resource} is not free: freed on {} of {} instances, {} needed",
-            forced.instances.iter().filter(|o| matches!(o, Ok(Forced::Deleted(_) | Forced::Free))).count(),
+            forced
+                .instances
+                .iter()
+                .filter(|o| matches!(o, Ok(Forced::Deleted(_) | Forced::DeletedSeveral(_) | Forced::Free)))
+                .count(),
             forced.instances.len(),
             forced.quorum
         ),
@@ -407,6 +473,7 @@ async fn force_release(cli: &Cli, lock: &Lock, resource: &str, yes: bool, owner:
         for (i, outcome) in forced.instances.iter().enumerate() {
             match outcome {
                 Ok(Forced::Deleted(holder)) => out!("instance {i}  released, was {}", describe_holder(Some(holder))),
+                Ok(Forced::DeletedSeveral(holders)) => out!("instance {i}  released {} holders", holders.len()),
                 Ok(Forced::Kept(holder)) => out!("instance {i}  left alone: {}", describe_holder(Some(holder))),
                 Ok(_) => out!("instance {i}  free"),
                 Err(err) => out!("instance {i}  error: {}", err.report()),
@@ -422,6 +489,10 @@ fn forced_json(forced: &ForcedRelease, code: u8) -> Value {
         .iter()
         .map(|outcome| match outcome {
             Ok(Forced::Deleted(holder)) => json!({ "outcome": "released", "holder": holder_json(Some(holder)) }),
+            Ok(Forced::DeletedSeveral(holders)) => json!({
+                "outcome": "released",
+                "holders": holders.iter().map(|h| holder_json(Some(h))).collect::<Vec<_>>(),
+            }),
             Ok(Forced::Kept(holder)) => json!({ "outcome": "kept", "holder": holder_json(Some(holder)) }),
             Ok(_) => json!({ "outcome": "free" }),
             Err(err) => json!({ "outcome": "error", "error": err.report().to_string() }),
@@ -435,6 +506,7 @@ fn forced_json(forced: &ForcedRelease, code: u8) -> Value {
         "free": forced.is_free(),
         "holder_changed": forced.holder_changed(),
         "previous": holder_json(forced.previous().next()),
+        "released_holders": forced.previous().map(|h| holder_json(Some(h))).collect::<Vec<_>>(),
         "holder": holder_json(forced.kept().next()),
         "quorum": forced.quorum,
         "instances": instances,
@@ -453,7 +525,7 @@ async fn watch(
 ) -> Result<u8, Failure> {
     let started = Instant::now();
     let until = for_secs.map(|s| started + Duration::from_secs(s));
-    let keys = LockKeys::new(&cli.prefix, resource)?;
+    let keys = LockKeys::new(&prefix(cli), resource)?;
     // Release notifications make a change show at once; polling covers grants (which announce nothing) and a
     // subscription that could not be made.
     let url = urls(cli).into_iter().next().unwrap_or_default();
