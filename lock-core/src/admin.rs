@@ -12,10 +12,10 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use crate::error::{LockError, Result};
-use crate::holder::StoredValue;
 use crate::lock::Lock;
 use crate::resource::LockKeys;
 use crate::store::LockStore;
+use crate::token::Token;
 use crate::transport::{Call, Reply, Topology};
 use crate::{fair, rt, scripts};
 
@@ -287,8 +287,8 @@ impl Lock {
     pub(crate) async fn inspect_keys(&self, keys: &LockKeys) -> Result<Inspection> {
         let resource = keys.resource();
         let queue = fair::queue_key(keys);
-        let readers = crate::rwlock::readers_key(keys);
-        let [permits, _, grants, _] = crate::semaphore::keys(keys);
+        let readers = keys.readers();
+        let [permits, _, grants, _] = keys.semaphore();
         let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants];
         let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
@@ -375,8 +375,8 @@ impl Lock {
         let resource = keys.resource();
         let expect = expected.argument()?;
         let queue = fair::queue_key(keys);
-        let readers = crate::rwlock::readers_key(keys);
-        let [permits, slots, grants, limit] = crate::semaphore::keys(keys);
+        let readers = keys.readers();
+        let [permits, slots, grants, limit] = keys.semaphore();
         let call_keys =
             [keys.lock(), keys.channel(), keys.awaited(), &queue, &readers, &permits, &grants, &slots, &limit];
         let span = tracing::debug_span!("lock.force_release", resource, deployment = %self.deployment());
@@ -508,12 +508,45 @@ fn parse_forced(reply: &Reply) -> Result<Forced> {
     }
 }
 
+/// A lock value read back from the server, split into what an operator may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct StoredValue {
+    /// The first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) digits of the owner token; `None` when the value is not one of this library's
+    /// tokens (a key set by another client).
+    pub(crate) owner: Option<String>,
+    /// The holder label, when the acquirer set one.
+    pub(crate) label: Option<String>,
+}
+
+impl StoredValue {
+    /// Splits `value` (`<32 hex digits>` or `<32 hex digits> <label>`).
+    pub(crate) fn parse(value: &str) -> Self {
+        if Token::from_hex(value).is_none() {
+            return StoredValue { owner: None, label: None };
+        }
+        let label = value.split_once(' ').map(|(_, label)| label.to_owned());
+        StoredValue { owner: value.get(..crate::OWNER_ID_LEN).map(str::to_owned), label }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bulk(s: &str) -> Reply {
         Reply::Bulk(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn stored_values_split_into_owner_and_label() {
+        let token = "0123456789abcdef0123456789abcdef";
+        assert_eq!(StoredValue::parse(token), StoredValue { owner: Some("01234567".into()), label: None });
+        assert_eq!(
+            StoredValue::parse(&format!("{token} web 7 pid 12")),
+            StoredValue { owner: Some("01234567".into()), label: Some("web 7 pid 12".into()) }
+        );
+        assert_eq!(StoredValue::parse("set-by-someone-else"), StoredValue { owner: None, label: None });
+        assert_eq!(StoredValue::parse("0123456789ABCDEF0123456789ABCDEF").owner, None);
     }
 
     #[test]

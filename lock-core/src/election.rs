@@ -275,7 +275,7 @@ impl Election {
             renew_deadline: self.options.renew_deadline,
             given_back: format!("{}:given-back", self.keys.lock()),
             lease_ms: scripts::ttl_millis(self.options.lease).to_string(),
-            promised: promise_key(&self.keys),
+            promised: self.keys.promised(),
             grace_ms: self.hand_over_grace().map(|grace| scripts::ttl_millis(grace).to_string()).unwrap_or_default(),
         };
         let retry = RetryPolicy::default().with_max_delay(self.options.retry_period);
@@ -576,11 +576,6 @@ impl Primitive for ElectionTarget {
             None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
         }
     }
-}
-
-/// The key that names the process a hand-over promised the election to.
-pub(crate) fn promise_key(keys: &LockKeys) -> String {
-    format!("{}:promised", keys.lock())
 }
 
 fn check_value(value: &str) -> Result<()> {

@@ -3,8 +3,6 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use crate::lost::LostReason;
-
 /// A boxed error from a backend's client, kept as the [`source`](std::error::Error::source) of a [`LockError`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -330,6 +328,34 @@ impl LockError {
                 | LockError::CrossSlot { .. }
                 | LockError::StaleFence { .. }
         )
+    }
+}
+
+/// Why a lock is no longer held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The local validity deadline passed without a successful extension.
+    Expired,
+    /// The server no longer holds our token (the key expired and was taken, or was deleted).
+    NotHeld,
+    /// Renewal failed (network) until the validity deadline was about to pass.
+    RenewalFailed,
+    /// Renewal stopped because the configured maximum hold time or renewal count was reached.
+    MaxHoldReached,
+    /// The holder released the lock (or dropped its guard).
+    Released,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its validity deadline passed",
+            LostReason::NotHeld => "the server no longer holds our token",
+            LostReason::RenewalFailed => "renewal failed until the validity deadline",
+            LostReason::MaxHoldReached => "the maximum hold time was reached",
+            LostReason::Released => "it was released",
+        })
     }
 }
 

@@ -188,8 +188,8 @@ impl Primitive for FairTarget {
         true
     }
 
-    fn queue(&self) -> Option<&FairSpec> {
-        Some(&self.fair)
+    fn queued(&self) -> bool {
+        true
     }
 
     fn fair_lease(&self, ttl: Duration) -> Option<Duration> {

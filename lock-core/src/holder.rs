@@ -9,8 +9,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{LockError, Result};
-use crate::job::MAX_HOLDER_LABEL;
-use crate::token::Token;
+
+/// The longest holder label a job records (so a record stays small).
+pub const MAX_HOLDER_LABEL: usize = 256;
 
 /// A short, human-readable name of whoever acquires (host, pid, task), stored with the lock so that
 /// [`Lock::inspect`](crate::Lock::inspect) and the `lockctl` tool can say who holds it.
@@ -84,27 +85,6 @@ impl fmt::Display for HolderLabel {
 /// release or extend someone else's lock with.
 pub const OWNER_ID_LEN: usize = 8;
 
-/// A lock value read back from the server, split into what an operator may see.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct StoredValue {
-    /// The first [`OWNER_ID_LEN`] digits of the owner token; `None` when the value is not one of this library's
-    /// tokens (a key set by another client).
-    pub(crate) owner: Option<String>,
-    /// The holder label, when the acquirer set one.
-    pub(crate) label: Option<String>,
-}
-
-impl StoredValue {
-    /// Splits `value` (`<32 hex digits>` or `<32 hex digits> <label>`).
-    pub(crate) fn parse(value: &str) -> Self {
-        if Token::from_hex(value).is_none() {
-            return StoredValue { owner: None, label: None };
-        }
-        let label = value.split_once(' ').map(|(_, label)| label.to_owned());
-        StoredValue { owner: value.get(..OWNER_ID_LEN).map(str::to_owned), label }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,17 +97,5 @@ mod tests {
         assert!(HolderLabel::new("tab\there").is_err());
         assert!(HolderLabel::new("🦀 worker 3").is_ok());
         assert!(HolderLabel::process().as_str().len() <= MAX_HOLDER_LABEL);
-    }
-
-    #[test]
-    fn stored_values_split_into_owner_and_label() {
-        let token = "0123456789abcdef0123456789abcdef";
-        assert_eq!(StoredValue::parse(token), StoredValue { owner: Some("01234567".into()), label: None });
-        assert_eq!(
-            StoredValue::parse(&format!("{token} web 7 pid 12")),
-            StoredValue { owner: Some("01234567".into()), label: Some("web 7 pid 12".into()) }
-        );
-        assert_eq!(StoredValue::parse("set-by-someone-else"), StoredValue { owner: None, label: None });
-        assert_eq!(StoredValue::parse("0123456789ABCDEF0123456789ABCDEF").owner, None);
     }
 }

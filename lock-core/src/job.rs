@@ -44,8 +44,7 @@ use crate::token::Token;
 use crate::transport::{Call, Reply};
 use crate::wait::Attempt;
 
-/// The longest holder label a job records (so a record stays small).
-pub const MAX_HOLDER_LABEL: usize = 256;
+pub use crate::holder::MAX_HOLDER_LABEL;
 
 /// How a job runs: how long its lock lives, how long it is kept after a short run, renewal, fencing, and the
 /// holder label the record shows.

@@ -16,18 +16,17 @@ use async_trait::async_trait;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
-use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
+use crate::distributed_lock::LockGuard;
 use crate::error::{LockError, Result};
 use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
-use crate::mutex::MutexTarget;
 use crate::options::{validate_ttl, Fencing, LockOptions};
 use crate::primitive::{Ask, Grant, Primitive};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::{FencingToken, Token};
-use crate::transport::{Call, Topology};
+use crate::transport::Call;
 use crate::wait::{until_acquired, Attempt, Watches};
 use crate::watchdog::{self, Renewable};
 use crate::{redlock, rt, telemetry};
@@ -61,7 +60,7 @@ impl Instances {
 /// A distributed lock over one [`LockStore`] ([`Lock::new`]) or a quorum of independent ones
 /// ([`Lock::redlock`]).
 ///
-/// Cheap to clone (clones share the stores). Implements [`DistributedLock`]; its inherent methods return the
+/// Cheap to clone (clones share the stores). Implements [`DistributedLock`](crate::DistributedLock); its inherent methods return the
 /// concrete [`Guard`].
 ///
 /// ```
@@ -177,59 +176,6 @@ impl Lock {
         Ok(())
     }
 
-    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<dyn Primitive>> {
-        self.check(options)?;
-        let keys = LockKeys::new(&self.prefix, resource)?;
-        Ok(match options.fair_queue() {
-            None => Arc::new(MutexTarget::one(keys)),
-            Some(_) if self.instances.n() > 1 => {
-                return Err(LockError::invalid(
-                    "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
-                ))
-            }
-            Some(waiter_ttl) => Arc::new(crate::fair::FairTarget::new(keys, waiter_ttl)),
-        })
-    }
-
-    pub(crate) fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<dyn Primitive>> {
-        self.check(options)?;
-        if options.fair_queue().is_some() {
-            return Err(LockError::invalid("a fair queue orders the waiters of one resource; acquire_all has none"));
-        }
-        let keys = resources.iter().map(|r| LockKeys::new(&self.prefix, r)).collect::<Result<Vec<_>>>()?;
-        let clustered = self.instances.stores.iter().any(|s| s.topology() == Topology::Cluster);
-        let topology = if clustered { Topology::Cluster } else { Topology::Single };
-        Ok(Arc::new(MutexTarget::all(keys, topology, options.cross_slot())?))
-    }
-
-    /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
-    ///
-    /// # Errors
-    /// As [`DistributedLock::try_acquire`]; with several instances, [`LockError::Quorum`] when too few answered.
-    ///
-    /// # Cancel safety
-    /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
-    pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
-        let target = self.prepare(resource, options)?;
-        match self.try_take(&target, options).await? {
-            Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held { .. } => Ok(None),
-        }
-    }
-
-    /// Acquires, waiting up to the options' wait budget. See [`DistributedLock::acquire`].
-    ///
-    /// # Errors
-    /// As [`DistributedLock::acquire`].
-    ///
-    /// # Cancel safety
-    /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
-    /// a release notification it had consumed is passed to the next waiter.
-    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
-        let target = self.prepare(resource, options)?;
-        self.take(&target, options).await
-    }
-
     /// Takes `target` once, without waiting: every primitive's try comes through here, so its `lock.try_acquire`
     /// span and its acquire metrics are the same for all, labelled by the primitive's kind.
     pub(crate) async fn try_take(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Attempt<Guard>> {
@@ -294,7 +240,7 @@ impl Lock {
         // all of them.
         let stores = &self.instances.stores;
         let (guard, watch) = match options.fair_queue() {
-            Some(waiter_ttl) if target.queue().is_some() && !options.wait().is_zero() => {
+            Some(waiter_ttl) if target.queued() && !options.wait().is_zero() => {
                 // Boxed: the fair wait must not grow every acquire's future (async-std runs tests on small stacks).
                 Box::pin(crate::fair::until_granted(self, target, options, waiter_ttl)).await?
             }
@@ -726,21 +672,6 @@ impl fmt::Debug for Lock {
             .field("prefix", &self.prefix)
             .field("operation_timeout", &self.operation_timeout)
             .finish()
-    }
-}
-
-#[async_trait]
-impl DistributedLock for Lock {
-    async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Box<dyn LockGuard>>> {
-        Ok(Lock::try_acquire(self, resource, options).await?.map(|g| Box::new(g) as Box<dyn LockGuard>))
-    }
-
-    async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Box<dyn LockGuard>> {
-        Ok(Box::new(Lock::acquire(self, resource, options).await?))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::new(true, true)
     }
 }
 

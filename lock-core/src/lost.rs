@@ -6,33 +6,7 @@ use std::time::Instant;
 
 use event_listener::Event;
 
-/// Why a lock is no longer held.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The local validity deadline passed without a successful extension.
-    Expired,
-    /// The server no longer holds our token (the key expired and was taken, or was deleted).
-    NotHeld,
-    /// Renewal failed (network) until the validity deadline was about to pass.
-    RenewalFailed,
-    /// Renewal stopped because the configured maximum hold time or renewal count was reached.
-    MaxHoldReached,
-    /// The holder released the lock (or dropped its guard).
-    Released,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "its validity deadline passed",
-            LostReason::NotHeld => "the server no longer holds our token",
-            LostReason::RenewalFailed => "renewal failed until the validity deadline",
-            LostReason::MaxHoldReached => "the maximum hold time was reached",
-            LostReason::Released => "it was released",
-        })
-    }
-}
+pub use crate::error::LostReason;
 
 /// A cheap, cloneable view of whether a lock is still held.
 ///

@@ -22,18 +22,34 @@
 //! waiting for its whole budget. Single locks on the same resources are not held back by a waiting multi-lock.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock, ReleaseReport};
 use crate::lost::LostSignal;
+use crate::mutex::MutexTarget;
 use crate::options::{LockOptions, RenewPolicy};
+use crate::primitive::Primitive;
 use crate::resource::LockKeys;
 use crate::store::ReleaseOutcome;
 use crate::token::{FencingToken, Token};
+use crate::transport::Topology;
 use crate::wait::Attempt;
 
 impl Lock {
+    /// The locks on `resources`, all or nothing, after checking the options, before any I/O.
+    fn prepare_all(&self, resources: &[&str], options: &LockOptions) -> Result<Arc<dyn Primitive>> {
+        self.check(options)?;
+        if options.fair_queue().is_some() {
+            return Err(LockError::invalid("a fair queue orders the waiters of one resource; acquire_all has none"));
+        }
+        let keys = resources.iter().map(|r| LockKeys::new(self.key_prefix(), r)).collect::<Result<Vec<_>>>()?;
+        let clustered = self.stores().iter().any(|s| s.topology() == Topology::Cluster);
+        let topology = if clustered { Topology::Cluster } else { Topology::Single };
+        Ok(Arc::new(MutexTarget::all(keys, topology, options.cross_slot())?))
+    }
+
     /// Tries once to take every resource in `resources`, all or nothing, without waiting: `Some(guard)` when all
     /// were free, `None` when any one is held (and then none was taken).
     ///

@@ -2,12 +2,16 @@
 //! ([`Lock::acquire_all`](crate::Lock::acquire_all)), through the store's mutex calls.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
 use crate::error::{LockError, Result};
+use crate::lock::{Guard, Lock};
 use crate::options::CrossSlot;
+use crate::options::LockOptions;
 use crate::primitive::{Ask, Grant, Kind, Primitive};
 use crate::resource::{slot, LockKeys};
 use crate::store::{
@@ -15,6 +19,7 @@ use crate::store::{
 };
 use crate::token::Token;
 use crate::transport::Topology;
+use crate::wait::Attempt;
 
 /// The most resources one [`Lock::acquire_all`](crate::Lock::acquire_all) takes (one script's keys stay small,
 /// and a lock over more resources than this is better modelled as a coarser resource).
@@ -230,6 +235,67 @@ impl Primitive for MutexTarget {
             replies.extend(store.extend_all(&self.resources[group.clone()], token, ttl).await?);
         }
         Ok(replies)
+    }
+}
+
+/// The lock's user API: one resource, waiting or not ([`DistributedLock`] for [`Lock`] is this).
+impl Lock {
+    /// The lock on `resource` (a fair lock with a fair-queue option), after checking the options, before any I/O.
+    fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<dyn Primitive>> {
+        self.check(options)?;
+        let keys = LockKeys::new(self.key_prefix(), resource)?;
+        Ok(match options.fair_queue() {
+            None => Arc::new(MutexTarget::one(keys)),
+            Some(_) if self.stores().len() > 1 => {
+                return Err(LockError::invalid(
+                    "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
+                ))
+            }
+            Some(waiter_ttl) => Arc::new(crate::fair::FairTarget::new(keys, waiter_ttl)),
+        })
+    }
+
+    /// Tries once, without waiting. See [`DistributedLock::try_acquire`].
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`]; with several instances, [`LockError::Quorum`] when too few answered.
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::try_acquire`]: a grant the dropped future may have made is released in the background.
+    pub async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Guard>> {
+        let target = self.prepare(resource, options)?;
+        match self.try_take(&target, options).await? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held { .. } => Ok(None),
+        }
+    }
+
+    /// Acquires, waiting up to the options' wait budget. See [`DistributedLock::acquire`].
+    ///
+    /// # Errors
+    /// As [`DistributedLock::acquire`].
+    ///
+    /// # Cancel safety
+    /// As [`DistributedLock::acquire`]: a grant the dropped future may have made is released in the background, and
+    /// a release notification it had consumed is passed to the next waiter.
+    pub async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Guard> {
+        let target = self.prepare(resource, options)?;
+        self.take(&target, options).await
+    }
+}
+
+#[async_trait]
+impl DistributedLock for Lock {
+    async fn try_acquire(&self, resource: &str, options: &LockOptions) -> Result<Option<Box<dyn LockGuard>>> {
+        Ok(Lock::try_acquire(self, resource, options).await?.map(|g| Box::new(g) as Box<dyn LockGuard>))
+    }
+
+    async fn acquire(&self, resource: &str, options: &LockOptions) -> Result<Box<dyn LockGuard>> {
+        Ok(Box::new(Lock::acquire(self, resource, options).await?))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(true, true)
     }
 }
 

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::fair::FairSpec;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
@@ -170,10 +169,10 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
         false
     }
 
-    /// The server-side queue its waiters line up in, when it has one (then the engine waits in it: see
+    /// Whether its waiters line up in a queue on the server (then the engine waits in it: see
     /// [`fair`](crate::fair)).
-    fn queue(&self) -> Option<&FairSpec> {
-        None
+    fn queued(&self) -> bool {
+        false
     }
 
     /// The lease a queue's release grants a waiter acquiring with `ttl`, when a release hands the hold over

@@ -238,6 +238,31 @@ fn validate_name(resource: &str) -> Result<()> {
     Ok(())
 }
 
+/// The keys beside a name's lock key that some primitives keep (every one under the name's hash tag).
+impl LockKeys {
+    /// A read-write lock's readers: token → expiry, server ms.
+    pub(crate) fn readers(&self) -> String {
+        format!("{}:readers", self.lock())
+    }
+
+    /// A semaphore's keys: its permits' expiries (token → expiry, server ms), its slots (slot → token), its grants
+    /// (token → `fence;slots`) and its limit.
+    pub(crate) fn semaphore(&self) -> [String; 4] {
+        let base = self.lock();
+        [
+            format!("{base}:sem:exp"),
+            format!("{base}:sem:slot"),
+            format!("{base}:sem:grant"),
+            format!("{base}:sem:limit"),
+        ]
+    }
+
+    /// The process an election's hand-over promised the election to.
+    pub(crate) fn promised(&self) -> String {
+        format!("{}:promised", self.lock())
+    }
+}
+
 /// Redis Cluster's slot count.
 const SLOTS: u16 = 16384;
 

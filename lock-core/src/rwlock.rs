@@ -406,11 +406,6 @@ impl WriteGuard {
     }
 }
 
-/// A read-write lock's readers beside `keys`' lock key (the writer's): token → expiry, server ms.
-pub(crate) fn readers_key(keys: &LockKeys) -> String {
-    format!("{}:readers", keys.lock())
-}
-
 /// A read or write hold's acquisition: read by the read scripts, written by the fair ones with the readers' key;
 /// extended and released by the read-write lock's own.
 #[derive(Debug)]
@@ -430,7 +425,7 @@ impl RwTarget {
     /// A reader (`reader`) or writer of `keys`' read-write lock, whose writers queue with `waiter_ttl` per heartbeat.
     fn new(keys: LockKeys, reader: bool, waiter_ttl: Duration) -> Self {
         RwTarget {
-            readers: readers_key(&keys),
+            readers: keys.readers(),
             writers: FairSpec::new(&keys, waiter_ttl),
             reader,
             downgrade: std::sync::atomic::AtomicBool::new(false),
@@ -460,8 +455,8 @@ impl Primitive for RwTarget {
     }
 
     /// A writer waits in the writers' queue.
-    fn queue(&self) -> Option<&FairSpec> {
-        (!self.reader).then_some(&self.writers)
+    fn queued(&self) -> bool {
+        !self.reader
     }
 
     /// [`RW_READ`](scripts::RW_READ) for a reader; [`FAIR_ACQUIRE`](scripts::FAIR_ACQUIRE) with the readers' key

@@ -539,6 +539,10 @@ pub static RW_EXTEND: Script =
 pub static RW_STATE: Script =
     Script::new("rw-state", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/state.lua")));
 
+/// The script of every fenced write ([`FencedResource`](crate::FencedResource)): check the guard, apply the write,
+/// move the guard (see `fenced/write.lua`).
+pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("fenced/write.lua"));
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
     &ACQUIRE,
@@ -570,7 +574,7 @@ pub static ALL: &[&Script] = &[
     &RW_RELEASE,
     &RW_EXTEND,
     &RW_STATE,
-    &crate::fenced::FENCED_WRITE,
+    &FENCED_WRITE,
 ];
 
 /// The script of lock-core whose SHA-1 is `sha1`.

@@ -110,7 +110,7 @@ impl Semaphore {
             return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
         }
         let keys = LockKeys::new(lock.key_prefix(), name)?;
-        let names = Arc::new(self::keys(&keys));
+        let names = Arc::new(keys.semaphore());
         Ok(Semaphore { lock, keys, names, limit })
     }
 
@@ -241,13 +241,6 @@ impl Semaphore {
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-state script: {reply:?}"))),
         }
     }
-}
-
-/// A semaphore's keys beside `keys`' lock key: its permits' expiries (token → expiry, server ms), its slots (slot
-/// → token), its grants (token → `fence;slots`) and its limit.
-pub(crate) fn keys(keys: &LockKeys) -> [String; 4] {
-    let base = keys.lock();
-    [format!("{base}:sem:exp"), format!("{base}:sem:slot"), format!("{base}:sem:grant"), format!("{base}:sem:limit")]
 }
 
 /// One permit's acquisition: how many slots of which semaphore, and the slots its grant named.

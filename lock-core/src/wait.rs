@@ -133,7 +133,7 @@ fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {
         let Some(origin) = store.release_hub().map(|hub| hub.origin().to_owned()) else { return };
         let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
         // An election's promise to this process moves on with the wake-up (a lock has no such key: one `GET`).
-        let promised = crate::election::promise_key(&keys);
+        let promised = keys.promised();
         let call_keys = [keys.lock(), keys.channel(), keys.waiting(), promised.as_str()];
         let args = [origin.as_str(), sharded];
         let call = Call::script("pass-on", &scripts::PASS_ON, &call_keys, &args);

@@ -83,10 +83,9 @@ use crate::error::{LockError, Result};
 use crate::lock::DEFAULT_OPERATION_TIMEOUT;
 use crate::store::LockStore;
 use crate::token::FencingToken;
-use crate::transport::{Call, Reply, Script, Topology};
+use crate::transport::{Call, Reply, Topology};
 
-/// The script of every fenced write: check the guard, apply the write, move the guard (see `write.lua`).
-pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("write.lua"));
+pub use crate::scripts::FENCED_WRITE;
 
 /// The longest key name a fenced write accepts, in bytes.
 pub const MAX_KEY: usize = 16 * 1024;
