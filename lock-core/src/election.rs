@@ -76,8 +76,9 @@ use crate::lock::{Guard, Lock};
 use crate::lost::{LostReason, LostSignal};
 use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::LockKeys;
+use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -475,24 +476,9 @@ pub(crate) struct ElectionTarget {
     grace_ms: String,
 }
 
-#[async_trait]
-impl Primitive for ElectionTarget {
-    fn kind(&self) -> Kind {
-        Kind::Election
-    }
-
-    fn resources(&self) -> &[LockKeys] {
-        &self.keys
-    }
-
-    /// No later than the renew deadline: the leader stops acting before anyone else can win.
-    fn valid_until(&self, started: Instant, ttl: Duration) -> Instant {
-        let lease = crate::lease::valid_until(started, ttl);
-        started.checked_add(self.renew_deadline).map_or(lease, |deadline| deadline.min(lease))
-    }
-
+impl ElectionTarget {
     /// [`ELECT`](scripts::ELECT).
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+    async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
         let ttl = scripts::ttl_millis(ask.ttl).to_string();
         let floor = ask.floor_arg();
@@ -531,7 +517,7 @@ impl Primitive for ElectionTarget {
     }
 
     /// [`ELECTION_RENEW`](scripts::ELECTION_RENEW).
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys = [self.keys[0].lock(), self.info.as_str()];
         let args = [token.as_str(), &ttl];
@@ -542,21 +528,8 @@ impl Primitive for ElectionTarget {
         }
     }
 
-    /// The term is the fence: [`RAISE_FENCE`](scripts::RAISE_FENCE) raises the leader record's term with it.
-    async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
-        let want = want.to_string();
-        let call_keys = [keys.lock(), keys.fence(), self.info.as_str()];
-        let args = [token.as_str(), want.as_str()];
-        let ran = store.call(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
-        match ran.reply.as_int() {
-            Some(1) => Ok(true),
-            Some(0) => Ok(false),
-            _ => Err(LockError::backend(format!("unexpected reply to the raise-fence script: {:?}", ran.reply))),
-        }
-    }
-
     /// [`RESIGN`](scripts::RESIGN).
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let (origin, sharded) = announcer(store);
         let call_keys = [
@@ -575,6 +548,57 @@ impl Primitive for ElectionTarget {
             Some(code) => Ok(vec![scripts::parse_release(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
         }
+    }
+}
+
+#[async_trait]
+impl Primitive for ElectionTarget {
+    fn kind(&self) -> Kind {
+        Kind::Election
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// No later than the renew deadline: the leader stops acting before anyone else can win.
+    fn valid_until(&self, started: Instant, ttl: Duration) -> Instant {
+        let lease = crate::lease::valid_until(started, ttl);
+        started.checked_add(self.renew_deadline).map_or(lease, |deadline| deadline.min(lease))
+    }
+
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
+    }
+
+    /// The term is the fence: [`RAISE_FENCE`](scripts::RAISE_FENCE) raises the leader record's term with it.
+    async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
+        let want = want.to_string();
+        let call_keys = [keys.lock(), keys.fence(), self.info.as_str()];
+        let args = [token.as_str(), want.as_str()];
+        let ran = store.call(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(1) => Ok(true),
+            Some(0) => Ok(false),
+            _ => Err(LockError::backend(format!("unexpected reply to the raise-fence script: {:?}", ran.reply))),
+        }
+    }
+
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 

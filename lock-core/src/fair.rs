@@ -24,9 +24,10 @@ use crate::inflight::InFlight;
 use crate::lock::{Guard, Lock};
 use crate::notify::{ReleaseWatch, Wake};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::primitive::{announcer, one, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
+use crate::store::AcquireReply;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::Token;
 use crate::transport::{Call, Reply};
@@ -174,6 +175,27 @@ impl FairTarget {
     }
 }
 
+impl FairTarget {
+    async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+        self.fair.acquire(&self.keys[0], None, store, ask).await
+    }
+
+    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+        let keys = &self.keys[0];
+        let fair = &self.fair;
+        let (origin, sharded) = announcer(store);
+        let call_keys =
+            [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited(), keys.fence(), &fair.grants];
+        let args = [token.as_str(), origin, sharded];
+        let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
+        match ran.reply.as_int() {
+            Some(code) => Ok(vec![scripts::parse_release(code)?]),
+            None => Err(unexpected(&ran.reply)),
+        }
+    }
+}
+
 #[async_trait]
 impl Primitive for FairTarget {
     fn kind(&self) -> Kind {
@@ -200,27 +222,25 @@ impl Primitive for FairTarget {
         true
     }
 
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
-        self.fair.acquire(&self.keys[0], None, store, ask).await
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
     }
 
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
-        Ok(vec![store.extend(&self.keys[0], token, ttl).await?])
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        Pending::Store(store.extend(&self.keys[0], token, ttl), one)
     }
 
-    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
-        let keys = &self.keys[0];
-        let fair = &self.fair;
-        let (origin, sharded) = announcer(store);
-        let call_keys =
-            [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited(), keys.fence(), &fair.grants];
-        let args = [token.as_str(), origin, sharded];
-        let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
-        match ran.reply.as_int() {
-            Some(code) => Ok(vec![scripts::parse_release(code)?]),
-            None => Err(unexpected(&ran.reply)),
-        }
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 

@@ -36,8 +36,9 @@ use crate::error::{LockError, Result};
 use crate::lock::Lock;
 use crate::lost::LostSignal;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::primitive::{announcer, one, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::LockKeys;
+use crate::store::AcquireReply;
 use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::FencingToken;
 use crate::token::Token;
@@ -488,18 +489,9 @@ impl JobTarget {
     }
 }
 
-#[async_trait]
-impl Primitive for JobTarget {
-    fn kind(&self) -> Kind {
-        Kind::Job
-    }
-
-    fn resources(&self) -> &[LockKeys] {
-        &self.keys
-    }
-
+impl JobTarget {
     /// [`JOB_START`](crate::scripts::JOB_START).
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+    async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
         let ttl = crate::scripts::ttl_millis(ask.ttl).to_string();
         let at_least = self.at_least_ms.to_string();
@@ -526,12 +518,8 @@ impl Primitive for JobTarget {
         Ok(grant)
     }
 
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
-        Ok(vec![store.extend(&self.keys[0], token, ttl).await?])
-    }
-
     /// [`JOB_FINISH`](crate::scripts::JOB_FINISH): owner-checked, keeping the lock for `at_least_for`.
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let ending = *self.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (origin, sharded) = announcer(store);
@@ -545,5 +533,37 @@ impl Primitive for JobTarget {
             Some(code) => Ok(vec![crate::scripts::parse_release(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
         }
+    }
+}
+
+#[async_trait]
+impl Primitive for JobTarget {
+    fn kind(&self) -> Kind {
+        Kind::Job
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        Pending::Store(store.extend(&self.keys[0], token, ttl), one)
+    }
+
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }

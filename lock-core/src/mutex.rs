@@ -12,7 +12,7 @@ use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::CrossSlot;
 use crate::options::LockOptions;
-use crate::primitive::{Ask, Grant, Kind, Primitive};
+use crate::primitive::{grant, one, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::{slot, LockKeys};
 use crate::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
@@ -100,67 +100,9 @@ impl MutexTarget {
         self.resources.len() == 1
     }
 
-    /// Gives back groups `range` (best effort: what fails expires at its TTL, and the engine's cancel safety
-    /// releases by token again).
-    async fn release_groups(&self, store: &dyn LockStore, token: &Token, range: Range<usize>) {
-        for group in &self.groups[range] {
-            if let Err(err) = store.release_all(&self.resources[group.clone()], token).await {
-                tracing::debug!(resources = self.label(), error = %err.report(), "giving back a slot group failed; TTL applies");
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Primitive for MutexTarget {
-    fn kind(&self) -> Kind {
-        if self.bundle {
-            Kind::MultiLock
-        } else {
-            Kind::Lock
-        }
-    }
-
-    fn resources(&self) -> &[LockKeys] {
-        &self.resources
-    }
-
-    fn label(&self) -> &str {
-        match self.resources.as_slice() {
-            [one] => one.resource(),
-            _ => &self.label,
-        }
-    }
-
-    fn is_one_call(&self) -> bool {
-        self.groups.len() == 1
-    }
-
-    /// A single resource taken by `acquire`: a multi-lock's guard has no later draw.
-    fn draws_fence_later(&self) -> bool {
-        self.is_one() && !self.bundle
-    }
-
-    /// Acquires every resource on `store`, all or nothing. In ordered mode the groups are taken one after another;
+    /// Acquires several resources on `store`, all or nothing. In ordered mode the groups are taken one after another;
     /// a group found held gives the earlier ones back before this returns, so nobody holds while waiting.
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
-        if self.is_one() {
-            let keys = &self.resources[0];
-            let waiting_as = store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin());
-            let request = AcquireRequest {
-                keys,
-                token: ask.token,
-                ttl: ask.ttl,
-                fencing: ask.fencing,
-                fence_floor: ask.fence_floor,
-                replicas: ask.replicas,
-                waiting_as,
-            };
-            return Ok(match store.acquire(request).await? {
-                AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
-                AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None, place: None },
-            });
-        }
+    async fn acquire_all_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let mut fences = Vec::with_capacity(self.resources.len());
         // A multi-resource waiter listens on every resource's channel, so any of them tells whether it lines up.
         let waiting_as = store
@@ -206,10 +148,7 @@ impl Primitive for MutexTarget {
     }
 
     /// Compare-and-delete of every resource on `store`: one outcome per resource.
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
-        if self.is_one() {
-            return Ok(vec![store.release(&self.resources[0], token).await?]);
-        }
+    async fn release_all_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let mut outcomes = Vec::with_capacity(self.resources.len());
         let mut first_error = None;
         for group in &self.groups {
@@ -226,15 +165,95 @@ impl Primitive for MutexTarget {
     }
 
     /// Compare-and-extend of every resource on `store`, all or nothing per group: what each resource held.
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
-        if self.is_one() {
-            return Ok(vec![store.extend(&self.resources[0], token, ttl).await?]);
-        }
+    async fn extend_all_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         let mut replies = Vec::with_capacity(self.resources.len());
         for group in &self.groups {
             replies.extend(store.extend_all(&self.resources[group.clone()], token, ttl).await?);
         }
         Ok(replies)
+    }
+
+    /// Gives back groups `range` (best effort: what fails expires at its TTL, and the engine's cancel safety
+    /// releases by token again).
+    async fn release_groups(&self, store: &dyn LockStore, token: &Token, range: Range<usize>) {
+        for group in &self.groups[range] {
+            if let Err(err) = store.release_all(&self.resources[group.clone()], token).await {
+                tracing::debug!(resources = self.label(), error = %err.report(), "giving back a slot group failed; TTL applies");
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Primitive for MutexTarget {
+    fn kind(&self) -> Kind {
+        if self.bundle {
+            Kind::MultiLock
+        } else {
+            Kind::Lock
+        }
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.resources
+    }
+
+    fn label(&self) -> &str {
+        match self.resources.as_slice() {
+            [one] => one.resource(),
+            _ => &self.label,
+        }
+    }
+
+    fn is_one_call(&self) -> bool {
+        self.groups.len() == 1
+    }
+
+    /// A single resource taken by `acquire`: a multi-lock's guard has no later draw.
+    fn draws_fence_later(&self) -> bool {
+        self.is_one() && !self.bundle
+    }
+
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        match self.resources.as_slice() {
+            [keys] => {
+                let waiting_as = store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin());
+                let request = AcquireRequest {
+                    keys,
+                    token: ask.token,
+                    ttl: ask.ttl,
+                    fencing: ask.fencing,
+                    fence_floor: ask.fence_floor,
+                    replicas: ask.replicas,
+                    waiting_as,
+                };
+                Pending::Store(store.acquire(request), grant)
+            }
+            _ => Pending::Boxed(Box::pin(self.acquire_all_on(store, ask))),
+        }
+    }
+
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        match self.resources.as_slice() {
+            [keys] => Pending::Store(store.extend(keys, token, ttl), one),
+            _ => Pending::Boxed(Box::pin(self.extend_all_on(store, token, ttl))),
+        }
+    }
+
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        match self.resources.as_slice() {
+            [keys] => Pending::Store(store.release(keys, token), one),
+            _ => Pending::Boxed(Box::pin(self.release_all_on(store, token))),
+        }
     }
 }
 

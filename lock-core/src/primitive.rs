@@ -16,14 +16,18 @@
 //! replies. Everything that holds for every primitive lives in the engine, so it cannot differ between them.
 
 use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
 
 use crate::error::Result;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
-use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::store::{AcquireReply, ExtendReply, LockStore, ReleaseOutcome};
 use crate::token::Token;
 use crate::transport::{Ran, Topology};
 
@@ -120,6 +124,39 @@ pub(crate) fn announcer(store: &dyn LockStore) -> (&str, &'static str) {
     (origin, sharded)
 }
 
+/// One call of a primitive on one store, in flight: the store's own mutex call with its reply mapped (the lock's
+/// hot path: no allocation of ours around the store's), or any other future of the primitive's.
+pub(crate) enum Pending<'a, S, T> {
+    /// A [`LockStore`] mutex call and how its reply reads as the primitive's.
+    Store(BoxFuture<'a, Result<S>>, fn(S) -> T),
+    /// A primitive's own call (its scripts, or several store calls).
+    Boxed(BoxFuture<'a, Result<T>>),
+}
+
+impl<S, T> Future for Pending<'_, S, T> {
+    type Output = Result<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        match self.get_mut() {
+            Pending::Store(call, read) => call.as_mut().poll(cx).map(|reply| reply.map(*read)),
+            Pending::Boxed(call) => call.as_mut().poll(cx),
+        }
+    }
+}
+
+/// A mutex grant as the engine reads grants.
+pub(crate) fn grant(reply: AcquireReply) -> Grant {
+    match reply {
+        AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
+        AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None, place: None },
+    }
+}
+
+/// One resource's reply as the list every primitive answers with.
+pub(crate) fn one<T>(reply: T) -> Vec<T> {
+    vec![reply]
+}
+
 /// One primitive's acquisition as the engine takes, keeps and gives it back on each store (see the module docs).
 ///
 /// An implementation holds what one acquisition needs beyond its token and TTL (its keys, its limit, its candidate
@@ -138,13 +175,22 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
     }
 
     /// Takes the hold on `store` (all or nothing).
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant>;
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant>;
 
     /// Compare-and-extend on `store`: what each resource held.
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>>;
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>>;
 
     /// Compare-and-delete on `store`: one outcome per resource.
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>>;
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>>;
 
     /// Raises `keys`' fencing counter to `want` on `store` while it holds `token` (the Redlock write-back).
     async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {

@@ -72,9 +72,10 @@ use crate::error::{LockError, Result};
 use crate::fair::FairSpec;
 use crate::lock::{Guard, Lock};
 use crate::options::{LockOptions, MIN_WAITER_TTL};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
+use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -440,28 +441,10 @@ impl RwTarget {
     }
 }
 
-#[async_trait]
-impl Primitive for RwTarget {
-    fn kind(&self) -> Kind {
-        if self.reader {
-            Kind::Read
-        } else {
-            Kind::Write
-        }
-    }
-
-    fn resources(&self) -> &[LockKeys] {
-        &self.keys
-    }
-
-    /// A writer waits in the writers' queue.
-    fn queued(&self) -> bool {
-        !self.reader
-    }
-
+impl RwTarget {
     /// [`RW_READ`](scripts::RW_READ) for a reader; [`FAIR_ACQUIRE`](scripts::FAIR_ACQUIRE) with the readers' key
     /// for a writer.
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+    async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
         if !self.reader {
             return self.writers.acquire(keys, Some(&self.readers), store, ask).await;
@@ -489,7 +472,7 @@ impl Primitive for RwTarget {
     }
 
     /// [`RW_EXTEND`](scripts::RW_EXTEND) (a downgrade when one was asked for).
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         let keys = &self.keys[0];
         let [writer, readers, queue, heartbeats] = self.rw_keys();
         let ttl = scripts::ttl_millis(ttl).to_string();
@@ -506,7 +489,7 @@ impl Primitive for RwTarget {
     }
 
     /// [`RW_RELEASE`](scripts::RW_RELEASE): a read or write hold, or a waiting writer's place.
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let [writer, readers, queue, heartbeats] = self.rw_keys();
         let (origin, sharded) = announcer(store);
@@ -519,5 +502,46 @@ impl Primitive for RwTarget {
             Some(-1) => Ok(vec![ReleaseOutcome::OwnedByOther]),
             _ => Err(LockError::backend(format!("unexpected reply to the rw-release script: {:?}", ran.reply))),
         }
+    }
+}
+
+#[async_trait]
+impl Primitive for RwTarget {
+    fn kind(&self) -> Kind {
+        if self.reader {
+            Kind::Read
+        } else {
+            Kind::Write
+        }
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    /// A writer waits in the writers' queue.
+    fn queued(&self) -> bool {
+        !self.reader
+    }
+
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }

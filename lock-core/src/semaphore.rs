@@ -56,9 +56,10 @@ use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
+use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -256,18 +257,9 @@ pub(crate) struct PermitTarget {
     granted: Mutex<Vec<u32>>,
 }
 
-#[async_trait]
-impl Primitive for PermitTarget {
-    fn kind(&self) -> Kind {
-        Kind::Semaphore
-    }
-
-    fn resources(&self) -> &[LockKeys] {
-        &self.keys
-    }
-
+impl PermitTarget {
     /// [`SEM_ACQUIRE`](scripts::SEM_ACQUIRE).
-    async fn acquire(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
+    async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
         let [exp, slots, grants, limit] = &*self.names;
         let ttl = scripts::ttl_millis(ask.ttl).to_string();
@@ -296,7 +288,7 @@ impl Primitive for PermitTarget {
     }
 
     /// [`SEM_EXTEND`](scripts::SEM_EXTEND).
-    async fn extend(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
         let [exp, slots, grants, limit] = &*self.names;
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys = [exp.as_str(), slots, grants, limit];
@@ -310,7 +302,7 @@ impl Primitive for PermitTarget {
     }
 
     /// [`SEM_RELEASE`](scripts::SEM_RELEASE).
-    async fn release(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let [exp, slots, grants, limit] = &*self.names;
         let (origin, sharded) = announcer(store);
@@ -323,6 +315,38 @@ impl Primitive for PermitTarget {
             Some(0 | 2) => Ok(vec![ReleaseOutcome::AlreadyExpired]),
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-release script: {:?}", ran.reply))),
         }
+    }
+}
+
+#[async_trait]
+impl Primitive for PermitTarget {
+    fn kind(&self) -> Kind {
+        Kind::Semaphore
+    }
+
+    fn resources(&self) -> &[LockKeys] {
+        &self.keys
+    }
+
+    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
+        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+        ttl: Duration,
+    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        store: &'a dyn LockStore,
+        token: &'a Token,
+    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 

@@ -9,14 +9,9 @@ for i = 7, 8 do
     return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' is not a hash')
   end
 end
-local now = shared_now()
-local readers, refused_readers = shared_live(KEYS[5], 'read-write lock readers', now)
-if refused_readers then
-  return refused_readers
-end
-local permits, refused_permits = shared_live(KEYS[6], 'semaphore permits', now)
-if refused_permits then
-  return refused_permits
+local readers, permits, refused_shared = shared_holders()
+if refused_shared then
+  return refused_shared
 end
 local expect = ARGV[3] or '*'
 local function expected(token)

@@ -12,14 +12,9 @@ if type(queued) == 'table' then
   return redis.error_reply('WRONGTYPE fair queue ' .. KEYS[4] .. ' is not a sorted set')
 end
 local reply = {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL', KEYS[3]), queued}
-local now = shared_now()
-local readers, refused_readers = shared_live(KEYS[5], 'read-write lock readers', now)
-if refused_readers then
-  return refused_readers
-end
-local permits, refused_permits = shared_live(KEYS[6], 'semaphore permits', now)
-if refused_permits then
-  return refused_permits
+local readers, permits, refused_shared = shared_holders()
+if refused_shared then
+  return refused_shared
 end
 -- Then each shared holder as four items: 'r' (a reader) or 'p' (a permit), its token, its time left, its slots.
 for _, reader in ipairs(readers) do

@@ -22,6 +22,20 @@ local function shared_live(key, what, now)
   end
   return live
 end
+-- The live readers and permits, or nil, nil and a WRONGTYPE reply.
+local function shared_holders()
+  local now = shared_now()
+  local readers, refused = shared_live(KEYS[5], 'read-write lock readers', now)
+  if refused then
+    return nil, nil, refused
+  end
+  local permits
+  permits, refused = shared_live(KEYS[6], 'semaphore permits', now)
+  if refused then
+    return nil, nil, refused
+  end
+  return readers, permits
+end
 local function permit_slots(token)
   local grant = redis.pcall('HGET', KEYS[7], token)
   if type(grant) ~= 'string' then
