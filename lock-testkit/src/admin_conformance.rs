@@ -1,5 +1,6 @@
-//! The operator's cases: [`Lock::inspect`] and [`Lock::force_release`], and the holder label they read back. One
-//! public async function per case, each taking the [`Subject`] under test, which must wrap a [`lock_core::Lock`]
+//! The operator's cases: [`Lock::inspect`] and [`Lock::force_release`], and the holder label they read back; and
+//! the cases every primitive shares, run over each of them alike (seen and freed by an operator, its next waiter
+//! woken at release). One public async function per case, each taking the [`Subject`] under test, which must wrap a [`lock_core::Lock`]
 //! ([`Subject::engine`]).
 //!
 //! [`conformance_tests!`](crate::conformance_tests) runs them (through [`admin_tests!`](crate::admin_tests)), so
@@ -267,8 +268,44 @@ fn local_waiters(lock: &Lock, keys: &lock_core::LockKeys) -> usize {
     hub.map_or(0, |hub| hub.waiters(keys.channel()))
 }
 
-/// Runs `force` once `waiting` (polled) says the waiter waits, beside `waiter`; checks that the forced release
-/// freed the holder shown and that the waiter got in within a round trip, not at its next poll (5 s or more away).
+/// Runs `release` once `waiting` (polled) says the waiter waits, beside `waiter`; checks that the waiter got in
+/// within a round trip of it, not at its next poll (5 s or more away): the waiter and what `release` returned.
+async fn release_while_waiting<W, T, P, PF, R>(what: &str, waiter: W, waiting: P, release: R) -> (T, R::Output)
+where
+    W: Future<Output = lock_core::Result<T>>,
+    T: std::fmt::Debug,
+    P: Fn() -> PF,
+    PF: Future<Output = bool>,
+    R: Future,
+{
+    let sent = AtomicBool::new(false);
+    let releasing = async {
+        let started = Instant::now();
+        while !waiting().await {
+            assert!(started.elapsed() < ms(5_000), "{what}: the waiter never waited");
+            sleep(ms(2)).await;
+        }
+        let started = Instant::now();
+        sent.store(true, Ordering::SeqCst);
+        (release.await, started)
+    };
+    let (waiter, releasing) = (std::pin::pin!(waiter), std::pin::pin!(releasing));
+    // The waiter's grant and the release's reply may arrive in one poll: only a grant before the release was sent
+    // is early.
+    let ((released, started), next) = match futures_util::future::select(waiter, releasing).await {
+        futures_util::future::Either::Left((next, releasing)) => {
+            assert!(sent.load(Ordering::SeqCst), "{what}: the waiter was done before the release: {next:?}");
+            (releasing.await, next)
+        }
+        futures_util::future::Either::Right((released, waiter)) => (released, waiter.await),
+    };
+    let next = ok(next, what);
+    let woke_after = started.elapsed();
+    assert!(woke_after < ms(2_000), "{what}: the waiter got in {woke_after:?} after the release: not woken");
+    (next, released)
+}
+
+/// [`release_while_waiting`] with a forced release, which must have freed the one holder shown.
 async fn force_while_waiting<W, T, P, PF, F>(what: &str, waiter: W, waiting: P, force: F) -> T
 where
     W: Future<Output = lock_core::Result<T>>,
@@ -277,33 +314,11 @@ where
     PF: Future<Output = bool>,
     F: Future<Output = lock_core::Result<ForcedRelease>>,
 {
-    let sent = AtomicBool::new(false);
-    let forcing = async {
-        let started = Instant::now();
-        while !waiting().await {
-            assert!(started.elapsed() < ms(5_000), "{what}: the waiter never waited");
-            sleep(ms(2)).await;
-        }
-        let started = Instant::now();
-        sent.store(true, Ordering::SeqCst);
-        (ok(force.await, "force_release"), started)
-    };
-    let (waiter, forcing) = (std::pin::pin!(waiter), std::pin::pin!(forcing));
-    // The waiter's grant and the forced release's reply may arrive in one poll: only a grant before the forced
-    // release was sent is early.
-    let ((forced, started), next) = match futures_util::future::select(waiter, forcing).await {
-        futures_util::future::Either::Left((next, forcing)) => {
-            assert!(sent.load(Ordering::SeqCst), "{what}: the waiter was done before the forced release: {next:?}");
-            (forcing.await, next)
-        }
-        futures_util::future::Either::Right((forced, waiter)) => (forced, waiter.await),
-    };
-    let next = ok(next, what);
-    let woke_after = started.elapsed();
+    let (next, forced) = release_while_waiting(what, waiter, waiting, force).await;
+    let forced = ok(forced, "force_release");
     assert!(forced.released(), "{what}: the forced release freed nothing: {forced:?}");
     let owners: std::collections::HashSet<_> = forced.previous().map(|holder| holder.owner.clone()).collect();
     assert_eq!(owners.len(), 1, "{what}: freed one holder (on each instance), not {forced:?}");
-    assert!(woke_after < ms(2_000), "{what}: the waiter got in {woke_after:?} after the forced release: not woken");
     next
 }
 
@@ -408,6 +423,93 @@ pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) 
     let forced = rw.force_release(&expected);
     let reader = force_while_waiting("writer", rw.read(&waiting), awaited, forced).await;
     assert!(writer.extend(ms(30_000)).await.is_err(), "writer: the freed writer extended");
+    ok(reader.release().await, "release");
+}
+
+/// Every primitive's release wakes its next waiter at once, the same way: a waiter (which otherwise polls every 5 s
+/// or more) gets in within a round trip of the release of a lock, a fair lock, a multi-lock, a leadership, a
+/// permit, a reader (the writer waiting) and a writer (a reader waiting). The primitives that need one store
+/// (fair lock, semaphore, read-write lock) are skipped over Redlock.
+pub async fn every_primitive_wakes_its_next_waiter_at_release(s: &Subject) {
+    let lock = s.engine();
+    let long = LockOptions::new(ms(30_000));
+    let waiting = slow_poller(30_000, 10_000);
+    let released = |outcome: lock_core::Result<ReleaseOutcome>, what: &str| {
+        assert_eq!(ok(outcome, what), ReleaseOutcome::Released, "{what}: the release");
+    };
+
+    let r = fresh("wake-lock");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let held = ok(lock.acquire(&r, &long).await, "lock");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let (next, outcome) = release_while_waiting("lock", lock.acquire(&r, &waiting), awaited, held.release()).await;
+    released(outcome, "lock");
+    ok(next.release().await, "release");
+
+    let names = [fresh("wake-multi-a"), fresh("wake-multi-b")];
+    let names = [names[0].as_str(), names[1].as_str()];
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), names[1]), "LockKeys");
+    let held = ok(lock.acquire(names[1], &long).await, "one of the multi-lock's resources");
+    let before = local_waiters(lock, &keys);
+    let awaited =
+        || async { ok(lock.inspect(names[1]).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    // On Redis Cluster the two names are in two slots: taken one slot after the other.
+    let ordered = waiting.clone().with_cross_slot(lock_core::CrossSlot::Ordered);
+    let waiter = lock.acquire_all(&names, &ordered);
+    let (next, outcome) = release_while_waiting("multi-lock", waiter, awaited, held.release()).await;
+    released(outcome, "multi-lock");
+    assert!(ok(next.release().await, "release").all_released());
+
+    let r = fresh("wake-election");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let timing =
+        ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
+    let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
+    let leader = ok(election.campaign("a", "1").await, "campaign");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let (next, outcome) =
+        release_while_waiting("election", election.campaign("b", "2"), awaited, leader.resign()).await;
+    released(outcome, "election");
+    ok(next.resign().await, "resign");
+
+    if lock.stores().len() > 1 {
+        return;
+    }
+
+    let r = fresh("wake-fair");
+    // Heartbeats are tries: 10 s apart here, so only the release's hand-over lets the waiter in sooner.
+    let fair = |opts: &LockOptions| opts.clone().with_fair_queue(ms(30_000));
+    let held = ok(lock.acquire(&r, &fair(&long)).await, "fair lock");
+    let queued = || async { ok(lock.inspect(&r).await, "inspect").queued() > 0 };
+    let (next, outcome) =
+        release_while_waiting("fair lock", lock.acquire(&r, &fair(&waiting)), queued, held.release()).await;
+    released(outcome, "fair lock");
+    ok(next.release().await, "release");
+
+    let r = fresh("wake-semaphore");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let permit = ok(pool.acquire(1, &long).await, "permit");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(pool.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let (next, outcome) =
+        release_while_waiting("semaphore", pool.acquire(1, &waiting), awaited, permit.release()).await;
+    released(outcome, "semaphore");
+    ok(next.release().await, "release");
+
+    let rw = ok(ok(RwLock::new(lock.clone(), &r), "RwLock::new").with_waiter_ttl(ms(30_000)), "with_waiter_ttl");
+    let keys = rw.keys().clone();
+    let reader = ok(rw.read(&long).await, "read");
+    let before = local_waiters(lock, &keys);
+    let queued = || async { ok(rw.inspect().await, "inspect").queued() > 0 || local_waiters(lock, &keys) > before };
+    let (writer, outcome) = release_while_waiting("reader", rw.write(&waiting), queued, reader.release()).await;
+    released(outcome, "reader");
+    let before = local_waiters(lock, &keys);
+    let awaited = || async { ok(rw.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let (reader, outcome) = release_while_waiting("writer", rw.read(&waiting), awaited, writer.release()).await;
+    released(outcome, "writer");
     ok(reader.release().await, "release");
 }
 

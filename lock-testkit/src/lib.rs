@@ -524,6 +524,7 @@ macro_rules! admin_tests {
             admin_calls_refuse_an_empty_name,
             every_primitive_refuses_a_name_outside_the_rule,
             every_primitive_is_inspected_and_force_released_alike,
+            every_primitive_wakes_its_next_waiter_at_release,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
