@@ -281,7 +281,10 @@ async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
         assert_eq!(holder.release().await.expect("holder release"), ReleaseOutcome::Released);
     }
 
-    // Every resource is free again within about a second (cancelled acquires are released by token).
+    // Every resource is free again long before the acquires' 30 s TTL: cancelled acquires are released by token
+    // in the background. The bound leaves room for a starved scheduler (two CPU burners on two cores: 1 s was
+    // overrun) and for one give-back that timed out (the 2 s operation timeout) and was sent again.
+    let freed_within = ms(2_000) + lock_testkit::conformance::STARVED * 2;
     let mut last_fence = HashMap::new();
     for name in &names {
         let t0 = Instant::now();
@@ -289,7 +292,7 @@ async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
             if let Some(guard) = lock.try_acquire(name, &opts(5_000, 0)).await.expect("try_acquire") {
                 break guard;
             }
-            assert!(t0.elapsed() < ms(1_000), "{name} still locked 1 s after the cancellations");
+            assert!(t0.elapsed() < freed_within, "{name} still locked {freed_within:?} after the cancellations");
             tokio::time::sleep(ms(10)).await;
         };
         last_fence.insert(name.clone(), fence(&guard));
