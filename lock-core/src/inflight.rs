@@ -64,12 +64,12 @@ impl InFlight {
     /// never have reached the server) is sent again there in the background until the key would have expired
     /// anyway, so a grant nobody holds does not keep others out for its whole TTL.
     pub(crate) async fn release_now(mut self) {
-        let failed = release_all(&self.instances.stores, &*self.target, &self.token, self.timeout, None).await;
+        let given = release_all(&self.instances.stores, &*self.target, &self.token, self.timeout, None).await;
         self.armed = false;
-        if !failed.is_empty() {
+        if !given.settled() {
             let (instances, target, token, timeout) =
                 (self.instances.clone(), self.target.clone(), self.token.clone(), self.timeout);
-            let resend = resend(instances, target, token, timeout, failed, self.expires());
+            let resend = resend(instances, target, token, timeout, given, self.expires());
             spawn_detached(self.runtime.as_ref(), self.target.label(), resend);
         }
     }
@@ -83,8 +83,8 @@ impl Drop for InFlight {
         let (instances, target, token) = (self.instances.clone(), self.target.clone(), self.token.clone());
         let (timeout, expires) = (self.timeout, self.expires());
         let release = async move {
-            let failed = release_all(&instances.stores, &*target, &token, timeout, None).await;
-            resend(instances, target, token, timeout, failed, expires).await;
+            let given = release_all(&instances.stores, &*target, &token, timeout, None).await;
+            resend(instances, target, token, timeout, given, expires).await;
         };
         spawn_detached(self.runtime.as_ref(), self.target.label(), release);
     }
@@ -111,34 +111,67 @@ const RESEND_PAUSE: Duration = Duration::from_millis(10);
 /// Longest pause between such resends.
 const RESEND_PAUSE_MAX: Duration = Duration::from_secs(1);
 
-/// Sends the release of `token` again to the instances at `failed` (indices into the stores) until each answers
-/// definitely or `until` passes (the key has expired by then anyway). Compare-and-delete on a token nobody else has
-/// is idempotent, so a release that did reach the server the first time finds nothing to delete.
+/// Sends the release of `token` again where the first give-back left a doubt ([`GivenBack`]): to the instances
+/// that gave no definite answer, until each answers definitely or `until` passes (the key has expired by then
+/// anyway); and once more, after the acquire's own call bound, to the instances that found nothing to delete but
+/// do not order commands (the acquire may have been behind the give-back, on another connection). Compare-and-
+/// delete on a token nobody else has is idempotent, so a release that did reach the server finds nothing to delete.
 pub(crate) async fn resend(
     instances: Arc<Instances>,
     target: Arc<dyn Primitive>,
     token: Token,
     timeout: Duration,
-    mut failed: Vec<usize>,
+    given: GivenBack,
     until: Instant,
 ) {
-    let mut pause = RESEND_PAUSE;
-    while !failed.is_empty() {
-        let Some(resume) = Instant::now().checked_add(pause).filter(|at| *at < until) else {
-            tracing::debug!(resource = target.label(), instances = ?failed, "release not confirmed; TTL applies");
-            return;
-        };
-        if crate::rt::sleep(resume.saturating_duration_since(Instant::now())).await.is_err() {
+    let GivenBack { mut failed, unsure } = given;
+    let recheck = async {
+        if unsure.is_empty() || crate::rt::sleep(timeout).await.is_err() {
             return;
         }
-        failed = release_all(&instances.stores, &*target, &token, timeout, Some(&failed)).await;
-        pause = pause.saturating_mul(2).min(RESEND_PAUSE_MAX);
+        let again = release_all(&instances.stores, &*target, &token, timeout, Some(&unsure)).await;
+        if !again.failed.is_empty() {
+            tracing::debug!(resource = target.label(), instances = ?again.failed, "give-back not confirmed; TTL applies");
+        }
+    };
+    let retry = async {
+        let mut pause = RESEND_PAUSE;
+        while !failed.is_empty() {
+            let Some(resume) = Instant::now().checked_add(pause).filter(|at| *at < until) else {
+                tracing::debug!(resource = target.label(), instances = ?failed, "release not confirmed; TTL applies");
+                return;
+            };
+            if crate::rt::sleep(resume.saturating_duration_since(Instant::now())).await.is_err() {
+                return;
+            }
+            failed = release_all(&instances.stores, &*target, &token, timeout, Some(&failed)).await.failed;
+            pause = pause.saturating_mul(2).min(RESEND_PAUSE_MAX);
+        }
+    };
+    futures_util::future::join(recheck, retry).await;
+}
+
+/// What a give-back ([`release_all`]) could not settle, by index into the stores.
+#[derive(Debug, Default)]
+pub(crate) struct GivenBack {
+    /// No definite answer (a retryable error: a timeout, a broken connection): the release may not have reached
+    /// the server.
+    pub(crate) failed: Vec<usize>,
+    /// Nothing to delete, on a store that does not keep one caller's commands in order
+    /// ([`LockStore::orders_commands`]): the acquire being given back may still be on its way on another
+    /// connection, and apply after the release.
+    pub(crate) unsure: Vec<usize>,
+}
+
+impl GivenBack {
+    /// Whether nothing is left in doubt.
+    pub(crate) fn settled(&self) -> bool {
+        self.failed.is_empty() && self.unsure.is_empty()
     }
 }
 
-/// Compare-and-delete `token` on every store (or those at `only`) concurrently; returns the indices of the stores
-/// that gave no definite answer (a retryable error: a timeout, a broken connection), where the release may not
-/// have reached the server. Errors are logged.
+/// Compare-and-delete `token` on every store (or those at `only`) concurrently; returns what it could not settle
+/// ([`GivenBack`]). Errors are logged.
 ///
 /// On one instance the key it deletes was the lock itself, which waiters may have seen held: the next local waiter
 /// is woken. Over Redlock it is at most a minority grant, which held nobody back (the lock as a whole was never
@@ -150,25 +183,35 @@ pub(crate) async fn release_all(
     token: &Token,
     timeout: Duration,
     only: Option<&[usize]>,
-) -> Vec<usize> {
+) -> GivenBack {
     let single = stores.len() == 1;
     let chosen = stores.iter().enumerate().filter(|(i, _)| only.is_none_or(|only| only.contains(i)));
     let releases = chosen.map(|(i, store)| async move {
         match crate::rt::timeout("release", timeout, target.release(store.as_ref(), token)).await {
             Ok(Ok(outcomes)) => {
                 let hub = store.release_hub().filter(|_| single);
+                let mut deleted = false;
                 for (keys, outcome) in target.resources().iter().zip(outcomes) {
+                    deleted |= outcome == crate::ReleaseOutcome::Released;
                     if let (Some(hub), crate::ReleaseOutcome::Released) = (hub, outcome) {
                         hub.wake_one(keys.channel());
                     }
                 }
-                None
+                (!deleted && !store.orders_commands()).then_some((i, false))
             }
             Ok(Err(err)) | Err(err) => {
                 tracing::debug!(resource = target.label(), error = %err.report(), "giving an acquire back failed");
-                err.is_retryable().then_some(i)
+                err.is_retryable().then_some((i, true))
             }
         }
     });
-    futures_util::future::join_all(releases).await.into_iter().flatten().collect()
+    let mut given = GivenBack::default();
+    for (i, failed) in futures_util::future::join_all(releases).await.into_iter().flatten() {
+        if failed {
+            given.failed.push(i);
+        } else {
+            given.unsure.push(i);
+        }
+    }
+    given
 }

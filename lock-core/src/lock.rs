@@ -1025,7 +1025,7 @@ impl GuardState {
             self.target.clone(),
             self.token.clone(),
             self.call_timeout,
-            unconfirmed,
+            crate::inflight::GivenBack { failed: unconfirmed, unsure: Vec::new() },
             until,
         );
         let spawned = match &self.runtime {
