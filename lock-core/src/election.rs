@@ -76,9 +76,8 @@ use crate::lock::{Guard, Lock};
 use crate::lost::{LostReason, LostSignal};
 use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
-use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -553,6 +552,8 @@ impl ElectionTarget {
 
 #[async_trait]
 impl Primitive for ElectionTarget {
+    crate::primitive::scripted_calls!(acquire, extend, release);
+
     fn kind(&self) -> Kind {
         Kind::Election
     }
@@ -567,19 +568,6 @@ impl Primitive for ElectionTarget {
         started.checked_add(self.renew_deadline).map_or(lease, |deadline| deadline.min(lease))
     }
 
-    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
-        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-        ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
-        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
-    }
-
     /// The term is the fence: [`RAISE_FENCE`](scripts::RAISE_FENCE) raises the leader record's term with it.
     async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
         let want = want.to_string();
@@ -591,14 +579,6 @@ impl Primitive for ElectionTarget {
             Some(0) => Ok(false),
             _ => Err(LockError::backend(format!("unexpected reply to the raise-fence script: {:?}", ran.reply))),
         }
-    }
-
-    fn release<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
-        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 

@@ -24,11 +24,10 @@ use crate::inflight::InFlight;
 use crate::lock::{Guard, Lock};
 use crate::notify::{ReleaseWatch, Wake};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, one, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
-use crate::store::AcquireReply;
-use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::store::{LockStore, ReleaseOutcome};
 use crate::token::Token;
 use crate::transport::{Call, Reply};
 use crate::wait::{Attempt, Watches};
@@ -198,6 +197,8 @@ impl FairTarget {
 
 #[async_trait]
 impl Primitive for FairTarget {
+    crate::primitive::scripted_calls!(acquire, mutex_extend, release);
+
     fn kind(&self) -> Kind {
         Kind::FairLock
     }
@@ -220,27 +221,6 @@ impl Primitive for FairTarget {
 
     fn wakes_head_only(&self) -> bool {
         true
-    }
-
-    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
-        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-        ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
-        Pending::Store(store.extend(&self.keys[0], token, ttl), one)
-    }
-
-    fn release<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
-        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 

@@ -36,10 +36,9 @@ use crate::error::{LockError, Result};
 use crate::lock::Lock;
 use crate::lost::LostSignal;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
-use crate::primitive::{announcer, one, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::store::AcquireReply;
-use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::store::{LockStore, ReleaseOutcome};
 use crate::token::FencingToken;
 use crate::token::Token;
 use crate::transport::{Call, Reply};
@@ -538,32 +537,13 @@ impl JobTarget {
 
 #[async_trait]
 impl Primitive for JobTarget {
+    crate::primitive::scripted_calls!(acquire, mutex_extend, release);
+
     fn kind(&self) -> Kind {
         Kind::Job
     }
 
     fn resources(&self) -> &[LockKeys] {
         &self.keys
-    }
-
-    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
-        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-        ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
-        Pending::Store(store.extend(&self.keys[0], token, ttl), one)
-    }
-
-    fn release<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
-        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }

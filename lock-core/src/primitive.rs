@@ -144,6 +144,54 @@ impl<S, T> Future for Pending<'_, S, T> {
     }
 }
 
+/// The [`Primitive`] calls of a primitive that runs its own scripts: each is its inherent `acquire_on`,
+/// `extend_on` or `release_on` future, boxed. `scripted_calls!(acquire, extend, release)`, or the ones it has;
+/// `mutex_extend` extends its one key (`self.keys[0]`) with the store's own mutex call, as a lock's.
+macro_rules! scripted_calls {
+    ($($call:ident),+) => {
+        $($crate::primitive::scripted_calls!(@ $call);)+
+    };
+    (@ acquire) => {
+        fn acquire<'a>(
+            &'a self,
+            store: &'a dyn $crate::store::LockStore,
+            ask: $crate::primitive::Ask<'a>,
+        ) -> $crate::primitive::Pending<'a, $crate::store::AcquireReply, $crate::primitive::Grant> {
+            $crate::primitive::Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+        }
+    };
+    (@ extend) => {
+        fn extend<'a>(
+            &'a self,
+            store: &'a dyn $crate::store::LockStore,
+            token: &'a $crate::token::Token,
+            ttl: std::time::Duration,
+        ) -> $crate::primitive::Pending<'a, $crate::store::ExtendReply, Vec<$crate::store::ExtendReply>> {
+            $crate::primitive::Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
+        }
+    };
+    (@ mutex_extend) => {
+        fn extend<'a>(
+            &'a self,
+            store: &'a dyn $crate::store::LockStore,
+            token: &'a $crate::token::Token,
+            ttl: std::time::Duration,
+        ) -> $crate::primitive::Pending<'a, $crate::store::ExtendReply, Vec<$crate::store::ExtendReply>> {
+            $crate::primitive::Pending::Store(store.extend(&self.keys[0], token, ttl), $crate::primitive::one)
+        }
+    };
+    (@ release) => {
+        fn release<'a>(
+            &'a self,
+            store: &'a dyn $crate::store::LockStore,
+            token: &'a $crate::token::Token,
+        ) -> $crate::primitive::Pending<'a, $crate::store::ReleaseOutcome, Vec<$crate::store::ReleaseOutcome>> {
+            $crate::primitive::Pending::Boxed(Box::pin(self.release_on(store, token)))
+        }
+    };
+}
+pub(crate) use scripted_calls;
+
 /// A mutex grant as the engine reads grants.
 pub(crate) fn grant(reply: AcquireReply) -> Grant {
     match reply {

@@ -72,10 +72,9 @@ use crate::error::{LockError, Result};
 use crate::fair::FairSpec;
 use crate::lock::{Guard, Lock};
 use crate::options::{LockOptions, MIN_WAITER_TTL};
-use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
-use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -507,6 +506,8 @@ impl RwTarget {
 
 #[async_trait]
 impl Primitive for RwTarget {
+    crate::primitive::scripted_calls!(acquire, extend, release);
+
     fn kind(&self) -> Kind {
         if self.reader {
             Kind::Read
@@ -522,26 +523,5 @@ impl Primitive for RwTarget {
     /// A writer waits in the writers' queue.
     fn queued(&self) -> bool {
         !self.reader
-    }
-
-    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
-        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-        ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
-        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
-    }
-
-    fn release<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
-        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }

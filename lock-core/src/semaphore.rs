@@ -56,10 +56,9 @@ use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
 use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
 use crate::scripts;
-use crate::store::AcquireReply;
 use crate::store::ReleaseOutcome;
 use crate::store::{ExtendReply, LockStore};
 use crate::token::FencingToken;
@@ -320,33 +319,14 @@ impl PermitTarget {
 
 #[async_trait]
 impl Primitive for PermitTarget {
+    crate::primitive::scripted_calls!(acquire, extend, release);
+
     fn kind(&self) -> Kind {
         Kind::Semaphore
     }
 
     fn resources(&self) -> &[LockKeys] {
         &self.keys
-    }
-
-    fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
-        Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-        ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
-        Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
-    }
-
-    fn release<'a>(
-        &'a self,
-        store: &'a dyn LockStore,
-        token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
-        Pending::Boxed(Box::pin(self.release_on(store, token)))
     }
 }
 
