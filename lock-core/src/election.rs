@@ -483,8 +483,7 @@ impl ElectionTarget {
         let floor = ask.floor_arg();
         let (origin, sharded) = announcer(store);
         // The candidate's process lines up when it hears releases (as a mutex's waiter does).
-        let waiting_as =
-            store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin()).unwrap_or_default();
+        let waiting_as = crate::primitive::waiting_as(store, keys).unwrap_or_default();
         let call_keys = [
             keys.lock(),
             keys.fence(),

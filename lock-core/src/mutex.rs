@@ -12,7 +12,7 @@ use crate::error::{LockError, Result};
 use crate::lock::{Guard, Lock};
 use crate::options::CrossSlot;
 use crate::options::LockOptions;
-use crate::primitive::{grant, one, Ask, Grant, Kind, Pending, Primitive};
+use crate::primitive::{grant, one, waiting_as, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::{slot, LockKeys};
 use crate::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
@@ -105,10 +105,7 @@ impl MutexTarget {
     async fn acquire_all_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let mut fences = Vec::with_capacity(self.resources.len());
         // A multi-resource waiter listens on every resource's channel, so any of them tells whether it lines up.
-        let waiting_as = store
-            .release_hub()
-            .filter(|hub| self.resources.first().is_some_and(|keys| hub.lines_up(keys.channel())))
-            .map(|hub| hub.origin());
+        let waiting_as = self.resources.first().and_then(|keys| waiting_as(store, keys));
         for (g, group) in self.groups.iter().enumerate() {
             let request = AcquireAllRequest {
                 keys: &self.resources[group.clone()],
@@ -217,7 +214,6 @@ impl Primitive for MutexTarget {
     fn acquire<'a>(&'a self, store: &'a dyn LockStore, ask: Ask<'a>) -> Pending<'a, AcquireReply, Grant> {
         match self.resources.as_slice() {
             [keys] => {
-                let waiting_as = store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin());
                 let request = AcquireRequest {
                     keys,
                     token: ask.token,
@@ -225,7 +221,7 @@ impl Primitive for MutexTarget {
                     fencing: ask.fencing,
                     fence_floor: ask.fence_floor,
                     replicas: ask.replicas,
-                    waiting_as,
+                    waiting_as: waiting_as(store, keys),
                 };
                 Pending::Store(store.acquire(request), grant)
             }

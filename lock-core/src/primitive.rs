@@ -205,6 +205,12 @@ pub(crate) fn one<T>(reply: T) -> Vec<T> {
     vec![reply]
 }
 
+/// The process a try of `keys` lines up as (its hub's id), when the process hears `keys`' releases: the waiting
+/// processes a release wakes in turn. `None` otherwise (a try that lines nobody up).
+pub(crate) fn waiting_as<'a>(store: &'a dyn LockStore, keys: &LockKeys) -> Option<&'a str> {
+    store.release_hub().filter(|hub| hub.lines_up(keys.channel())).map(|hub| hub.origin())
+}
+
 /// One primitive's acquisition as the engine takes, keeps and gives it back on each store (see the module docs).
 ///
 /// An implementation holds what one acquisition needs beyond its token and TTL (its keys, its limit, its candidate
