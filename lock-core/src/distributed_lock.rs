@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use crate::error::Result;
 use crate::lost::LostSignal;
 use crate::options::LockOptions;
-use crate::store::ReleaseOutcome;
+use crate::seam::store::ReleaseOutcome;
 use crate::token::{FencingToken, Token};
 
 /// What a lock implementation can promise beyond the trait's contract.

@@ -90,55 +90,45 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
-mod admin;
 mod distributed_lock;
 pub mod election;
+mod engine;
 mod error;
-mod fair;
 pub mod fenced;
 mod holder;
-mod inflight;
 pub mod job;
 pub mod lease;
-mod lock;
 mod lost;
 #[cfg(feature = "memory")]
 mod memory;
 pub mod multi;
 mod mutex;
-mod mutex_calls;
-mod notify;
 mod options;
-mod primitive;
-pub mod redlock;
 mod resource;
 pub mod rt;
 pub mod rwlock;
 mod scoped;
-pub mod scripts;
+mod seam;
 pub mod semaphore;
-pub mod server_error;
-mod store;
 pub mod telemetry;
 mod token;
-pub mod transport;
-mod wait;
-mod watchdog;
 
-pub use admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
+pub use engine::redlock;
+pub use seam::{scripts, server_error, transport};
+
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
+pub use engine::admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
+pub use engine::lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use error::{AclRefusal, BoxError, LockError, PlainTextServer, Report, Result};
 pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
-pub use lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
 pub use lost::{LostReason, LostSignal};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 pub use multi::{MultiContext, MultiGuard, MultiRelease};
 pub use mutex::MAX_RESOURCES;
-pub use notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use options::{
     validate_ttl, CrossSlot, Fencing, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT,
     MIN_TTL, MIN_WAITER_TTL,
@@ -148,12 +138,13 @@ pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX, MAX_RESOURCE_NAME}
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};
-pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
-pub use store::{
+pub use seam::notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
+pub use seam::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
+pub use seam::transport::{Call, Ran, Reply, ScriptStore, Topology};
+pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
 pub use token::{FencingToken, Token};
-pub use transport::{Call, Ran, Reply, ScriptStore, Topology};
 
 /// The README's examples, compiled and run as doc tests so they cannot rot.
 #[cfg(doctest)]

@@ -8,18 +8,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::distributed_lock::{Capabilities, DistributedLock, LockGuard};
+use crate::engine::lock::{Guard, Lock};
+use crate::engine::primitive::{grant, one, waiting_as, Ask, Grant, Kind, Pending, Primitive};
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
-use crate::lock::{Guard, Lock};
 use crate::options::CrossSlot;
 use crate::options::LockOptions;
-use crate::primitive::{grant, one, waiting_as, Ask, Grant, Kind, Pending, Primitive};
 use crate::resource::{slot, LockKeys};
-use crate::store::{
+use crate::seam::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
+use crate::seam::transport::Topology;
 use crate::token::Token;
-use crate::transport::Topology;
-use crate::wait::Attempt;
 
 /// The most resources one [`Lock::acquire_all`](crate::Lock::acquire_all) takes (one script's keys stay small,
 /// and a lock over more resources than this is better modelled as a coarser resource).
@@ -266,7 +266,7 @@ impl Lock {
                     "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
                 ))
             }
-            Some(waiter_ttl) => Arc::new(crate::fair::FairTarget::new(keys, waiter_ttl)),
+            Some(waiter_ttl) => Arc::new(crate::engine::fair::FairTarget::new(keys, waiter_ttl)),
         })
     }
 

@@ -63,7 +63,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::lost::LostReason;
-use crate::store::ReleaseOutcome;
 
 static RESOURCE_LABELS: AtomicBool = AtomicBool::new(false);
 
@@ -85,15 +84,6 @@ pub fn subscriber_reconnected(backend: &'static str) {
     metrics::counter!("lock_subscriber_reconnects_total", "backend" => backend).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = backend;
-}
-
-/// The `outcome` a release reports.
-pub(crate) fn release_outcome(outcome: ReleaseOutcome) -> &'static str {
-    match outcome {
-        ReleaseOutcome::Released => "released",
-        ReleaseOutcome::AlreadyExpired => "already_expired",
-        ReleaseOutcome::OwnedByOther => "owned_by_other",
-    }
 }
 
 /// The `reason` a lost lock reports.

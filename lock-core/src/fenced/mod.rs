@@ -79,13 +79,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::lock::DEFAULT_OPERATION_TIMEOUT;
 use crate::error::{LockError, Result};
-use crate::lock::DEFAULT_OPERATION_TIMEOUT;
-use crate::store::LockStore;
+use crate::seam::store::LockStore;
+use crate::seam::transport::{Call, Reply, Topology};
 use crate::token::FencingToken;
-use crate::transport::{Call, Reply, Topology};
 
-pub use crate::scripts::FENCED_WRITE;
+pub use crate::seam::scripts::FENCED_WRITE;
 
 /// The longest key name a fenced write accepts, in bytes.
 pub const MAX_KEY: usize = 16 * 1024;

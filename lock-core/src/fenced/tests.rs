@@ -2,7 +2,7 @@
 //! run the same rules on Redis and Valkey.
 
 use super::*;
-use crate::transport::Call;
+use crate::seam::transport::Call;
 use crate::MemoryStore;
 
 fn fence(n: u64) -> FencingToken {

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::transport::Reply;
+use crate::seam::transport::Reply;
 
 /// Redis's reply to a command on a key of another type.
 pub(crate) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";

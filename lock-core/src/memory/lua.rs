@@ -8,7 +8,7 @@ use std::time::Instant;
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use super::keyspace::{CommandResult, Keyspace};
-use crate::transport::{Reply, Script};
+use crate::seam::transport::{Reply, Script};
 
 /// The instant every command of the running script sees (Redis, too, freezes key expiry during a script).
 struct ScriptClock(Instant);

@@ -11,8 +11,8 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::notify::ReleaseHub;
 use crate::options::ReplicaAck;
+use crate::seam::notify::ReleaseHub;
 
 /// A Lua script of lock-core, with its SHA-1 digest (computed once).
 ///
@@ -299,7 +299,7 @@ mod tests {
     #[test]
     fn wrongtype_names_the_longest_matching_key() {
         let keys = ["lock:{a}", "lock:{a}:fence"];
-        let call = Call::script("acquire", &crate::scripts::ACQUIRE, &keys, &[]);
+        let call = Call::script("acquire", &crate::seam::scripts::ACQUIRE, &keys, &[]);
         assert_eq!(call.key_named_in("WRONGTYPE fencing counter lock:{a}:fence does not"), "lock:{a}:fence");
         assert_eq!(call.key_named_in("WRONGTYPE lock key lock:{a} holds"), "lock:{a}");
         assert_eq!(call.key_named_in("WRONGTYPE Operation against a key"), "lock:{a}");

@@ -25,17 +25,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::lock::{Guard, Lock, ReleaseReport};
+use crate::engine::primitive::Primitive;
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
-use crate::lock::{Guard, Lock, ReleaseReport};
 use crate::lost::LostSignal;
 use crate::mutex::MutexTarget;
 use crate::options::{LockOptions, RenewPolicy};
-use crate::primitive::Primitive;
 use crate::resource::LockKeys;
-use crate::store::ReleaseOutcome;
+use crate::seam::store::ReleaseOutcome;
+use crate::seam::transport::Topology;
 use crate::token::{FencingToken, Token};
-use crate::transport::Topology;
-use crate::wait::Attempt;
 
 impl Lock {
     /// The locks on `resources`, all or nothing, after checking the options, before any I/O.

@@ -1,12 +1,12 @@
 //! What the engine asks of a primitive: how one acquisition is taken, extended and given back on one store, read
-//! from its scripts' replies. The engine in [`lock`](crate::lock) (waiting, validity, Redlock quorums and fence
+//! from its scripts' replies. The engine in [`lock`](crate::engine::lock) (waiting, validity, Redlock quorums and fence
 //! write-back, renewal, the lost signal, cancel safety, telemetry) is written once over [`Primitive`]; a primitive
 //! is a type in its own module that implements it:
 //!
 //! | kind | implemented by |
 //! |---|---|
 //! | the lock, one resource or several all or nothing | [`MutexTarget`](crate::mutex::MutexTarget) |
-//! | a fair lock | [`FairTarget`](crate::fair::FairTarget) |
+//! | a fair lock | [`FairTarget`](crate::engine::fair::FairTarget) |
 //! | a semaphore's permit | [`PermitTarget`](crate::semaphore::PermitTarget) |
 //! | an election's leadership | [`ElectionTarget`](crate::election::ElectionTarget) |
 //! | a job's run | [`JobTarget`](crate::job::JobTarget) |
@@ -27,9 +27,9 @@ use futures_util::future::BoxFuture;
 use crate::error::Result;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
-use crate::store::{AcquireReply, ExtendReply, LockStore, ReleaseOutcome};
+use crate::seam::store::{AcquireReply, ExtendReply, LockStore, ReleaseOutcome};
+use crate::seam::transport::{Ran, Topology};
 use crate::token::Token;
-use crate::transport::{Ran, Topology};
 
 /// Which primitive an acquisition belongs to: the `primitive` label of its spans and metrics (a small fixed set).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub(crate) struct Ask<'a> {
     pub(crate) fence_floor: Option<u64>,
     pub(crate) replicas: Option<ReplicaAck>,
     /// A fair lock's waiting acquire: take (or keep, as a heartbeat) a place in the queue when not granted, and
-    /// renew these peers' places (see [`Queued`](crate::fair::Queued)).
+    /// renew these peers' places (see [`Queued`](crate::engine::fair::Queued)).
     pub(crate) queued: Option<&'a [String]>,
 }
 
@@ -149,44 +149,44 @@ impl<S, T> Future for Pending<'_, S, T> {
 /// `mutex_extend` extends its one key (`self.keys[0]`) with the store's own mutex call, as a lock's.
 macro_rules! scripted_calls {
     ($($call:ident),+) => {
-        $($crate::primitive::scripted_calls!(@ $call);)+
+        $($crate::engine::primitive::scripted_calls!(@ $call);)+
     };
     (@ acquire) => {
         fn acquire<'a>(
             &'a self,
-            store: &'a dyn $crate::store::LockStore,
-            ask: $crate::primitive::Ask<'a>,
-        ) -> $crate::primitive::Pending<'a, $crate::store::AcquireReply, $crate::primitive::Grant> {
-            $crate::primitive::Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
+            store: &'a dyn $crate::seam::store::LockStore,
+            ask: $crate::engine::primitive::Ask<'a>,
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::AcquireReply, $crate::engine::primitive::Grant> {
+            $crate::engine::primitive::Pending::Boxed(Box::pin(self.acquire_on(store, ask)))
         }
     };
     (@ extend) => {
         fn extend<'a>(
             &'a self,
-            store: &'a dyn $crate::store::LockStore,
+            store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
             ttl: std::time::Duration,
-        ) -> $crate::primitive::Pending<'a, $crate::store::ExtendReply, Vec<$crate::store::ExtendReply>> {
-            $crate::primitive::Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, Vec<$crate::seam::store::ExtendReply>> {
+            $crate::engine::primitive::Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
         }
     };
     (@ mutex_extend) => {
         fn extend<'a>(
             &'a self,
-            store: &'a dyn $crate::store::LockStore,
+            store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
             ttl: std::time::Duration,
-        ) -> $crate::primitive::Pending<'a, $crate::store::ExtendReply, Vec<$crate::store::ExtendReply>> {
-            $crate::primitive::Pending::Store(store.extend(&self.keys[0], token, ttl), $crate::primitive::one)
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, Vec<$crate::seam::store::ExtendReply>> {
+            $crate::engine::primitive::Pending::Store(store.extend(&self.keys[0], token, ttl), $crate::engine::primitive::one)
         }
     };
     (@ release) => {
         fn release<'a>(
             &'a self,
-            store: &'a dyn $crate::store::LockStore,
+            store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
-        ) -> $crate::primitive::Pending<'a, $crate::store::ReleaseOutcome, Vec<$crate::store::ReleaseOutcome>> {
-            $crate::primitive::Pending::Boxed(Box::pin(self.release_on(store, token)))
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ReleaseOutcome, Vec<$crate::seam::store::ReleaseOutcome>> {
+            $crate::engine::primitive::Pending::Boxed(Box::pin(self.release_on(store, token)))
         }
     };
 }
@@ -270,7 +270,7 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
     }
 
     /// Whether its waiters line up in a queue on the server (then the engine waits in it: see
-    /// [`fair`](crate::fair)).
+    /// [`fair`](crate::engine::fair)).
     fn queued(&self) -> bool {
         false
     }

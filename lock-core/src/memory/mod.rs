@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::{LockError, Result};
-use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
+use crate::seam::notify::ReleaseHub;
+use crate::seam::transport::{Call, Command, Ran, Reply, ScriptStore};
 use crate::token::Token;
-use crate::transport::{Call, Command, Ran, Reply, ScriptStore};
 
 use lua::Engine;
 
@@ -144,7 +144,7 @@ impl MemoryStore {
             }
             // Its scripts' errors mean what a server's would (see `server_error`).
             Err(message) => {
-                let kind = crate::server_error::ServerErrorKind::of(&message);
+                let kind = crate::seam::server_error::ServerErrorKind::of(&message);
                 Err(kind.into_lock_error(&message.clone(), Some(&call), Box::new(ServerError(message))))
             }
         };

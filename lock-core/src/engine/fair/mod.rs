@@ -19,18 +19,18 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::future::{select, Either};
 
+use crate::engine::inflight::InFlight;
+use crate::engine::lock::{Guard, Lock};
+use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::engine::wait::{Attempt, Watches};
 use crate::error::{LockError, Result};
-use crate::inflight::InFlight;
-use crate::lock::{Guard, Lock};
-use crate::notify::{ReleaseWatch, Wake};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::scripts;
-use crate::store::{LockStore, ReleaseOutcome};
+use crate::seam::notify::{ReleaseWatch, Wake};
+use crate::seam::scripts;
+use crate::seam::store::{LockStore, ReleaseOutcome};
+use crate::seam::transport::{Call, Reply};
 use crate::token::Token;
-use crate::transport::{Call, Reply};
-use crate::wait::{Attempt, Watches};
 use event_listener::EventListener;
 
 /// The key of `keys`' fair queue: token → ticket.
@@ -197,7 +197,7 @@ impl FairTarget {
 
 #[async_trait]
 impl Primitive for FairTarget {
-    crate::primitive::scripted_calls!(acquire, mutex_extend, release);
+    crate::engine::primitive::scripted_calls!(acquire, mutex_extend, release);
 
     fn kind(&self) -> Kind {
         Kind::FairLock
@@ -255,7 +255,7 @@ pub(crate) async fn until_granted(
     // its writers), passes a wake-up on as a plain waiter does: the release it consumed may have freed the lock, and
     // nobody else would hear of it. (Found by the schedule explorer: a reader slept its whole pause behind a
     // cancelled waiting writer while the lock was free.)
-    let mut owed = crate::wait::OwedWake::default();
+    let mut owed = crate::engine::wait::OwedWake::default();
     // A process that queued for this lock before and still listens on its channel registers first: its first try
     // takes a place whose announcements already reach it, so the head needs no look again for a grant announced
     // before it listened (with one waiter in each of two processes, that second try was a third of the server's
@@ -448,7 +448,7 @@ impl Lock {
         let queue = queue_key(&LockKeys::new(self.key_prefix(), resource)?);
         let store = self.stores().first().ok_or_else(|| LockError::invalid("a lock without a store"))?;
         let call_keys = [queue.as_str()];
-        let call = crate::transport::Call::plain("inspect", "ZCARD", &call_keys, &[]);
+        let call = crate::seam::transport::Call::plain("inspect", "ZCARD", &call_keys, &[]);
         let ran = crate::rt::timeout("inspect", self.operation_timeout(), store.call(call)).await??;
         let len = ran.reply.as_int().and_then(|n| usize::try_from(n).ok());
         len.ok_or_else(|| LockError::backend(format!("unexpected reply to ZCARD: {:?}", ran.reply)))

@@ -57,9 +57,9 @@ use std::time::Duration;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::engine::lock::{Instances, Lock};
 use crate::error::{LockError, Result};
-use crate::lock::{Instances, Lock};
-use crate::store::LockStore;
+use crate::seam::store::LockStore;
 
 /// Builds a [`Lock`] over N independent instances ([`Lock::redlock`]) (see the [module docs](self) for the algorithm and its limits).
 ///

@@ -70,21 +70,22 @@ use futures_util::future::{join_all, select, Either};
 use futures_util::stream::Stream;
 use tracing::Instrument;
 
+use crate::engine::lock::{Guard, Lock};
+use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
 use crate::holder::HolderLabel;
-use crate::lock::{Guard, Lock};
 use crate::lost::{LostReason, LostSignal};
-use crate::notify::ReleaseWatch;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::store::ReleaseOutcome;
-use crate::store::{ExtendReply, LockStore};
+use crate::rt;
+use crate::seam::notify::ReleaseWatch;
+use crate::seam::scripts;
+use crate::seam::store::ReleaseOutcome;
+use crate::seam::store::{ExtendReply, LockStore};
+use crate::seam::transport::{Call, Reply, Topology};
 use crate::token::FencingToken;
 use crate::token::Token;
-use crate::transport::{Call, Reply, Topology};
-use crate::wait::Attempt;
-use crate::{rt, scripts};
 
 /// The largest value a leader may publish ([`Election::campaign`], [`Leadership::proclaim`]): it is read by every
 /// observer on every change.
@@ -483,7 +484,7 @@ impl ElectionTarget {
         let floor = ask.floor_arg();
         let (origin, sharded) = announcer(store);
         // The candidate's process lines up when it hears releases (as a mutex's waiter does).
-        let waiting_as = crate::primitive::waiting_as(store, keys).unwrap_or_default();
+        let waiting_as = crate::engine::primitive::waiting_as(store, keys).unwrap_or_default();
         let call_keys = [
             keys.lock(),
             keys.fence(),
@@ -551,7 +552,7 @@ impl ElectionTarget {
 
 #[async_trait]
 impl Primitive for ElectionTarget {
-    crate::primitive::scripted_calls!(acquire, extend, release);
+    crate::engine::primitive::scripted_calls!(acquire, extend, release);
 
     fn kind(&self) -> Kind {
         Kind::Election

@@ -52,19 +52,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
+use crate::engine::admin::{ExpectedHolder, ForcedRelease, Inspection};
+use crate::engine::lock::{Guard, Lock};
+use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
-use crate::lock::{Guard, Lock};
 use crate::options::LockOptions;
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::scripts;
-use crate::store::ReleaseOutcome;
-use crate::store::{ExtendReply, LockStore};
+use crate::seam::scripts;
+use crate::seam::store::ReleaseOutcome;
+use crate::seam::store::{ExtendReply, LockStore};
+use crate::seam::transport::{Call, Reply};
 use crate::token::FencingToken;
 use crate::token::Token;
-use crate::transport::{Call, Reply};
-use crate::wait::Attempt;
 
 /// The largest `limit` a semaphore takes (an acquire looks for free slots one by one, so it is bounded).
 pub const MAX_PERMITS: u32 = 10_000;
@@ -319,7 +319,7 @@ impl PermitTarget {
 
 #[async_trait]
 impl Primitive for PermitTarget {
-    crate::primitive::scripted_calls!(acquire, extend, release);
+    crate::engine::primitive::scripted_calls!(acquire, extend, release);
 
     fn kind(&self) -> Kind {
         Kind::Semaphore
@@ -388,7 +388,7 @@ impl Permit {
         self.guard.fencing_token()
     }
 
-    crate::lock::guard_accessors!("permit");
+    crate::engine::lock::guard_accessors!("permit");
 
     /// Gives the slots back: `Released`, or `AlreadyExpired` when the permit had expired (its slots may have gone to
     /// someone else; the count is never raised by a permit it no longer holds).

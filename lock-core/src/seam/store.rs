@@ -10,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::notify::ReleaseHub;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
+use crate::seam::notify::ReleaseHub;
+use crate::seam::transport::{Call, Ran, Topology};
 use crate::token::Token;
-use crate::transport::{Call, Ran, Topology};
 
 /// One acquire request: set the lock key to `token` with `ttl` only if it is absent.
 #[derive(Clone, Copy, Debug)]
@@ -107,6 +107,17 @@ pub enum ReleaseOutcome {
     AlreadyExpired,
     /// The key holds another owner's token: ours expired and the lock was taken. It was left untouched.
     OwnedByOther,
+}
+
+impl ReleaseOutcome {
+    /// The `outcome` a release reports in spans and metrics (see [`telemetry`](crate::telemetry)).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            ReleaseOutcome::Released => "released",
+            ReleaseOutcome::AlreadyExpired => "already_expired",
+            ReleaseOutcome::OwnedByOther => "owned_by_other",
+        }
+    }
 }
 
 /// What a compare-and-extend found.

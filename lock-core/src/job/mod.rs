@@ -32,17 +32,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tracing::Instrument;
 
+use crate::engine::lock::Lock;
+use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
-use crate::lock::Lock;
 use crate::lost::LostSignal;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::store::{LockStore, ReleaseOutcome};
+use crate::seam::store::{LockStore, ReleaseOutcome};
+use crate::seam::transport::{Call, Reply};
 use crate::token::FencingToken;
 use crate::token::Token;
-use crate::transport::{Call, Reply};
-use crate::wait::Attempt;
 
 pub use crate::holder::MAX_HOLDER_LABEL;
 
@@ -349,7 +349,7 @@ impl JobLock {
     {
         options.validate()?;
         let keys = LockKeys::new(self.lock.key_prefix(), job)?;
-        let retention = crate::scripts::ttl_millis(options.tick_retention());
+        let retention = crate::seam::scripts::ttl_millis(options.tick_retention());
         let target = Arc::new(JobTarget {
             info: format!("{}:info", keys.lock()),
             tick: tick.map(|t| (format!("{}:tick:{t}", keys.lock()), retention)),
@@ -492,13 +492,14 @@ impl JobTarget {
     /// [`JOB_START`](crate::scripts::JOB_START).
     async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
-        let ttl = crate::scripts::ttl_millis(ask.ttl).to_string();
+        let ttl = crate::seam::scripts::ttl_millis(ask.ttl).to_string();
         let at_least = self.at_least_ms.to_string();
         let tick_ttl = self.tick.as_ref().map(|(_, ttl)| ttl.to_string()).unwrap_or_default();
         let mut call_keys = vec![keys.lock(), keys.fence(), self.info.as_str()];
         call_keys.extend(self.tick.as_ref().map(|(key, _)| key.as_str()));
         let args = [ask.token.as_str(), &ttl, ask.fencing_flag(), &self.holder, &at_least, &tick_ttl];
-        let call = Call::script("acquire", &crate::scripts::JOB_START, &call_keys, &args).with_replicas(ask.replicas);
+        let call =
+            Call::script("acquire", &crate::seam::scripts::JOB_START, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
         let unexpected = || LockError::backend(format!("unexpected reply to the job-start script: {:?}", ran.reply));
         let Reply::Array(items) = &ran.reply else { return Err(unexpected()) };
@@ -525,11 +526,11 @@ impl JobTarget {
         let mut call_keys = vec![keys.lock(), self.info.as_str(), keys.channel()];
         call_keys.extend(self.tick.as_ref().map(|(key, _)| key.as_str()));
         let args = [token.as_str(), ending.as_str(), origin, sharded];
-        let ran = store.call(Call::script("release", &crate::scripts::JOB_FINISH, &call_keys, &args)).await?;
+        let ran = store.call(Call::script("release", &crate::seam::scripts::JOB_FINISH, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             // Kept until `at_least_for` has passed: released, as far as this run is concerned.
             Some(2) => Ok(vec![ReleaseOutcome::Released]),
-            Some(code) => Ok(vec![crate::scripts::parse_release(code)?]),
+            Some(code) => Ok(vec![crate::seam::scripts::parse_release(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
         }
     }
@@ -537,7 +538,7 @@ impl JobTarget {
 
 #[async_trait]
 impl Primitive for JobTarget {
-    crate::primitive::scripted_calls!(acquire, mutex_extend, release);
+    crate::engine::primitive::scripted_calls!(acquire, mutex_extend, release);
 
     fn kind(&self) -> Kind {
         Kind::Job

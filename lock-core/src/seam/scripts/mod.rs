@@ -12,15 +12,15 @@
 use std::time::Duration;
 
 use crate::error::{LockError, Result};
-use crate::store::{AcquireReply, ExtendReply, ReleaseOutcome};
-pub use crate::transport::Script;
+use crate::seam::store::{AcquireReply, ExtendReply, ReleaseOutcome};
+pub use crate::seam::transport::Script;
 
 /// What every script that advances a fencing counter starts with: `read_counter(key)` reads the counter and checks
 /// it as `INCRBY` would (returning `nil, error` for a foreign value), and `advance(key, current, floor)` sets it to
 /// `max(current + 1, floor)` and returns it. The one copy of the fencing rule (see [`ACQUIRE`]).
 macro_rules! fencing_prelude {
     () => {
-        include_str!("scripts/fencing.lua")
+        include_str!("fencing.lua")
     };
 }
 
@@ -32,7 +32,7 @@ macro_rules! fencing_prelude {
 /// overwritten.
 macro_rules! awaited_prelude {
     () => {
-        include_str!("scripts/awaited.lua")
+        include_str!("awaited.lua")
     };
 }
 
@@ -44,14 +44,14 @@ macro_rules! awaited_prelude {
 /// `WRONGTYPE` before anything is written.
 macro_rules! waiting_prelude {
     () => {
-        include_str!("scripts/waiting.lua")
+        include_str!("waiting.lua")
     };
 }
 
 /// What a script that wakes a waiting process starts with: `next_waiting(waiting, origin)`, see [`RELEASE`].
 macro_rules! next_waiting_prelude {
     () => {
-        include_str!("scripts/next_waiting.lua")
+        include_str!("next_waiting.lua")
     };
 }
 
@@ -59,7 +59,7 @@ macro_rules! next_waiting_prelude {
 /// when absent), or `nil` and a `WRONGTYPE` reply when the key holds another type, checked before any write.
 macro_rules! lock_prelude {
     () => {
-        include_str!("scripts/lock.lua")
+        include_str!("lock.lua")
     };
 }
 
@@ -197,7 +197,7 @@ pub static FENCE: Script =
 /// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
-    concat!(fencing_prelude!(), awaited_prelude!(), waiting_prelude!(), include_str!("multi/acquire.lua")),
+    concat!(fencing_prelude!(), awaited_prelude!(), waiting_prelude!(), include_str!("../../multi/acquire.lua")),
 );
 
 /// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
@@ -205,7 +205,7 @@ pub static MULTI_ACQUIRE: Script = Script::new(
 /// `KEYS` = lock₁, channel₁, lock₂, channel₂, …, then mark₁, mark₂, …; `ARGV` as [`RELEASE`]'s. Reply: one code
 /// per resource, as [`RELEASE`]'s (`1` released, `0` absent, `-1` held by another token). Each release announces
 /// itself only when it deletes its mark, as [`RELEASE`]'s.
-pub static MULTI_RELEASE: Script = Script::new("multi-release", include_str!("multi/release.lua"));
+pub static MULTI_RELEASE: Script = Script::new("multi-release", include_str!("../../multi/release.lua"));
 
 /// [`MULTI_RELEASE`]'s `KEYS` for `keys`, in the order it reads them: lock₁, channel₁, …, then mark₁, ….
 pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
@@ -217,7 +217,7 @@ pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
 ///
 /// `KEYS` = lock₁, lock₂, …; `ARGV` as [`EXTEND`]'s. Reply: one code per resource, as [`EXTEND`]'s (`1` ours, `0`
 /// absent, `-1` held by another token); the TTLs were set only when every code is `1`.
-pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("multi/extend.lua"));
+pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("../../multi/extend.lua"));
 
 /// Job start (see [`JobLock`](crate::JobLock)): the mutex acquire of the job's lock key, plus the "last run"
 /// record, on the server's clock.
@@ -232,7 +232,8 @@ pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("mult
 ///
 /// The record is `{holder, token, started_ms, at_least_ms, finished_ms, outcome}`; it has no TTL (one small hash per
 /// job, like the fencing counter), so the last run stays readable.
-pub static JOB_START: Script = Script::new("job-start", concat!(fencing_prelude!(), include_str!("job/start.lua")));
+pub static JOB_START: Script =
+    Script::new("job-start", concat!(fencing_prelude!(), include_str!("../../job/start.lua")));
 
 /// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
 /// releases it, and records the outcome.
@@ -245,13 +246,13 @@ pub static JOB_START: Script = Script::new("job-start", concat!(fencing_prelude!
 /// updated only while it is this run's (same token), whatever the lock key holds. A give-back keeps nothing: the
 /// lock is released at once (no `at_least_for`) and the tick, if this start claimed it, is forgotten, so the firing
 /// is not burned by a run that never ran.
-pub static JOB_FINISH: Script = Script::new("job-finish", include_str!("job/finish.lua"));
+pub static JOB_FINISH: Script = Script::new("job-finish", include_str!("../../job/finish.lua"));
 
 /// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
 /// type gets our message; anything else, an ACL refusal say, goes back as it came).
 macro_rules! fair_prelude {
     () => {
-        include_str!("scripts/fair.lua")
+        include_str!("fair.lua")
     };
 }
 
@@ -288,7 +289,13 @@ macro_rules! fair_prelude {
 /// waiter TTL.
 pub static FAIR_ACQUIRE: Script = Script::new(
     "fair-acquire",
-    concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("fair/acquire.lua")),
+    concat!(
+        lock_prelude!(),
+        fair_prelude!(),
+        fencing_prelude!(),
+        awaited_prelude!(),
+        include_str!("../../engine/fair/acquire.lua")
+    ),
 );
 
 /// Fair release, and a waiter leaving the queue: delete the lock key only if it holds our token (a holder has no
@@ -323,7 +330,7 @@ pub static FAIR_ACQUIRE: Script = Script::new(
 /// keeps the mark: plain waiters now wait for the grantee's release.
 pub static FAIR_RELEASE: Script = Script::new(
     "fair-release",
-    concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), include_str!("fair/release.lua")),
+    concat!(lock_prelude!(), fair_prelude!(), fencing_prelude!(), include_str!("../../engine/fair/release.lua")),
 );
 
 /// Inspect (see [`Lock::inspect`](crate::Lock::inspect)): what an operator may know about one name, read in one
@@ -341,7 +348,11 @@ pub static FAIR_RELEASE: Script = Script::new(
 /// client.
 pub static INSPECT: Script = Script::new(
     "inspect",
-    concat!(lock_prelude!(), include_str!("admin/shared.lua"), include_str!("admin/inspect.lua")),
+    concat!(
+        lock_prelude!(),
+        include_str!("../../engine/admin/shared.lua"),
+        include_str!("../../engine/admin/inspect.lua")
+    ),
 );
 
 /// Force release (see [`Lock::force_release`](crate::Lock::force_release)): deletes what holds the name if it is
@@ -360,7 +371,11 @@ pub static INSPECT: Script = Script::new(
 /// hold it (nothing deleted, nothing announced). A key of another type is `WRONGTYPE` and kept.
 pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
-    concat!(lock_prelude!(), include_str!("admin/shared.lua"), include_str!("admin/force_release.lua")),
+    concat!(
+        lock_prelude!(),
+        include_str!("../../engine/admin/shared.lua"),
+        include_str!("../../engine/admin/force_release.lua")
+    ),
 );
 
 /// Elect (see [`Election`](crate::Election)): the mutex's acquire of the election's key, the new term from the
@@ -394,14 +409,14 @@ pub static ELECT: Script = Script::new(
         fencing_prelude!(),
         awaited_prelude!(),
         waiting_prelude!(),
-        include_str!("election/elect.lua")
+        include_str!("../../election/elect.lua")
     ),
 );
 
 /// Renew a leadership: compare-and-`PEXPIRE` of the lock key and the leader record together.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record; `ARGV[1]` token, `ARGV[2]` lease in ms. Reply: as [`EXTEND`].
-pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("election/renew.lua"));
+pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("../../election/renew.lua"));
 
 /// Resign: compare-and-delete of the lock key and the leader record; wakes a waiting candidate (only when one
 /// marked the key, as [`RELEASE`]) and always tells observers.
@@ -418,19 +433,19 @@ pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("
 /// delayed `ELECT` on another connection, say) notes the token in `KEYS[6]` for one lease: should that `ELECT`
 /// arrive later, [`ELECT`] refuses it, so observers never see a leader that gave its candidacy up.
 pub static RESIGN: Script =
-    Script::new("resign", concat!(next_waiting_prelude!(), include_str!("election/resign.lua")));
+    Script::new("resign", concat!(next_waiting_prelude!(), include_str!("../../election/resign.lua")));
 
 /// Proclaim: replace the leader's value, only while the lock key holds our token; tells observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` leader channel; `ARGV[1]` token, `ARGV[2]` the value,
 /// `ARGV[3]` origin, `ARGV[4]` `"1"` for `SPUBLISH`. Reply: `1` done, `0` not the leader.
-pub static PROCLAIM: Script = Script::new("proclaim", include_str!("election/proclaim.lua"));
+pub static PROCLAIM: Script = Script::new("proclaim", include_str!("../../election/proclaim.lua"));
 
 /// The current leader, read in one step: its record only while the lock key still holds the record's token (a
 /// plain lock on the same name, or a record outliving its leader, is no leader).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record. Reply: `{id, value, term, pttl}`, or `{}` with no leader.
-pub static LEADER: Script = Script::new("leader", concat!(lock_prelude!(), include_str!("election/leader.lua")));
+pub static LEADER: Script = Script::new("leader", concat!(lock_prelude!(), include_str!("../../election/leader.lua")));
 
 /// What every semaphore script starts with: `sem_now()` is the server's clock in ms; `purge(now)` drops every permit
 /// whose expiry has passed (its slots, its grant and its expiry), so a dead holder costs at most its TTL whoever
@@ -440,7 +455,7 @@ pub static LEADER: Script = Script::new("leader", concat!(lock_prelude!(), inclu
 /// the limit (string).
 macro_rules! semaphore_prelude {
     () => {
-        include_str!("scripts/semaphore.lua")
+        include_str!("semaphore.lua")
     };
 }
 
@@ -457,7 +472,7 @@ macro_rules! semaphore_prelude {
 /// sees strictly increase.
 pub static SEM_ACQUIRE: Script = Script::new(
     "sem-acquire",
-    concat!(semaphore_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("semaphore/acquire.lua")),
+    concat!(semaphore_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("../../semaphore/acquire.lua")),
 );
 
 /// Semaphore extend: pushes the token's own expiry, only while it holds a permit that has not expired.
@@ -465,7 +480,7 @@ pub static SEM_ACQUIRE: Script = Script::new(
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string); `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` not held
 /// (expired, purged, or never granted): never recreated.
 pub static SEM_EXTEND: Script =
-    Script::new("sem-extend", concat!(semaphore_prelude!(), include_str!("semaphore/extend.lua")));
+    Script::new("sem-extend", concat!(semaphore_prelude!(), include_str!("../../semaphore/extend.lua")));
 
 /// Semaphore release: frees the token's slots; announces (only when a try marked the semaphore as awaited).
 ///
@@ -473,14 +488,14 @@ pub static SEM_EXTEND: Script =
 /// `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released, `2` released though its expiry had passed
 /// (nobody had taken its slots yet), `0` not held: the count is never raised by an unknown or purged token.
 pub static SEM_RELEASE: Script =
-    Script::new("sem-release", concat!(semaphore_prelude!(), include_str!("semaphore/release.lua")));
+    Script::new("sem-release", concat!(semaphore_prelude!(), include_str!("../../semaphore/release.lua")));
 
 /// Semaphore state, read without writing: the limit stored by the holders, and how many slots live permits hold
 /// (expired ones not counted).
 ///
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string). Reply: `{limit or -1, held}`.
 pub static SEM_STATE: Script =
-    Script::new("sem-state", concat!(semaphore_prelude!(), include_str!("semaphore/state.lua")));
+    Script::new("sem-state", concat!(semaphore_prelude!(), include_str!("../../semaphore/state.lua")));
 
 /// What every read-write lock script starts with (see [`RwLock`](crate::RwLock)): `rw_now()` is the server's clock in
 /// ms; `rw_read(command, what, key, …)` runs a read that doubles as the type check of `key` (a key of another type
@@ -490,7 +505,7 @@ pub static SEM_STATE: Script =
 /// waiting writers (zset: token → ticket), `KEYS[4]` their heartbeats (zset: token → expiry of the place).
 macro_rules! rw_prelude {
     () => {
-        include_str!("scripts/rw.lua")
+        include_str!("rw.lua")
     };
 }
 
@@ -506,7 +521,13 @@ macro_rules! rw_prelude {
 /// be granted while a live reader holds). Expired readers and dead waiting writers are purged, after every check.
 pub static RW_READ: Script = Script::new(
     "rw-read",
-    concat!(rw_prelude!(), lock_prelude!(), fencing_prelude!(), awaited_prelude!(), include_str!("rwlock/read.lua")),
+    concat!(
+        rw_prelude!(),
+        lock_prelude!(),
+        fencing_prelude!(),
+        awaited_prelude!(),
+        include_str!("../../rwlock/read.lua")
+    ),
 );
 
 /// Read-write lock release, whatever the token holds: the write lock (compare-and-delete), a read hold, or a
@@ -519,7 +540,7 @@ pub static RW_READ: Script = Script::new(
 /// writer's place), `2` a read hold released after its expiry had passed (not purged yet), `0` nothing of ours held,
 /// `-1` another writer holds.
 pub static RW_RELEASE: Script =
-    Script::new("rw-release", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/release.lua")));
+    Script::new("rw-release", concat!(rw_prelude!(), lock_prelude!(), include_str!("../../rwlock/release.lua")));
 
 /// Read-write lock extend, and the writer's atomic downgrade: pushes the token's own expiry (the writer key's PTTL,
 /// or its reader expiry while that lies ahead); never recreates a hold that is gone. With `ARGV[3]` `"1"`, a writer
@@ -530,18 +551,18 @@ pub static RW_RELEASE: Script =
 /// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` to downgrade, `ARGV[4]` origin, `ARGV[5]` `"1"` for
 /// `SPUBLISH`. Reply: `1` extended (or downgraded; a retried downgrade finds the reader and renews it), `0` not held.
 pub static RW_EXTEND: Script =
-    Script::new("rw-extend", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/extend.lua")));
+    Script::new("rw-extend", concat!(rw_prelude!(), lock_prelude!(), include_str!("../../rwlock/extend.lua")));
 
 /// Read-write lock state, read without writing: `{writer, readers, waiting}`: `1` when a writer holds, the readers
 /// whose expiry lies ahead, and the waiting writers whose place has not expired.
 ///
 /// `KEYS[1..4]` as in every read-write lock script.
 pub static RW_STATE: Script =
-    Script::new("rw-state", concat!(rw_prelude!(), lock_prelude!(), include_str!("rwlock/state.lua")));
+    Script::new("rw-state", concat!(rw_prelude!(), lock_prelude!(), include_str!("../../rwlock/state.lua")));
 
 /// The script of every fenced write ([`FencedResource`](crate::FencedResource)): check the guard, apply the write,
 /// move the guard (see `fenced/write.lua`).
-pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("fenced/write.lua"));
+pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("../../fenced/write.lua"));
 
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
@@ -706,7 +727,7 @@ pub fn require_version(info: &str, cluster: bool) -> Result<()> {
 /// Whether a server error is an ACL refusal, on Redis and Valkey alike (see
 /// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
 pub fn is_acl_refusal(message: &str) -> bool {
-    crate::server_error::ServerErrorKind::of(message) == crate::server_error::ServerErrorKind::AclRefused
+    crate::seam::server_error::ServerErrorKind::of(message) == crate::seam::server_error::ServerErrorKind::AclRefused
 }
 
 /// The SHA-1 of the script an error came from (`… script: <sha>, on @user_script:<line>.`).
@@ -739,13 +760,13 @@ pub fn refused_command(body: &str, message: &str) -> Option<String> {
 /// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes (see
 /// [`server_error::acl_refusal`](crate::server_error::acl_refusal)).
 pub fn acl_refusal(message: &str) -> crate::AclRefusal {
-    crate::server_error::acl_refusal(message)
+    crate::seam::server_error::acl_refusal(message)
 }
 
 /// Whether a server error message is `WRONGTYPE` (from a command or from our scripts; see
 /// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
 pub fn is_wrongtype(message: &str) -> bool {
-    crate::server_error::ServerErrorKind::of(message) == crate::server_error::ServerErrorKind::WrongType
+    crate::seam::server_error::ServerErrorKind::of(message) == crate::seam::server_error::ServerErrorKind::WrongType
 }
 
 #[cfg(test)]

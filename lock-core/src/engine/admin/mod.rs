@@ -11,13 +11,15 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tracing::Instrument;
 
+use crate::engine::fair;
+use crate::engine::lock::Lock;
 use crate::error::{LockError, Result};
-use crate::lock::Lock;
 use crate::resource::LockKeys;
-use crate::store::LockStore;
+use crate::rt;
+use crate::seam::scripts;
+use crate::seam::store::LockStore;
+use crate::seam::transport::{Call, Reply, Topology};
 use crate::token::Token;
-use crate::transport::{Call, Reply, Topology};
-use crate::{fair, rt, scripts};
 
 /// Who holds a lock on one instance, as far as an operator may know.
 #[derive(Clone, Debug, PartialEq, Eq)]

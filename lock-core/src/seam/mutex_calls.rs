@@ -6,14 +6,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{LockError, Result};
-use crate::notify::ReleaseHub;
 use crate::resource::LockKeys;
-use crate::store::{
+use crate::seam::notify::ReleaseHub;
+use crate::seam::scripts;
+use crate::seam::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
+use crate::seam::transport::{Call, Ran, Reply, ScriptStore, Topology};
+use crate::telemetry;
 use crate::token::Token;
-use crate::transport::{Call, Ran, Reply, ScriptStore, Topology};
-use crate::{scripts, telemetry};
 
 fn unexpected(what: &str, reply: &Reply) -> LockError {
     LockError::backend(format!("unexpected reply to the {what} call: {reply:?}"))

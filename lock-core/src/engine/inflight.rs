@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::lock::Instances;
-use crate::primitive::Primitive;
-use crate::store::LockStore;
+use crate::engine::lock::Instances;
+use crate::engine::primitive::Primitive;
+use crate::seam::store::LockStore;
 use crate::token::Token;
 
 /// An acquire in flight on one or more stores. Releases on drop unless [`disarm`](Self::disarm)ed.

@@ -17,19 +17,20 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
 use crate::distributed_lock::LockGuard;
+use crate::engine::inflight::InFlight;
+use crate::engine::primitive::{Ask, Grant, Primitive};
+use crate::engine::redlock;
+use crate::engine::wait::{until_acquired, Attempt, Watches};
+use crate::engine::watchdog::{self, Renewable};
 use crate::error::{LockError, Result};
-use crate::inflight::InFlight;
 use crate::lost::{LostReason, LostSignal};
 use crate::options::{validate_ttl, Fencing, LockOptions};
-use crate::primitive::{Ask, Grant, Primitive};
 use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
-use crate::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::seam::store::{ExtendReply, LockStore, ReleaseOutcome};
+use crate::seam::transport::Call;
 use crate::token::{FencingToken, Token};
-use crate::transport::Call;
-use crate::wait::{until_acquired, Attempt, Watches};
-use crate::watchdog::{self, Renewable};
-use crate::{redlock, rt, telemetry};
+use crate::{rt, telemetry};
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -114,7 +115,7 @@ impl Lock {
     }
 
     pub(crate) fn with_instances(instances: Instances) -> Self {
-        crate::wait::forward_wake_ups(&instances.stores);
+        crate::engine::wait::forward_wake_ups(&instances.stores);
         Lock {
             instances: Arc::new(instances),
             prefix: DEFAULT_PREFIX.into(),
@@ -242,7 +243,7 @@ impl Lock {
         let (guard, watch) = match options.fair_queue() {
             Some(waiter_ttl) if target.queued() && !options.wait().is_zero() => {
                 // Boxed: the fair wait must not grow every acquire's future (async-std runs tests on small stacks).
-                Box::pin(crate::fair::until_granted(self, target, options, waiter_ttl)).await?
+                Box::pin(crate::engine::fair::until_granted(self, target, options, waiter_ttl)).await?
             }
             _ => {
                 let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
@@ -283,7 +284,7 @@ impl Lock {
         &self,
         target: &Arc<dyn Primitive>,
         options: &LockOptions,
-        queued: Option<crate::fair::Queued<'_>>,
+        queued: Option<crate::engine::fair::Queued<'_>>,
     ) -> Result<Attempt<Guard>> {
         let ttl = options.ttl();
         let inst = &self.instances;
@@ -402,7 +403,7 @@ impl Lock {
         target: &Arc<dyn Primitive>,
         options: &LockOptions,
         token: &Token,
-        granted: crate::notify::Granted,
+        granted: crate::seam::notify::Granted,
     ) -> Option<Guard> {
         // The release's write was not acknowledged by replicas: a waiter that asked for that claims the grant with a
         // try, whose replica acknowledgement (`WAIT`, after a write of its own) covers the grant before it.
@@ -778,7 +779,7 @@ impl GuardState {
         };
         let call_keys = [keys.lock(), keys.fence()];
         let args = [self.token.as_str()];
-        let call = Call::script("fence", &crate::scripts::FENCE, &call_keys, &args);
+        let call = Call::script("fence", &crate::seam::scripts::FENCE, &call_keys, &args);
         let ran = bounded("fence", self.call_timeout, store.as_ref(), &*self.target, false, store.call(call)).await??;
         match ran.reply.as_int() {
             Some(drawn) if drawn > 0 => {
@@ -926,7 +927,7 @@ impl GuardState {
             Ok(reports) => {
                 for (keys, report) in self.target.resources().iter().zip(reports) {
                     let outcome = report.outcome(quorum);
-                    let name = telemetry::release_outcome(outcome);
+                    let name = outcome.label();
                     span.record("outcome", name);
                     telemetry::release(name, self.target.kind().as_str(), self.deployment, keys.resource(), held);
                     if outcome != ReleaseOutcome::Released {
@@ -1020,12 +1021,12 @@ impl GuardState {
     fn resend_release(&self, unconfirmed: Vec<usize>) {
         let expiry = (*lock_mutex(&self.server_expiry)).max(self.lost.valid_until());
         let until = later(expiry, self.call_timeout.saturating_mul(2));
-        let resend = crate::inflight::resend(
+        let resend = crate::engine::inflight::resend(
             self.instances.clone(),
             self.target.clone(),
             self.token.clone(),
             self.call_timeout,
-            crate::inflight::GivenBack { failed: unconfirmed, unsure: Vec::new() },
+            crate::engine::inflight::GivenBack { failed: unconfirmed, unsure: Vec::new() },
             until,
         );
         let spawned = match &self.runtime {

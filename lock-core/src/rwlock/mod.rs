@@ -67,20 +67,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::Instrument;
 
-use crate::admin::{ExpectedHolder, ForcedRelease, Inspection};
+use crate::engine::admin::{ExpectedHolder, ForcedRelease, Inspection};
+use crate::engine::fair::FairSpec;
+use crate::engine::lock::{Guard, Lock};
+use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
+use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
-use crate::fair::FairSpec;
-use crate::lock::{Guard, Lock};
 use crate::options::{LockOptions, MIN_WAITER_TTL};
-use crate::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::resource::LockKeys;
-use crate::scripts;
-use crate::store::ReleaseOutcome;
-use crate::store::{ExtendReply, LockStore};
+use crate::seam::scripts;
+use crate::seam::store::ReleaseOutcome;
+use crate::seam::store::{ExtendReply, LockStore};
+use crate::seam::transport::Call;
 use crate::token::FencingToken;
 use crate::token::Token;
-use crate::transport::Call;
-use crate::wait::Attempt;
 
 /// How long a waiting writer's place lasts without a heartbeat, unless [`RwLock::with_waiter_ttl`] says otherwise:
 /// a writer that died while waiting keeps new readers out for at most this plus one heartbeat (a third of it).
@@ -286,8 +286,11 @@ impl RwLock {
     pub async fn state(&self) -> Result<RwState> {
         let store = self.lock.stores().first().ok_or_else(|| LockError::invalid("no store"))?;
         let writer = self.keys.lock();
-        let (readers, queue, heartbeats) =
-            (format!("{writer}:readers"), crate::fair::queue_key(&self.keys), crate::fair::heartbeats_key(&self.keys));
+        let (readers, queue, heartbeats) = (
+            format!("{writer}:readers"),
+            crate::engine::fair::queue_key(&self.keys),
+            crate::engine::fair::heartbeats_key(&self.keys),
+        );
         let call_keys = [writer, readers.as_str(), &queue, &heartbeats];
         let call = Call::script("rw-state", &scripts::RW_STATE, &call_keys, &[]);
         let reply = self.lock.call_bounded(store.as_ref(), call).await?;
@@ -302,7 +305,7 @@ impl RwLock {
     }
 
     /// The hub and channel a grant that lets readers in wakes the next local waiter on.
-    fn wake_up_target(&self) -> Option<(Arc<crate::notify::ReleaseHub>, String)> {
+    fn wake_up_target(&self) -> Option<(Arc<crate::seam::notify::ReleaseHub>, String)> {
         let hub = self.lock.stores().first()?.release_hub()?.clone();
         Some((hub, self.keys.channel().to_owned()))
     }
@@ -333,7 +336,7 @@ impl ReadGuard {
         self.guard.fencing_token()
     }
 
-    crate::lock::guard_accessors!("hold");
+    crate::engine::lock::guard_accessors!("hold");
 
     /// Leaves the readers: `Released`, or `AlreadyExpired` when the hold had expired. The last reader out tells the
     /// head waiting writer.
@@ -356,7 +359,7 @@ pub struct WriteGuard {
     guard: Guard,
     target: Arc<RwTarget>,
     ttl: Duration,
-    hub_channel: Option<(Arc<crate::notify::ReleaseHub>, String)>,
+    hub_channel: Option<(Arc<crate::seam::notify::ReleaseHub>, String)>,
 }
 
 impl WriteGuard {
@@ -365,7 +368,7 @@ impl WriteGuard {
         self.guard.fencing_token()
     }
 
-    crate::lock::guard_accessors!("hold");
+    crate::engine::lock::guard_accessors!("hold");
 
     /// Turns the write hold into a read hold in one atomic step (no writer can be granted in between), with the
     /// acquire's TTL from now; waiting readers come in when no writer waits. The read guard's epoch is this write's
@@ -506,7 +509,7 @@ impl RwTarget {
 
 #[async_trait]
 impl Primitive for RwTarget {
-    crate::primitive::scripted_calls!(acquire, extend, release);
+    crate::engine::primitive::scripted_calls!(acquire, extend, release);
 
     fn kind(&self) -> Kind {
         if self.reader {

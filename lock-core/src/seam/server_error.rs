@@ -19,7 +19,7 @@
 //! ```
 
 use crate::error::{AclRefusal, BoxError, LockError};
-use crate::transport::Call;
+use crate::seam::transport::Call;
 
 /// What a server's error reply means. `#[non_exhaustive]`: servers add codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,9 +147,9 @@ pub fn acl_refusal(message: &str) -> AclRefusal {
         .map(|(command, _)| command.to_ascii_uppercase())
         .filter(|command| !command.is_empty());
     let scripted = || {
-        crate::scripts::script_sha(message)
-            .and_then(crate::scripts::by_sha1)
-            .and_then(|script| crate::scripts::refused_command(script.body(), message))
+        crate::seam::scripts::script_sha(message)
+            .and_then(crate::seam::scripts::by_sha1)
+            .and_then(|script| crate::seam::scripts::refused_command(script.body(), message))
     };
     AclRefusal { command: quoted.or_else(scripted), message: message.to_owned() }
 }

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use futures_util::future::{select, select_all, Either};
 
 use crate::error::{LockError, Result};
-use crate::notify::{ReleaseHub, ReleaseWatch, Wake};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
-use crate::scripts;
-use crate::store::LockStore;
-use crate::transport::{Call, Topology};
+use crate::seam::notify::{ReleaseHub, ReleaseWatch, Wake};
+use crate::seam::scripts;
+use crate::seam::store::LockStore;
+use crate::seam::transport::{Call, Topology};
 
 /// The result of one try.
 pub(crate) enum Attempt<G> {
@@ -92,7 +92,7 @@ impl Watches {
 
 /// What a waiter arriving on `channels` of `stores` finds, with one lookup per instance and channel: `(queued,
 /// listening)`, whether local waiters are registered on any of them, and whether every instance already hears
-/// releases on every one of them (see [`Presence::listens`](crate::notify::Presence::listens)).
+/// releases on every one of them (see [`Presence::listens`](crate::seam::notify::Presence::listens)).
 fn arrival(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> (bool, bool) {
     let (mut queued, mut listening) = (false, !stores.is_empty());
     for store in stores {
@@ -121,7 +121,7 @@ pub(crate) fn forward_wake_ups(stores: &[Arc<dyn LockStore>]) {
 }
 
 /// How long a pass-on may take (it runs in the background, for waiters of other processes).
-const PASS_ON_BOUND: Duration = crate::lock::DEFAULT_OPERATION_TIMEOUT;
+const PASS_ON_BOUND: Duration = crate::engine::lock::DEFAULT_OPERATION_TIMEOUT;
 
 /// Passes a wake-up this process cannot use on to the next waiting process (see
 /// [`PASS_ON`](crate::scripts::PASS_ON)), in the background: it is called where a message is delivered or a
