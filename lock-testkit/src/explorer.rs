@@ -33,10 +33,21 @@
 //! are per slot (no two permits on one slot at once, tokens increasing per slot), no permit left behind, and no
 //! waiter asleep while no permit is held.
 //!
+//! Of the other mutex schedules, four in ten take another primitive on the same name (drawn from a stream of their
+//! own, so every schedule that is not one of these is what it was before they came):
+//! - **multi-lock**: sessions take the name together with a second one ([`Lock::acquire_all`], either order) or
+//!   alone as a lock; the checks hold per name (no two holds of either at once, tokens increasing per name), and
+//!   neither name's key is left behind;
+//! - **election**: sessions campaign (try, or wait within their budget) and lead, renewing in the background, then
+//!   resign or drop; the checks: one leader at a time, terms increasing, no leader key left, no renewal after the
+//!   end, no candidate asleep while nobody leads;
+//! - **job lock**: sessions run one of three ticks ([`JobLock::run_tick`]); the checks: runs never overlap, tokens
+//!   increase, no tick's work starts twice, no job key left behind.
+//!
 //! A failing schedule is reported with its seed; [`Explorer::replay`] runs that seed alone. See
 //! `lock-testkit/tests/explore.rs` for the environment variables that run millions.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,8 +56,9 @@ use std::time::{Duration, Instant};
 use futures_util::future::{select, Either};
 use futures_util::stream::{self, StreamExt};
 use lock_core::{
-    Fencing, Guard, Lock, LockError, LockKeys, LockOptions, LockStore, ReadGuard, RenewPolicy, RetryPolicy, RwLock,
-    Semaphore, WriteGuard, DEFAULT_PREFIX,
+    Election, ElectionOptions, Fencing, Guard, JobContext, JobLock, JobOptions, JobOutcome, Lock, LockError, LockKeys,
+    LockOptions, LockStore, LostSignal, ReadGuard, RenewPolicy, RetryPolicy, RwLock, Semaphore, WriteGuard,
+    DEFAULT_PREFIX,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -56,6 +68,10 @@ use crate::runtime::sleep;
 use crate::scripted::{is_injected, CancelAfter, Delivery, Fault, Injected, Op, ScriptedServer, ScriptedStore};
 
 const RESOURCE: &str = "explored";
+/// The second name a multi-lock schedule's sessions take with [`RESOURCE`].
+const OTHER: &str = "explored-too";
+/// The ticks a job schedule's runs choose from.
+const TICKS: u64 = 3;
 /// Shortest backoff between tries of a waiting acquire: long, so a waiter that relies on it is seen.
 const MIN_DELAY: Duration = Duration::from_millis(150);
 /// Longest backoff.
@@ -141,6 +157,23 @@ enum Role {
     },
     /// This many permits of the semaphore.
     Permits(u32),
+    /// [`RESOURCE`] and [`OTHER`] with one multi-lock, [`OTHER`] named first or second.
+    Both {
+        other_first: bool,
+    },
+    /// A candidacy in the election named [`RESOURCE`].
+    Lead,
+    /// A run of the job named [`RESOURCE`] for this tick.
+    Tick(u64),
+}
+
+/// The primitive a mutex schedule's sessions take instead of (or, for the multi-lock, beside) the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Other {
+    Nothing,
+    Multi,
+    Election,
+    Job,
 }
 
 /// The semaphore's limit in these schedules.
@@ -202,6 +235,8 @@ pub struct Schedule {
     /// Every server refuses every subscription (as an ACL without the lock's channels would): no waiter hears a
     /// release, and each must know it (see `RetryPolicy::with_safety_poll`).
     deaf: bool,
+    /// A mutex schedule on one primitive beside the lock: the multi-lock, the election or the job lock.
+    other: Other,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -338,7 +373,45 @@ impl Schedule {
                 }
             }
         }
-        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair, deaf }
+        // The other primitives, from a sixth stream drawn last: every seed that does not pick one (the fixed seeds
+        // of `tests/explore.rs` among them) keeps the schedule it had before they came.
+        let mut others = StdRng::seed_from_u64(seed ^ 0x006f_7468_6572);
+        let other = match (rw || sem || fair, others.random_range(0..10)) {
+            (false, 0..=1) => Other::Multi,
+            (false, 2) => Other::Election,
+            (false, 3) => Other::Job,
+            _ => Other::Nothing,
+        };
+        for session in actors.iter_mut().flat_map(|a| a.sessions.iter_mut()) {
+            session.role = match other {
+                Other::Nothing => continue,
+                Other::Multi if chance(&mut others, 0.3) => continue,
+                Other::Multi => Role::Both { other_first: chance(&mut others, 0.5) },
+                Other::Election => Role::Lead,
+                Other::Job => {
+                    // A job's run is one try.
+                    session.take = Take::Try;
+                    Role::Tick(others.random_range(0..TICKS))
+                }
+            };
+            // Tokens on demand are drawn through a lock's guard only.
+            session.draw = None;
+        }
+        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair, deaf, other }
+    }
+
+    /// The primitive the schedule exercises, named as in the metrics' `primitive` label (`lock`, `fair_lock`,
+    /// `multi_lock`, `semaphore`, `election`, `job`, `rwlock`).
+    pub fn primitive(&self) -> &'static str {
+        match (self.rw, self.sem, self.fair, self.other) {
+            (true, _, _, _) => "rwlock",
+            (_, true, _, _) => "semaphore",
+            (_, _, true, _) => "fair_lock",
+            (_, _, _, Other::Multi) => "multi_lock",
+            (_, _, _, Other::Election) => "election",
+            (_, _, _, Other::Job) => "job",
+            (_, _, _, Other::Nothing) => "lock",
+        }
     }
 
     /// The fencing mode of every acquisition.
@@ -428,6 +501,8 @@ pub struct Summary {
     pub calls: usize,
     /// Faults injected into them.
     pub faults: usize,
+    /// Per primitive (named as in the metrics' `primitive` label): schedules run, and acquisitions in them.
+    pub primitives: BTreeMap<&'static str, (u64, usize)>,
 }
 
 impl Summary {
@@ -438,6 +513,11 @@ impl Summary {
         self.errors += other.errors;
         self.calls += other.calls;
         self.faults += other.faults;
+        for (primitive, (schedules, acquired)) in &other.primitives {
+            let entry = self.primitives.entry(primitive).or_default();
+            entry.0 += schedules;
+            entry.1 += acquired;
+        }
     }
 }
 
@@ -541,6 +621,11 @@ struct World {
     /// A semaphore schedule: each process's semaphore, and per slot the holds its actors believed in.
     sems: Vec<Semaphore>,
     slots: Vec<Checker>,
+    /// A multi-lock schedule: [`OTHER`]'s keys and the holds of it its actors believed in.
+    other_keys: LockKeys,
+    other_checker: Checker,
+    /// A job schedule: each tick whose work started, and who started it.
+    ticks: Mutex<Vec<(u64, String)>>,
 }
 
 /// One read or write hold of a read-write schedule, as its actor believed it.
@@ -570,7 +655,10 @@ impl World {
                     && live_members(memory, &format!("{}:readers", self.rw_keys.lock())) == 0
             });
         }
-        self.servers.iter().all(|s| s.memory().ttl_of(&self.keys).is_none())
+        self.servers.iter().all(|s| {
+            s.memory().ttl_of(&self.keys).is_none()
+                && (self.schedule.other != Other::Multi || s.memory().ttl_of(&self.other_keys).is_none())
+        })
     }
 
     /// Whether every key still held is one the schedule excuses (see [`excused`]).
@@ -582,7 +670,9 @@ impl World {
             return self.servers.iter().all(|s| self.rw_left(s).is_empty());
         }
         self.servers.iter().all(|s| {
-            s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token)) && self.places_left(s).is_empty()
+            s.memory().holder(&self.keys).is_none_or(|token| excused(s, &token))
+                && s.memory().holder(&self.other_keys).is_none_or(|token| excused(s, &token))
+                && self.places_left(s).is_empty()
         })
     }
 
@@ -788,6 +878,10 @@ fn build(schedule: Schedule) -> World {
     } else {
         Vec::new()
     };
+    let other_keys = match LockKeys::new(DEFAULT_PREFIX, OTHER) {
+        Ok(keys) => keys,
+        Err(err) => panic!("keys: {err}"),
+    };
     World {
         schedule,
         servers,
@@ -800,6 +894,9 @@ fn build(schedule: Schedule) -> World {
         rw_holds: Mutex::new(Vec::new()),
         sems,
         slots: (0..SEM_LIMIT).map(|_| Checker::new()).collect(),
+        other_keys,
+        other_checker: Checker::new(),
+        ticks: Mutex::new(Vec::new()),
     }
 }
 
@@ -888,13 +985,28 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
     let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, &world);
     for (n, session) in actor.sessions.iter().enumerate() {
         let owner = format!("p{}a{}s{n}", actor.process, actor.start_micros);
-        if let Role::Permits(permits) = session.role {
-            act_sem(&world, actor.process, session, permits, owner, &mut seen).await;
-            continue;
-        }
-        if session.role != Role::Lock {
-            act_rw(&world, actor.process, session, owner, &mut seen).await;
-            continue;
+        match session.role {
+            Role::Lock => {}
+            Role::Read | Role::Write { .. } => {
+                act_rw(&world, actor.process, session, owner, &mut seen).await;
+                continue;
+            }
+            Role::Both { other_first } => {
+                act_multi(&world, &lock, session, other_first, &mut seen).await;
+                continue;
+            }
+            Role::Lead => {
+                act_lead(&world, &lock, session, owner, &mut seen).await;
+                continue;
+            }
+            Role::Tick(tick) => {
+                act_job(&world, &lock, session, tick, owner, &mut seen).await;
+                continue;
+            }
+            Role::Permits(permits) => {
+                act_sem(&world, actor.process, session, permits, owner, &mut seen).await;
+                continue;
+            }
         }
         let mut opts = options(session, world.schedule.fencing_mode());
         if world.schedule.fair {
@@ -1010,6 +1122,168 @@ async fn act_sem(world: &World, process: usize, session: &Session, permits: u32,
             Some(Err(err)) => note(seen, "release", &err),
         },
     }
+}
+
+/// One session of a multi-lock schedule: take [`RESOURCE`] and [`OTHER`] together (try or wait, cut off at its
+/// cancel point), work, end; the hold is recorded on both names' checkers.
+async fn act_multi(world: &World, lock: &Lock, session: &Session, other_first: bool, seen: &mut Seen) {
+    let opts = options(session, world.schedule.fencing_mode());
+    let names = if other_first { [OTHER, RESOURCE] } else { [RESOURCE, OTHER] };
+    let waits = !matches!(session.take, Take::Try);
+    let waiting = waits.then(|| Waiting::new(&world.waiting));
+    let taken = if waits {
+        cut(lock.acquire_all(&names, &opts), session.cancel).await.map(|r| r.map(Some))
+    } else {
+        cut(lock.try_acquire_all(&names, &opts), session.cancel).await
+    };
+    drop(waiting);
+    let guard = match taken {
+        None => {
+            seen.cancelled += 1;
+            return;
+        }
+        Some(Err(err)) => {
+            seen.note(if waits { "acquire_all" } else { "try_acquire_all" }, &err, world);
+            return;
+        }
+        Some(Ok(None)) => return,
+        Some(Ok(Some(guard))) => guard,
+    };
+    seen.acquired += 1;
+    let start = Instant::now();
+    hold_for(&session.work, world, seen, |ttl| guard.extend(ttl)).await;
+    let end = Instant::now().min(guard.valid_until());
+    let owner = guard.token().to_string();
+    for (name, checker) in [(RESOURCE, &world.checker), (OTHER, &world.other_checker)] {
+        let fence = guard.fencing_token(name).map(|f| f.get());
+        checker.record(Hold { owner: owner.clone(), fence, start, end });
+    }
+    match session.end {
+        End::Drop => drop(guard),
+        End::Release { cancel } => match cut(guard.release(), cancel).await {
+            None => seen.cancelled += 1,
+            Some(Ok(_)) => {}
+            Some(Err(err)) => seen.note("release", &err, world),
+        },
+    }
+}
+
+/// The election options of a candidacy whose lease is `lease`: a renew deadline of two thirds of it and a retry
+/// period of a quarter (at least the minimum), as `ElectionOptions::validate` asks.
+fn election_options(lease: Duration) -> ElectionOptions {
+    let retry = (lease / 4).max(lock_core::election::MIN_RETRY_PERIOD);
+    ElectionOptions::default().with_lease(lease).with_renew_deadline(lease * 2 / 3).with_retry_period(retry)
+}
+
+/// One session of an election schedule: campaign (once, or until elected within its budget; cut off at its cancel
+/// point), lead through its work while the leadership renews itself, then resign or drop; the leadership is
+/// recorded with its term as its token.
+async fn act_lead(world: &World, lock: &Lock, session: &Session, id: String, seen: &mut Seen) {
+    let election = match Election::new(lock.clone(), RESOURCE, election_options(session.ttl)) {
+        Ok(election) => election,
+        Err(err) => panic!("a valid election: {err}"),
+    };
+    let taken = match session.take {
+        Take::Try => cut(election.try_campaign(&id, "v"), session.cancel).await,
+        Take::Wait { budget_ms } | Take::Renewing { budget_ms } => {
+            let waiting = Waiting::new(&world.waiting);
+            // A campaign waits until elected: its budget ends it as a cancellation would.
+            let campaign = Box::pin(cut(election.campaign(&id, "v"), session.cancel));
+            let out = match select(campaign, Box::pin(sleep(Duration::from_millis(budget_ms)))).await {
+                Either::Left((out, _)) => out.map(|r| r.map(Some)),
+                Either::Right(_) => None,
+            };
+            drop(waiting);
+            out
+        }
+    };
+    let leadership = match taken {
+        None => {
+            seen.cancelled += 1;
+            return;
+        }
+        Some(Err(err)) => {
+            seen.note("campaign", &err, world);
+            return;
+        }
+        Some(Ok(None)) => return,
+        Some(Ok(Some(leadership))) => leadership,
+    };
+    seen.acquired += 1;
+    let start = Instant::now();
+    // The leadership renews itself; the session's own extensions have nothing to extend.
+    sleep_through(&session.work).await;
+    let end = Instant::now().min(leadership.valid_until());
+    world.checker.record(Hold { owner: id, fence: Some(leadership.term().get()), start, end });
+    match session.end {
+        End::Drop => drop(leadership),
+        End::Release { cancel } => match cut(leadership.resign(), cancel).await {
+            None => seen.cancelled += 1,
+            Some(Ok(_)) => {}
+            Some(Err(err)) => seen.note("resign", &err, world),
+        },
+    }
+}
+
+/// Records a job run's hold when its work ends, returned or cut off (by the session, or by the run's lost lock).
+struct RunRecord<'a> {
+    checker: &'a Checker,
+    owner: String,
+    fence: Option<u64>,
+    start: Instant,
+    lost: LostSignal,
+}
+
+impl Drop for RunRecord<'_> {
+    fn drop(&mut self) {
+        let end = Instant::now().min(self.lost.valid_until());
+        let hold = Hold { owner: std::mem::take(&mut self.owner), fence: self.fence, start: self.start, end };
+        self.checker.record(hold);
+    }
+}
+
+/// One session of a job schedule: run `tick` of the job (cut off at its cancel point); its work sleeps, and is
+/// recorded as a hold and as a start of its tick.
+async fn act_job(world: &World, lock: &Lock, session: &Session, tick: u64, owner: String, seen: &mut Seen) {
+    let jobs = JobLock::new(lock.clone());
+    let options = JobOptions::new(session.ttl).with_fencing(world.schedule.fencing).with_holder(owner.clone());
+    let work = |ctx: JobContext| async move {
+        world.ticks.lock().unwrap_or_else(|p| p.into_inner()).push((tick, owner.clone()));
+        let _record = RunRecord {
+            checker: &world.checker,
+            owner,
+            fence: ctx.fencing_token.map(|f| f.get()),
+            start: Instant::now(),
+            lost: ctx.lost.clone(),
+        };
+        sleep_through(&session.work).await;
+    };
+    match cut(jobs.run_tick(RESOURCE, tick, &options, work), session.cancel).await {
+        None => seen.cancelled += 1,
+        Some(Ok(JobOutcome::Ran { .. })) => seen.acquired += 1,
+        Some(Ok(_)) => {}
+        Some(Err(err)) => seen.note("run_tick", &err, world),
+    }
+}
+
+/// A session's work for a primitive that renews itself or cannot be extended: its sleeps only.
+async fn sleep_through(work: &[Work]) {
+    for step in work {
+        if let Work::Sleep { micros } = step {
+            sleep(Duration::from_micros(*micros)).await;
+        }
+    }
+}
+
+/// The ticks of a job schedule whose work started more than once.
+fn tick_violations(world: &World) -> Vec<String> {
+    let ticks = world.ticks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    (0..TICKS)
+        .filter_map(|tick| {
+            let runs: Vec<&String> = ticks.iter().filter(|(t, _)| *t == tick).map(|(_, owner)| owner).collect();
+            (runs.len() > 1).then(|| format!("tick {tick} ran {} times: {runs:?}", runs.len()))
+        })
+        .collect()
 }
 
 /// A read or write hold of a read-write schedule.
@@ -1288,9 +1562,14 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
         let log = server.log();
         summary.calls += log.len();
         summary.faults += log.iter().filter(|c| c.fault.is_some()).count();
-        if let Some(token) = server.memory().holder(&world.keys) {
-            if !excused(server, &token) {
-                problems.push(format!("instance {instance}: key of {token} left behind after every guard was gone"));
+        for keys in [&world.keys, &world.other_keys] {
+            if let Some(token) = server.memory().holder(keys) {
+                if !excused(server, &token) {
+                    problems.push(format!(
+                        "instance {instance}: key {} of {token} left behind after every guard was gone",
+                        keys.lock()
+                    ));
+                }
             }
         }
         let places = world.places_left(server);
@@ -1329,6 +1608,14 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
         }
     }
     problems.extend(rw_violations(&world));
+    problems.extend(tick_violations(&world));
+    let report = world.other_checker.report();
+    if !report.overlaps.is_empty() {
+        problems.push(format!("{OTHER}: overlapping holds: {:?}", report.overlaps));
+    }
+    if world.schedule.fencing && !report.fence_regressions.is_empty() {
+        problems.push(format!("{OTHER}: fencing regressions: {:?}", report.fence_regressions));
+    }
     for (slot, checker) in world.slots.iter().enumerate() {
         let report = checker.report();
         if !report.overlaps.is_empty() {
@@ -1342,9 +1629,12 @@ async fn run_schedule(schedule: Schedule) -> Result<Summary, Violation> {
     if !report.overlaps.is_empty() {
         problems.push(format!("overlapping holds: {:?}", report.overlaps));
     }
-    if world.schedule.fencing && !report.fence_regressions.is_empty() {
+    // An election's terms are its tokens, with fencing or without.
+    let fenced = world.schedule.fencing || world.schedule.other == Other::Election;
+    if fenced && !report.fence_regressions.is_empty() {
         problems.push(format!("fencing regressions: {:?}", report.fence_regressions));
     }
+    summary.primitives.insert(world.schedule.primitive(), (1, summary.acquired));
     match problems.is_empty() {
         true => Ok(summary),
         false => Err(fail(problems.join("; "))),

@@ -6,7 +6,7 @@
 //! `LOCK_EXPLORE_REPEAT=N` with it replays that schedule N times, 16 at once (for a failure that needs timing).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the summary is the point
 
-use lock_testkit::explorer::Explorer;
+use lock_testkit::explorer::{Explorer, Schedule};
 
 const DEFAULT_SCHEDULES: u64 = 8_000;
 const DEFAULT_FIRST_SEED: u64 = 0x5eed_0000;
@@ -83,10 +83,15 @@ fn schedules_on_a_multi_threaded_runtime() {
 ///   `a_waiter_registered_before_the_subscription_is_answered_does_not_hear`.
 #[test]
 fn schedules_that_found_bugs() {
-    const FOUND: &[u64] = &[7_495_292_524_318_454_304, 13_921_075_350_226_743_977, 1_592_597_547];
+    const FOUND: &[(u64, &str)] =
+        &[(7_495_292_524_318_454_304, "rwlock"), (13_921_075_350_226_743_977, "lock"), (1_592_597_547, "fair_lock")];
+    // Each seed still generates the schedule that found its bug (new primitives drew no schedule of theirs).
+    for &(seed, primitive) in FOUND {
+        assert_eq!(Schedule::generate(seed).primitive(), primitive, "seed {seed}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build();
     let runtime = runtime.unwrap_or_else(|err| panic!("runtime: {err}"));
-    for &seed in FOUND {
+    for &(seed, _) in FOUND {
         if let Err(violation) = runtime.block_on(Explorer::replay_repeatedly(seed, 256, CONCURRENCY)) {
             panic!("seed {seed}: {violation}");
         }
