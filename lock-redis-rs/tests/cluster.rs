@@ -20,7 +20,9 @@ async fn store(cluster: &RedisCluster) -> RedisStore {
 }
 
 async fn subject() -> Subject {
-    Subject::new(Lock::new(store(lock_testkit::cluster_cases::shared()).await))
+    let deployment = lock_testkit::cluster_cases::shared();
+    // The peer is a second process: connections and release subscriptions of its own.
+    Subject::new(Lock::new(store(deployment).await)).with_peer(Lock::new(store(deployment).await))
 }
 
 conformance_tests!(tokio, subject());

@@ -10,7 +10,9 @@ use lock_testkit::{RedisServer, Subject};
 async fn subject() -> Subject {
     let server = RedisServer::start().expect("start redis-server");
     let store = RedisStore::connect(&server.url()).await.expect("connect to redis-server");
-    Subject::new(Lock::new(store)).keep(server)
+    // A second process: connections and a release subscription of its own.
+    let peer = RedisStore::connect(&server.url()).await.expect("connect to redis-server");
+    Subject::new(Lock::new(store)).with_peer(Lock::new(peer)).keep(server)
 }
 
 lock_testkit::conformance_tests!(async_std, subject());

@@ -24,18 +24,22 @@ async fn redlock(servers: &[RedisServer]) -> Lock {
 
 async fn subject(n: usize) -> Subject {
     let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start().expect("redis-server")).collect();
+    // This process's stores, and a second process's (its own connections and release subscriptions).
     let mut stores: Vec<Arc<dyn LockStore>> = Vec::new();
+    let mut peer: Vec<Arc<dyn LockStore>> = Vec::new();
     for s in &servers {
         stores.push(Arc::new(RedisStore::connect(&s.url()).await.expect("connect")));
+        peer.push(Arc::new(RedisStore::connect(&s.url()).await.expect("connect")));
     }
     // The conformance cases use TTLs of 50-300 ms. For those, the default bound on one instance's call (TTL / 20,
     // at least 10 ms) is what Redlock prescribes in production, and what a starved scheduler on a shared runner
     // overruns on every instance at once (CI saw `Quorum { granted: 0 }` on a 100 ms try). These cases test
     // behaviour, not that bound; `minority_down_everything_still_works_within_the_instance_timeout` tests it.
-    let lock =
-        Lock::redlock(stores).with_instance_timeout(lock_testkit::conformance::STARVED).build().expect("valid Redlock");
+    let redlock = |stores| {
+        Lock::redlock(stores).with_instance_timeout(lock_testkit::conformance::STARVED).build().expect("valid Redlock")
+    };
     // The servers live as long as the case.
-    Subject::new(lock).keep(servers)
+    Subject::new(redlock(stores)).with_peer(redlock(peer)).keep(servers)
 }
 
 mod conformance_redlock3 {

@@ -20,7 +20,9 @@ async fn store(deployment: &RedisSentinel) -> RedisStore {
 }
 
 async fn subject() -> Subject {
-    Subject::new(Lock::new(store(lock_testkit::sentinel_cases::shared()).await))
+    let deployment = lock_testkit::sentinel_cases::shared();
+    // The peer is a second process: connections and release subscriptions of its own.
+    Subject::new(Lock::new(store(deployment).await)).with_peer(Lock::new(store(deployment).await))
 }
 
 conformance_tests!(tokio, subject());

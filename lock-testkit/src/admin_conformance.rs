@@ -12,9 +12,9 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lock_core::{
-    Election, ElectionOptions, ExpectedHolder, ForcedRelease, Holder, HolderLabel, HolderRole, Inspection, JobLock,
-    JobOptions, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RetryPolicy, RwLock, Semaphore,
-    OWNER_ID_LEN,
+    Election, ElectionOptions, ExpectedHolder, Fencing, FencingToken, ForcedRelease, Holder, HolderLabel, HolderRole,
+    Inspection, JobLock, JobOptions, JobOutcome, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy,
+    RetryPolicy, RwLock, Semaphore, OWNER_ID_LEN,
 };
 
 use crate::conformance::{ok, some};
@@ -431,19 +431,38 @@ pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) 
 /// permit, a reader (the writer waiting) and a writer (a reader waiting). The primitives that need one store
 /// (fair lock, semaphore, read-write lock) are skipped over Redlock.
 pub async fn every_primitive_wakes_its_next_waiter_at_release(s: &Subject) {
-    let lock = s.engine();
+    wakes_the_next_waiter(s.engine(), s.engine()).await;
+}
+
+/// As [`every_primitive_wakes_its_next_waiter_at_release`], with the waiter in another process (the subject's
+/// [peer](Subject::with_peer): its own connections and release subscription): the release must reach that
+/// process's waiter through the server, within a round trip. Skipped, saying why, for a subject without a peer.
+pub async fn every_primitive_wakes_a_waiter_of_another_process_at_release(s: &Subject) {
+    let Some(peer) = s.peer() else {
+        crate::report_skip("every_primitive_wakes_a_waiter_of_another_process_at_release", "the subject has no peer");
+        return;
+    };
+    wakes_the_next_waiter(s.engine(), peer).await;
+}
+
+/// Each primitive held through `lock`, released while a waiter waits through `waiting_lock` (the same lock, or a
+/// second process's): the waiter gets in within a round trip. The read-write lock's second step runs the other way.
+async fn wakes_the_next_waiter(lock: &Lock, waiting_lock: &Lock) {
     let long = LockOptions::new(ms(30_000));
     let waiting = slow_poller(30_000, 10_000);
     let released = |outcome: lock_core::Result<ReleaseOutcome>, what: &str| {
         assert_eq!(ok(outcome, what), ReleaseOutcome::Released, "{what}: the release");
     };
+    // A waiter waits once a try marked the name awaited, or once its own process registered it.
 
     let r = fresh("wake-lock");
     let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
     let held = ok(lock.acquire(&r, &long).await, "lock");
-    let before = local_waiters(lock, &keys);
-    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
-    let (next, outcome) = release_while_waiting("lock", lock.acquire(&r, &waiting), awaited, held.release()).await;
+    let before = local_waiters(waiting_lock, &keys);
+    let awaited =
+        || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(waiting_lock, &keys) > before };
+    let (next, outcome) =
+        release_while_waiting("lock", waiting_lock.acquire(&r, &waiting), awaited, held.release()).await;
     released(outcome, "lock");
     ok(next.release().await, "release");
 
@@ -451,12 +470,13 @@ pub async fn every_primitive_wakes_its_next_waiter_at_release(s: &Subject) {
     let names = [names[0].as_str(), names[1].as_str()];
     let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), names[1]), "LockKeys");
     let held = ok(lock.acquire(names[1], &long).await, "one of the multi-lock's resources");
-    let before = local_waiters(lock, &keys);
-    let awaited =
-        || async { ok(lock.inspect(names[1]).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let before = local_waiters(waiting_lock, &keys);
+    let awaited = || async {
+        ok(lock.inspect(names[1]).await, "inspect").awaited() || local_waiters(waiting_lock, &keys) > before
+    };
     // On Redis Cluster the two names are in two slots: taken one slot after the other.
     let ordered = waiting.clone().with_cross_slot(lock_core::CrossSlot::Ordered);
-    let waiter = lock.acquire_all(&names, &ordered);
+    let waiter = waiting_lock.acquire_all(&names, &ordered);
     let (next, outcome) = release_while_waiting("multi-lock", waiter, awaited, held.release()).await;
     released(outcome, "multi-lock");
     assert!(ok(next.release().await, "release").all_released());
@@ -465,12 +485,14 @@ pub async fn every_primitive_wakes_its_next_waiter_at_release(s: &Subject) {
     let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
     let timing =
         ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
-    let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
+    let election = ok(Election::new(lock.clone(), &r, timing.clone()), "Election::new");
+    let candidates = ok(Election::new(waiting_lock.clone(), &r, timing), "Election::new");
     let leader = ok(election.campaign("a", "1").await, "campaign");
-    let before = local_waiters(lock, &keys);
-    let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let before = local_waiters(waiting_lock, &keys);
+    let awaited =
+        || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(waiting_lock, &keys) > before };
     let (next, outcome) =
-        release_while_waiting("election", election.campaign("b", "2"), awaited, leader.resign()).await;
+        release_while_waiting("election", candidates.campaign("b", "2"), awaited, leader.resign()).await;
     released(outcome, "election");
     ok(next.resign().await, "resign");
 
@@ -484,33 +506,157 @@ pub async fn every_primitive_wakes_its_next_waiter_at_release(s: &Subject) {
     let held = ok(lock.acquire(&r, &fair(&long)).await, "fair lock");
     let queued = || async { ok(lock.inspect(&r).await, "inspect").queued() > 0 };
     let (next, outcome) =
-        release_while_waiting("fair lock", lock.acquire(&r, &fair(&waiting)), queued, held.release()).await;
+        release_while_waiting("fair lock", waiting_lock.acquire(&r, &fair(&waiting)), queued, held.release()).await;
     released(outcome, "fair lock");
     ok(next.release().await, "release");
 
     let r = fresh("wake-semaphore");
     let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
     let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let waiting_pool = ok(Semaphore::new(waiting_lock.clone(), &r, 1), "Semaphore::new");
     let permit = ok(pool.acquire(1, &long).await, "permit");
-    let before = local_waiters(lock, &keys);
-    let awaited = || async { ok(pool.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
+    let before = local_waiters(waiting_lock, &keys);
+    let awaited =
+        || async { ok(pool.inspect().await, "inspect").awaited() || local_waiters(waiting_lock, &keys) > before };
     let (next, outcome) =
-        release_while_waiting("semaphore", pool.acquire(1, &waiting), awaited, permit.release()).await;
+        release_while_waiting("semaphore", waiting_pool.acquire(1, &waiting), awaited, permit.release()).await;
     released(outcome, "semaphore");
     ok(next.release().await, "release");
 
-    let rw = ok(ok(RwLock::new(lock.clone(), &r), "RwLock::new").with_waiter_ttl(ms(30_000)), "with_waiter_ttl");
+    let rw_of = |lock: &Lock| ok(ok(RwLock::new(lock.clone(), &r), "RwLock::new").with_waiter_ttl(ms(30_000)), "ttl");
+    let (rw, waiting_rw) = (rw_of(lock), rw_of(waiting_lock));
     let keys = rw.keys().clone();
     let reader = ok(rw.read(&long).await, "read");
-    let before = local_waiters(lock, &keys);
-    let queued = || async { ok(rw.inspect().await, "inspect").queued() > 0 || local_waiters(lock, &keys) > before };
-    let (writer, outcome) = release_while_waiting("reader", rw.write(&waiting), queued, reader.release()).await;
+    let before = local_waiters(waiting_lock, &keys);
+    let queued =
+        || async { ok(rw.inspect().await, "inspect").queued() > 0 || local_waiters(waiting_lock, &keys) > before };
+    let (writer, outcome) = release_while_waiting("reader", waiting_rw.write(&waiting), queued, reader.release()).await;
     released(outcome, "reader");
+    // The writer's process releases now, and the first one waits to read.
     let before = local_waiters(lock, &keys);
     let awaited = || async { ok(rw.inspect().await, "inspect").awaited() || local_waiters(lock, &keys) > before };
     let (reader, outcome) = release_while_waiting("writer", rw.read(&waiting), awaited, writer.release()).await;
     released(outcome, "writer");
     ok(reader.release().await, "release");
+}
+
+/// Fencing means one thing in every primitive that has it, whichever way the token is drawn. Each primitive takes
+/// its name once per mode, in turn: with [`Fencing::OnAcquire`] and [`Fencing::OnDemand`] every hold gets a token
+/// (on demand: the lock's [`Guard::fence`](lock_core::Guard::fence) draws it after the grant; every other primitive
+/// draws it with the grant), strictly above the tokens of every earlier hold of that name, from one counter per
+/// name (a multi-lock's resources and a lock on one of them share it; a semaphore's is per slot); with
+/// [`Fencing::Off`] a hold has none. An election's term is its token whatever the lock's mode, and a job's run
+/// has one exactly when [`JobOptions::with_fencing`] asks.
+pub async fn every_primitive_fences_alike(s: &Subject) {
+    let lock = s.engine();
+    let modes = [Fencing::OnAcquire, Fencing::OnDemand, Fencing::Off, Fencing::OnDemand, Fencing::OnAcquire];
+    let opts = |mode: Fencing| LockOptions::new(ms(30_000)).with_fencing_mode(mode);
+    // What one hold's token says, against the last token the name gave.
+    let check = |what: &str, mode: Fencing, token: Option<FencingToken>, last: &mut u64| match (mode, token) {
+        (Fencing::Off, None) => {}
+        (Fencing::Off, Some(token)) => panic!("{what}: a token ({token}) with fencing off"),
+        (_, None) => panic!("{what}: no token with fencing {mode:?}"),
+        (_, Some(token)) => {
+            assert!(token.get() > *last, "{what}: token {token} with fencing {mode:?}, not above {last}");
+            *last = token.get();
+        }
+    };
+
+    for fair in [false, true] {
+        if fair && lock.stores().len() > 1 {
+            continue;
+        }
+        let r = fresh("fence-lock");
+        let mut last = 0;
+        for mode in modes {
+            let o = if fair { opts(mode).with_fair_queue(ms(30_000)) } else { opts(mode) };
+            let what = if fair { "fair lock" } else { "lock" };
+            let guard = ok(lock.acquire(&r, &o).await, what);
+            let token = match mode {
+                Fencing::Off => {
+                    let drawn = guard.fence().await;
+                    assert!(matches!(drawn, Err(LockError::InvalidArgument { .. })), "{what}: fence() off: {drawn:?}");
+                    guard.fencing_token()
+                }
+                _ => {
+                    let drawn = ok(guard.fence().await, "fence");
+                    assert_eq!(guard.fencing_token(), Some(drawn), "{what}: the guard keeps the token it drew");
+                    Some(drawn)
+                }
+            };
+            check(what, mode, token, &mut last);
+            ok(guard.release().await, "release");
+        }
+    }
+
+    // A multi-lock's resources, then a lock on one of them: one counter per name.
+    let names = [fresh("fence-multi-a"), fresh("fence-multi-b")];
+    let names = [names[0].as_str(), names[1].as_str()];
+    let mut last = [0, 0];
+    for mode in modes {
+        let o = opts(mode).with_cross_slot(lock_core::CrossSlot::Ordered);
+        let guard = ok(lock.acquire_all(&names, &o).await, "acquire_all");
+        for (name, last) in names.iter().zip(&mut last) {
+            check("multi-lock", mode, guard.fencing_token(name), last);
+        }
+        assert!(ok(guard.release().await, "release").all_released());
+    }
+    let guard = ok(lock.acquire(names[0], &opts(Fencing::OnAcquire)).await, "lock on a multi-lock's resource");
+    check("lock after the multi-lock", Fencing::OnAcquire, guard.fencing_token(), &mut last[0]);
+    ok(guard.release().await, "release");
+
+    // An election's terms, then a lock on its name.
+    let r = fresh("fence-election");
+    let timing =
+        ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
+    let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
+    let mut last = 0;
+    for _ in modes {
+        let leader = ok(election.campaign("a", "1").await, "campaign");
+        check("election", Fencing::OnAcquire, Some(leader.term()), &mut last);
+        ok(leader.resign().await, "resign");
+    }
+    let guard = ok(lock.acquire(&r, &opts(Fencing::OnAcquire)).await, "lock on an election's name");
+    check("lock after the election", Fencing::OnAcquire, guard.fencing_token(), &mut last);
+    ok(guard.release().await, "release");
+
+    // A job's runs: fencing on or off, by its options.
+    let jobs = JobLock::new(lock.clone());
+    let r = fresh("fence-job");
+    let mut last = 0;
+    for mode in modes {
+        let on = mode != Fencing::Off;
+        let job_options = JobOptions::new(ms(30_000)).with_fencing(on);
+        let run = jobs.run(&r, &job_options, |ctx| async move { ctx.fencing_token });
+        match ok(run.await, "job run") {
+            JobOutcome::Ran { value, fencing_token, .. } => {
+                assert_eq!(value, fencing_token, "the work and the outcome name one token");
+                check("job", if on { Fencing::OnAcquire } else { Fencing::Off }, fencing_token, &mut last);
+            }
+            other => panic!("job run: {other:?}"),
+        }
+    }
+
+    if lock.stores().len() > 1 {
+        return;
+    }
+
+    // A semaphore of one slot, and a read-write lock's writers.
+    let r = fresh("fence-semaphore");
+    let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let mut last = 0;
+    for mode in modes {
+        let permit = ok(pool.acquire(1, &opts(mode)).await, "permit");
+        check("semaphore", mode, permit.fencing_token(), &mut last);
+        ok(permit.release().await, "release");
+    }
+    let rw = ok(RwLock::new(lock.clone(), &r), "RwLock::new");
+    let mut last = 0;
+    for mode in modes {
+        let writer = ok(rw.write(&opts(mode)).await, "write");
+        check("writer", mode, writer.fencing_token(), &mut last);
+        ok(writer.release().await, "release");
+    }
 }
 
 /// Waits (bounded) until a try has marked `resource` as awaited.

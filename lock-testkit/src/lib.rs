@@ -13,7 +13,8 @@
 //! async fn subject() -> Subject {
 //!     let server = RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"));
 //!     let store = lock_core::MemoryStore::new(); // your store, connected to `server.url()`
-//!     Subject::new(Lock::new(store)).keep(server)
+//!     let peer = store.peer(); // a second one connected to it: another process, for the cross-process cases
+//!     Subject::new(Lock::new(store)).with_peer(Lock::new(peer)).keep(server)
 //! }
 //!
 //! conformance_tests!(tokio, subject());
@@ -119,6 +120,8 @@ pub struct Subject {
     skip: Option<String>,
     /// Whether the lock's user may touch keys of its own choosing (see [`Subject::without_data_keys`]).
     data_keys: bool,
+    /// The same servers' lock in a second process (see [`Subject::with_peer`]).
+    peer: Option<Lock>,
 }
 
 impl Subject {
@@ -130,7 +133,7 @@ impl Subject {
 
     /// Wraps a shared lock under test.
     pub fn from_arc(lock: Arc<dyn DistributedLock>) -> Self {
-        Subject { lock, engine: None, keep: Vec::new(), skip: None, data_keys: true }
+        Subject { lock, engine: None, keep: Vec::new(), skip: None, data_keys: true, peer: None }
     }
 
     /// A subject whose cases are skipped, each saying why on the terminal (see [`report_skip`]): what a
@@ -155,6 +158,31 @@ impl Subject {
     pub fn without_data_keys(mut self) -> Self {
         self.data_keys = false;
         self
+    }
+
+    /// Adds the lock of a second process on the same servers: a [`Lock`] over stores of its own (its own
+    /// connections and release subscriptions; [`MemoryStore::peer`](lock_core::MemoryStore::peer) in memory). The
+    /// cases of what crosses processes (a release waking a waiter of another process, for every primitive) run on
+    /// it; without one they are skipped, saying why.
+    ///
+    /// A Redis backend connects a second store to the same URL; in memory:
+    ///
+    /// ```
+    /// use lock_core::{Lock, MemoryStore};
+    /// use lock_testkit::Subject;
+    ///
+    /// let store = MemoryStore::new();
+    /// let subject = Subject::new(Lock::new(store.clone())).with_peer(Lock::new(store.peer()));
+    /// assert!(subject.peer().is_some());
+    /// ```
+    pub fn with_peer(mut self, peer: Lock) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// The second process's lock, when the subject has one (see [`Subject::with_peer`]).
+    pub fn peer(&self) -> Option<&Lock> {
+        self.peer.as_ref()
     }
 
     /// Whether the lock's user may touch keys of the cases' choosing (see [`Subject::without_data_keys`]).
@@ -525,6 +553,8 @@ macro_rules! admin_tests {
             every_primitive_refuses_a_name_outside_the_rule,
             every_primitive_is_inspected_and_force_released_alike,
             every_primitive_wakes_its_next_waiter_at_release,
+            every_primitive_wakes_a_waiter_of_another_process_at_release,
+            every_primitive_fences_alike,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

@@ -5,7 +5,8 @@ use lock_core::{Lock, MemoryStore};
 use lock_testkit::{conformance_tests, Subject};
 
 async fn subject() -> Subject {
-    Subject::new(Lock::new(MemoryStore::new()))
+    let store = MemoryStore::new();
+    Subject::new(Lock::new(store.clone())).with_peer(Lock::new(store.peer()))
 }
 
 mod tokio_runtime {

@@ -60,6 +60,18 @@ fn cluster(n: usize) -> (Lock, Vec<Arc<Instance>>) {
     (Lock::redlock(stores).build().unwrap(), instances)
 }
 
+/// The subject of a Redlock over `instances`, with a second process's lock over peers of the same instances.
+fn with_peer((lock, instances): (Lock, Vec<Arc<Instance>>)) -> Subject {
+    let peers = instances
+        .iter()
+        .map(|i| {
+            let peer = Instance { inner: i.inner.peer(), mode: AtomicU8::new(UP), raises: AtomicU64::new(0) };
+            Arc::new(peer) as Arc<dyn LockStore>
+        })
+        .collect();
+    Subject::new(lock).with_peer(Lock::redlock(peers).build().unwrap())
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -67,7 +79,7 @@ fn ms(n: u64) -> Duration {
 mod conformance_redlock3 {
     use super::*;
     async fn subject() -> Subject {
-        Subject::new(cluster(3).0)
+        with_peer(cluster(3))
     }
     conformance_tests!(tokio, subject());
 }
@@ -75,7 +87,7 @@ mod conformance_redlock3 {
 mod conformance_redlock5 {
     use super::*;
     async fn subject() -> Subject {
-        Subject::new(cluster(5).0)
+        with_peer(cluster(5))
     }
     conformance_tests!(tokio, subject());
 }

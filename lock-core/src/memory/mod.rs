@@ -5,7 +5,7 @@ mod keyspace;
 mod lua;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -26,7 +26,8 @@ use lua::Engine;
 ///
 /// Expiry uses the monotonic clock; `TIME` is the wall clock when the store was created plus monotonic time since,
 /// so it never steps back. Fencing counters live as long as the store: they are meaningful only inside this
-/// process, which is also the only place the lock is. Releases wake local waiters directly.
+/// process, which is also the only place the lock is. Releases wake local waiters directly. A clone is the same
+/// client; [`peer`](Self::peer) is another client of the same keyspace, as a second process would be.
 ///
 /// ```
 /// use lock_core::{Lock, LockOptions, MemoryStore};
@@ -47,6 +48,8 @@ use lua::Engine;
 pub struct MemoryStore {
     engine: Arc<Mutex<std::result::Result<Engine, String>>>,
     hub: Arc<ReleaseHub>,
+    /// The hubs of every client of this keyspace (this one and its peers): each published message reaches all.
+    hubs: Arc<Mutex<Vec<Weak<ReleaseHub>>>>,
 }
 
 impl Default for MemoryStore {
@@ -64,7 +67,44 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         let engine = Engine::new().map_err(|err| format!("the in-memory store's Lua state failed to start: {err}"));
-        MemoryStore { engine: Arc::new(Mutex::new(engine)), hub: ReleaseHub::local() }
+        let hub = ReleaseHub::local();
+        let hubs = Arc::new(Mutex::new(vec![Arc::downgrade(&hub)]));
+        MemoryStore { engine: Arc::new(Mutex::new(engine)), hub, hubs }
+    }
+
+    /// Another client of this store's keyspace, with release notifications of its own: what a second process
+    /// connected to the same server is. A lock on it waits, lines up and is woken as another process's would be
+    /// (a release that names one process wakes that one only), so what crosses processes can be tested without a
+    /// server.
+    ///
+    /// ```
+    /// use lock_core::{Lock, LockOptions, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let here = MemoryStore::new();
+    /// let (a, b) = (Lock::new(here.clone()), Lock::new(here.peer()));
+    /// let opts = LockOptions::new(Duration::from_secs(5));
+    /// let held = a.acquire("shared", &opts).await?;
+    /// assert!(b.try_acquire("shared", &opts).await?.is_none(), "one keyspace, one holder");
+    /// held.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peer(&self) -> MemoryStore {
+        let hub = ReleaseHub::local();
+        let mut hubs = self.hubs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Peers come and go in tests: forget the hubs of those gone.
+        hubs.retain(|hub| hub.strong_count() > 0);
+        hubs.push(Arc::downgrade(&hub));
+        MemoryStore { engine: self.engine.clone(), hub, hubs: self.hubs.clone() }
+    }
+
+    /// The hubs of every live client of the keyspace.
+    fn live_hubs(&self) -> Vec<Arc<ReleaseHub>> {
+        let hubs = self.hubs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        hubs.iter().filter_map(Weak::upgrade).collect()
     }
 
     fn engine(&self) -> MutexGuard<'_, std::result::Result<Engine, String>> {
@@ -165,8 +205,13 @@ impl ScriptStore for MemoryStore {
     async fn run(&self, call: Call<'_>) -> Result<Ran> {
         let (ran, published) = self.execute(call);
         // Outside the engine's lock: a woken waiter may call straight back in.
-        for (channel, payload) in published {
-            self.hub.deliver(&channel, &payload);
+        if !published.is_empty() {
+            let hubs = self.live_hubs();
+            for (channel, payload) in published {
+                for hub in &hubs {
+                    hub.deliver(&channel, &payload);
+                }
+            }
         }
         ran
     }
