@@ -3,6 +3,7 @@
 //! It also compiles the workspace README's examples as doc tests, so they cannot rot.
 
 pub mod fenced_sql;
+pub mod rustis_store;
 
 use lock_core::{Lock, MemoryStore};
 use lock_redis_rs::RedisStore;
