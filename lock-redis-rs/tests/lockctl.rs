@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use lock_core::{HolderLabel, Lock, LockOptions, ReleaseOutcome, RetryPolicy};
 use lock_redis_rs::RedisStore;
 use lock_testkit::RedisServer;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -419,11 +419,26 @@ async fn every_primitive_is_listed_inspected_and_freed() {
     let writer = rw.try_write(&long).await.unwrap().expect("no reader left: the writer gets in");
 
     let seen = json(&run(&url, &["inspect", "leader", "--json"]));
+    assert_eq!(seen["record"]["id"], "node-1", "the leader's record: {seen}");
+    assert_eq!(seen["record"]["value"], "10.0.0.1", "{seen}");
+    assert_eq!(seen["record"]["term"], leader.term().get().to_string(), "{seen}");
+    assert!(seen["record"].get("token").is_none(), "a holder's token is never shown: {seen}");
+    let text = stdout(&run(&url, &["inspect", "leader"]));
+    assert!(text.contains("record    id=node-1") && text.contains(" term="), "{text}");
     let owner = seen["holder"]["owner"].as_str().unwrap().to_owned();
     let freed = run(&url, &["force-release", "leader", "--yes", "--owner", &owner]);
     assert_eq!(freed.status.code(), Some(0), "{freed:?}");
     let next_leader = election.try_campaign("node-2", "10.0.0.2").await.unwrap().expect("the election is free");
     assert!(next_leader.term() > leader.term());
+
+    // A job's last run: free once it finished, its record says who ran it and how it ended.
+    let jobs = lock_core::JobLock::new(lock.clone());
+    let job = lock_core::JobOptions::new(ms(60_000)).with_holder("cron-3");
+    jobs.run("nightly", &job, |_| async {}).await.unwrap();
+    let seen = json(&run(&url, &["inspect", "nightly", "--json"]));
+    assert_eq!((&seen["held"], &seen["record"]["holder"]), (&json!(false), &json!("cron-3")), "{seen}");
+    assert_eq!(seen["record"]["outcome"], "finished", "{seen}");
+    assert!(seen["record"].get("token").is_none(), "{seen}");
 
     for guard in [plain] {
         guard.release().await.unwrap();

@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Every primitive's holders are shown: a lock's, a fair lock's, a job's run, an election's leader, a read-write
-//! lock's writer and readers, a semaphore's permits with their slots; `force-release` frees any of them.
+//! lock's writer and readers, a semaphore's permits with their slots; `force-release` frees any of them. `inspect`
+//! also prints a name's record: an election's leader and term, a job's last run (who, when, how it ended).
 //!
 //! Exit codes: 0 done (for `inspect`: the lock is held); 1 `inspect` found the lock free, or `force-release` found
 //! nothing to free; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed;
@@ -238,6 +239,7 @@ fn inspection_json(seen: &Inspection) -> Value {
                 "fence": state.fence,
                 "awaited": state.awaited,
                 "queued": state.queued,
+                "record": record_json(&state.record),
             }),
             Err(err) => json!({ "error": err.to_string() }),
         })
@@ -250,8 +252,17 @@ fn inspection_json(seen: &Inspection) -> Value {
         "fence": seen.fence(),
         "awaited": seen.awaited(),
         "queued": seen.queued(),
+        "record": record_json(seen.record()),
         "instances": instances,
     })
+}
+
+/// A name's record (an election's leader, a job's last run) as a JSON object, `null` when it keeps none.
+fn record_json(record: &[(String, String)]) -> Value {
+    match record {
+        [] => Value::Null,
+        fields => Value::Object(fields.iter().map(|(field, value)| (field.clone(), json!(value))).collect()),
+    }
 }
 
 fn describe_holder(holder: Option<&Holder>) -> String {
@@ -294,6 +305,10 @@ fn print_inspection(cli: &Cli, seen: &Inspection) {
         (false, _) => "no".to_owned(),
     };
     out!("waiters   {waiting}");
+    if !seen.record().is_empty() {
+        let fields: Vec<String> = seen.record().iter().map(|(field, value)| format!("{field}={value}")).collect();
+        out!("record    {}", fields.join(" "));
+    }
     if seen.instances.len() > 1 {
         for (i, state) in seen.instances.iter().enumerate() {
             match state {

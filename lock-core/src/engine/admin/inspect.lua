@@ -12,6 +12,25 @@ if type(queued) == 'table' then
   return redis.error_reply('WRONGTYPE fair queue ' .. KEYS[4] .. ' is not a sorted set')
 end
 local reply = {value or '', redis.call('PTTL', KEYS[1]), fence or '', redis.call('PTTL', KEYS[3]), queued}
+-- The name's record, when a primitive keeps one (`KEYS[8]`: an election's leader, a job's last run): its field
+-- count, then its fields and values, without the holder's token (a capability, never shown).
+local record = {}
+local kind = redis.call('TYPE', KEYS[8]).ok
+if kind == 'hash' then
+  local fields = redis.call('HGETALL', KEYS[8])
+  for i = 1, #fields, 2 do
+    if fields[i] ~= 'token' then
+      table.insert(record, fields[i])
+      table.insert(record, fields[i + 1])
+    end
+  end
+elseif kind ~= 'none' then
+  return redis.error_reply('WRONGTYPE record ' .. KEYS[8] .. ' is not a hash')
+end
+table.insert(reply, #record / 2)
+for _, item in ipairs(record) do
+  table.insert(reply, item)
+end
 local readers, permits, refused_shared = shared_holders()
 if refused_shared then
   return refused_shared

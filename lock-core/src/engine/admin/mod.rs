@@ -80,6 +80,10 @@ pub struct LockState {
     /// The live holders that share the name, each with its own expiry: a read-write lock's readers, a semaphore's
     /// permits (at most 1000 of each, soonest to expire first).
     pub shared: Vec<Holder>,
+    /// The name's record, when a primitive keeps one (`prefix{name}:info`), as field and value: an election's
+    /// leader (`id`, `value`, `term`), a job's last run (`holder`, `started_ms`, `at_least_ms`, `finished_ms`,
+    /// `outcome`; times in ms of the server's clock). The holder's token is never in it. Empty for the others.
+    pub record: Vec<(String, String)>,
 }
 
 /// What [`Lock::inspect`] found: each instance's view, and the summary a single-instance lock needs.
@@ -114,6 +118,33 @@ impl Inspection {
     /// (the primitives that share a name run on one store).
     pub fn shared(&self) -> &[Holder] {
         self.states().next().map(|state| state.shared.as_slice()).unwrap_or_default()
+    }
+
+    /// The name's record (see [`LockState::record`]) as the first instance that answered keeps it: an election's
+    /// leader and term, a job's last run.
+    ///
+    /// ```
+    /// use lock_core::{JobLock, JobOptions, Lock, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let lock = Lock::new(MemoryStore::new());
+    /// let opts = JobOptions::new(Duration::from_secs(60)).with_holder("replica-2");
+    /// JobLock::new(lock.clone()).run("nightly", &opts, |_| async {}).await?;
+    /// let seen = lock.inspect("nightly").await?;
+    /// assert_eq!(seen.record_field("holder"), Some("replica-2"));
+    /// assert_eq!(seen.record_field("outcome"), Some("finished"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn record(&self) -> &[(String, String)] {
+        self.states().next().map(|state| state.record.as_slice()).unwrap_or_default()
+    }
+
+    /// One field of the [`record`](Self::record).
+    pub fn record_field(&self, field: &str) -> Option<&str> {
+        self.record().iter().find(|(name, _)| name == field).map(|(_, value)| value.as_str())
     }
 
     /// The highest fencing counter any instance reported: the next fenced grant's token is above it.
@@ -291,7 +322,8 @@ impl Lock {
         let queue = fair::queue_key(keys);
         let readers = keys.readers();
         let [permits, _, grants, _] = keys.semaphore();
-        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants];
+        let record = format!("{}:info", keys.lock());
+        let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants, &record];
         let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
         let calls = self.stores().iter().map(|store| {
             let call = Call::script("inspect", &scripts::INSPECT, &call_keys, &[]);
@@ -471,9 +503,19 @@ fn holders(items: &[Reply]) -> Option<Vec<Holder>> {
 
 fn parse_state(reply: &Reply) -> Result<LockState> {
     let Reply::Array(items) = reply else { return Err(unexpected("inspect", reply)) };
-    let [value, pttl, fence, mark, queued, tail @ ..] = items.as_slice() else {
+    let [value, pttl, fence, mark, queued, fields, tail @ ..] = items.as_slice() else {
         return Err(unexpected("inspect", reply));
     };
+    let fields = fields.as_int().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| unexpected("inspect", reply))?;
+    let (record, tail) = tail.split_at_checked(fields.saturating_mul(2)).ok_or_else(|| unexpected("inspect", reply))?;
+    let record = record
+        .chunks(2)
+        .map(|pair| match pair {
+            [field, value] => field.to_text_lossy().zip(value.to_text_lossy()),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| unexpected("inspect", reply))?;
     let shared = holders(tail).ok_or_else(|| unexpected("inspect", reply))?;
     let value = value.to_text_lossy().ok_or_else(|| unexpected("inspect", reply))?;
     let pttl = pttl.as_int().ok_or_else(|| unexpected("inspect", reply))?;
@@ -493,6 +535,7 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
         awaited: mark > 0,
         queued: u64::try_from(queued).unwrap_or(0),
         shared,
+        record,
     })
 }
 
@@ -560,6 +603,7 @@ mod tests {
             bulk("17"),
             Reply::Int(5),
             Reply::Int(2),
+            Reply::Int(0),
         ]);
         let state = parse_state(&reply).unwrap();
         let holder = state.holder.unwrap();
@@ -568,11 +612,12 @@ mod tests {
         assert_eq!(holder.ttl, Some(Duration::from_millis(900)));
         assert_eq!((state.fence, state.awaited, state.queued), (Some(17), true, 2));
 
-        let free = Reply::Array(vec![bulk(""), Reply::Int(-2), bulk(""), Reply::Int(-2), Reply::Int(0)]);
+        let free = Reply::Array(vec![bulk(""), Reply::Int(-2), bulk(""), Reply::Int(-2), Reply::Int(0), Reply::Int(0)]);
         let state = parse_state(&free).unwrap();
         assert_eq!((state.holder, state.fence, state.awaited), (None, None, false));
 
-        let foreign = Reply::Array(vec![bulk("x"), Reply::Int(-1), bulk("nope"), Reply::Int(-2), Reply::Int(0)]);
+        let foreign =
+            Reply::Array(vec![bulk("x"), Reply::Int(-1), bulk("nope"), Reply::Int(-2), Reply::Int(0), Reply::Int(0)]);
         assert!(matches!(parse_state(&foreign), Err(LockError::WrongType { .. })));
         assert!(parse_state(&Reply::Int(1)).is_err());
 
@@ -587,6 +632,32 @@ mod tests {
             items.push(bulk("r"));
         }
         assert!(parse_state(&with_readers).is_err(), "a holder cut short");
+
+        let recorded = Reply::Array(vec![
+            bulk(""),
+            Reply::Int(-2),
+            bulk("4"),
+            Reply::Int(-2),
+            Reply::Int(0),
+            Reply::Int(2),
+            bulk("holder"),
+            bulk("cron"),
+            bulk("outcome"),
+            bulk("finished"),
+            bulk("r"),
+            bulk("0123456789abcdef0123456789abcdef"),
+            Reply::Int(40),
+            bulk(""),
+        ]);
+        let state = parse_state(&recorded).unwrap();
+        let record = [("holder".to_owned(), "cron".to_owned()), ("outcome".to_owned(), "finished".to_owned())];
+        assert_eq!(state.record, record);
+        assert_eq!(state.shared.len(), 1, "the holders after the record");
+        let mut cut = recorded.clone();
+        if let Reply::Array(items) = &mut cut {
+            items[5] = Reply::Int(9);
+        }
+        assert!(parse_state(&cut).is_err(), "a record longer than the reply");
     }
 
     #[test]
@@ -662,6 +733,7 @@ mod tests {
                 awaited: false,
                 queued: 0,
                 shared: vec![],
+                record: vec![],
             })
         };
         let split = Inspection {
