@@ -348,7 +348,14 @@ pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) 
         ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
     let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
     let leader = ok(election.campaign("a", "1").await, "campaign");
-    let owner = shown(&ok(lock.inspect(&r).await, "inspect"), HolderRole::Exclusive, "election");
+    let seen = ok(lock.inspect(&r).await, "inspect");
+    let term = leader.term().get().to_string();
+    let record = [("id", "a"), ("value", "1"), ("term", term.as_str())];
+    for (field, value) in record {
+        assert_eq!(seen.record_field(field), Some(value), "election: the leader's record: {seen:?}");
+    }
+    assert_eq!(seen.record_field("token"), None, "election: a holder's token is never shown");
+    let owner = shown(&seen, HolderRole::Exclusive, "election");
     let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
     let before = local_waiters(lock, &keys);
     let awaited = || async { ok(lock.inspect(&r).await, "inspect").awaited() || local_waiters(lock, &keys) > before };
@@ -379,6 +386,8 @@ pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) 
         }
         let seen = ok(lock.inspect(&r).await, "inspect");
         assert_eq!(seen.holder().and_then(|h| h.label.as_deref()), Some("nightly on host 1"), "job: {seen:?}");
+        let running = [("holder", "nightly on host 1"), ("outcome", "running")];
+        assert!(running.iter().all(|(f, v)| seen.record_field(f) == Some(v)), "job: the run's record: {seen:?}");
         let owner = shown(&seen, HolderRole::Exclusive, "job");
         let forced = ok(lock.force_release_expecting(&r, &ExpectedHolder::Owner(owner)).await, "force_release");
         assert!(forced.released(), "job: {forced:?}");
@@ -387,6 +396,8 @@ pub async fn every_primitive_is_inspected_and_force_released_alike(s: &Subject) 
     assert!(matches!(ran, Err(LockError::Lost { .. })), "job: the freed run did not learn it lost its lock: {ran:?}");
     let again = ok(jobs.run(&r, &JobOptions::new(ms(5_000)), |_| async {}).await, "the next run");
     assert!(matches!(again, lock_core::JobOutcome::Ran { .. }), "job: the next run after a forced release: {again:?}");
+    let seen = ok(lock.inspect(&r).await, "inspect");
+    assert_eq!(seen.record_field("outcome"), Some("finished"), "job: the last run's record: {seen:?}");
 
     if lock.stores().len() > 1 {
         return;
@@ -657,6 +668,208 @@ pub async fn every_primitive_fences_alike(s: &Subject) {
         check("writer", mode, writer.fencing_token(), &mut last);
         ok(writer.release().await, "release");
     }
+}
+
+/// One waiter of [`serves_in_arrival_order`]: takes the primitive (waiting), holds it a moment, gives it back.
+type Waiter<'a> = std::pin::Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// Every primitive bounds the wait of its worst-off waiter: three waiters of one process line up behind a holder,
+/// one after another, and once the holder releases each gets in within a round trip of the release before it, the
+/// last within 2 s of the first release (each holds 10 ms; the waiters otherwise poll every 5 s), so no wake-up is
+/// lost on the way down the line. The lock, the election, the fair lock and the read-write lock's writers also
+/// serve them in the order they came (nobody behind barges); the multi-lock and the semaphore may reorder them
+/// (see `Order::Any`), within the same bound.
+pub async fn every_primitive_bounds_the_wait_of_its_last_waiter(s: &Subject) {
+    let lock = s.engine();
+    let long = LockOptions::new(ms(30_000));
+    let waiting = slow_poller(30_000, 10_000);
+    let got_in = std::sync::Mutex::new(Vec::new());
+    // Each waiter says when it got in, holds a moment, and releases through `release`.
+    let served = |i: usize| {
+        got_in.lock().unwrap_or_else(|p| p.into_inner()).push(i);
+        sleep(ms(10))
+    };
+
+    let r = fresh("order-lock");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let held = ok(lock.acquire(&r, &long).await, "lock");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (r, waiting, served) = (&r, &waiting, &served);
+        Box::pin(async move {
+            let guard = ok(lock.acquire(r, waiting).await, "lock waiter");
+            served(i).await;
+            ok(guard.release().await, "release");
+        })
+    };
+    let lined_up = |n: usize| {
+        let keys = &keys;
+        async move { local_waiters(lock, keys) >= n }
+    };
+    serves_in_arrival_order("lock", Order::Arrival, &got_in, waiter, lined_up, async {
+        ok(held.release().await, "release")
+    })
+    .await;
+
+    let names = [fresh("order-multi-a"), fresh("order-multi-b")];
+    let names = [names[0].as_str(), names[1].as_str()];
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), names[0]), "LockKeys");
+    let ordered = waiting.clone().with_cross_slot(lock_core::CrossSlot::Ordered);
+    let held = ok(lock.acquire_all(&names, &long.clone().with_cross_slot(lock_core::CrossSlot::Ordered)).await, "all");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (names, ordered, served) = (&names, &ordered, &served);
+        Box::pin(async move {
+            let guard = ok(lock.acquire_all(names, ordered).await, "multi-lock waiter");
+            served(i).await;
+            assert!(ok(guard.release().await, "release").all_released());
+        })
+    };
+    let lined_up = |n: usize| {
+        let keys = &keys;
+        async move { local_waiters(lock, keys) >= n }
+    };
+    let release = async { assert!(ok(held.release().await, "release").all_released()) };
+    serves_in_arrival_order("multi-lock", Order::Any, &got_in, waiter, lined_up, release).await;
+
+    let r = fresh("order-election");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let timing =
+        ElectionOptions::default().with_lease(ms(30_000)).with_renew_deadline(ms(20_000)).with_retry_period(ms(5_000));
+    let election = ok(Election::new(lock.clone(), &r, timing), "Election::new");
+    let leader = ok(election.campaign("leader", "0").await, "campaign");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (election, served) = (&election, &served);
+        Box::pin(async move {
+            let next = ok(election.campaign(&format!("candidate {i}"), "1").await, "campaign");
+            served(i).await;
+            ok(next.resign().await, "resign");
+        })
+    };
+    let lined_up = |n: usize| {
+        let keys = &keys;
+        async move { local_waiters(lock, keys) >= n }
+    };
+    let release = async { ok(leader.resign().await, "resign") };
+    serves_in_arrival_order("election", Order::Arrival, &got_in, waiter, lined_up, release).await;
+
+    if lock.stores().len() > 1 {
+        return;
+    }
+
+    let r = fresh("order-fair");
+    let fair = |opts: &LockOptions| opts.clone().with_fair_queue(ms(30_000));
+    let (fair_long, fair_waiting) = (fair(&long), fair(&waiting));
+    let held = ok(lock.acquire(&r, &fair_long).await, "fair lock");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (r, fair_waiting, served) = (&r, &fair_waiting, &served);
+        Box::pin(async move {
+            let guard = ok(lock.acquire(r, fair_waiting).await, "fair lock waiter");
+            served(i).await;
+            ok(guard.release().await, "release");
+        })
+    };
+    let lined_up = |n: usize| {
+        let r = &r;
+        async move { ok(lock.inspect(r).await, "inspect").queued() >= n as u64 }
+    };
+    serves_in_arrival_order("fair lock", Order::Arrival, &got_in, waiter, lined_up, async {
+        ok(held.release().await, "release")
+    })
+    .await;
+
+    let r = fresh("order-semaphore");
+    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
+    let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let permit = ok(pool.acquire(1, &long).await, "permit");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (pool, waiting, served) = (&pool, &waiting, &served);
+        Box::pin(async move {
+            let next = ok(pool.acquire(1, waiting).await, "semaphore waiter");
+            served(i).await;
+            ok(next.release().await, "release");
+        })
+    };
+    let lined_up = |n: usize| {
+        let keys = &keys;
+        async move { local_waiters(lock, keys) >= n }
+    };
+    serves_in_arrival_order("semaphore", Order::Any, &got_in, waiter, lined_up, async {
+        ok(permit.release().await, "release")
+    })
+    .await;
+
+    let rw = ok(ok(RwLock::new(lock.clone(), &r), "RwLock::new").with_waiter_ttl(ms(30_000)), "with_waiter_ttl");
+    let reader = ok(rw.read(&long).await, "read");
+    let waiter = |i: usize| -> Waiter<'_> {
+        let (rw, waiting, served) = (&rw, &waiting, &served);
+        Box::pin(async move {
+            let writer = ok(rw.write(waiting).await, "writer");
+            served(i).await;
+            ok(writer.release().await, "release");
+        })
+    };
+    let lined_up = |n: usize| {
+        let rw = &rw;
+        async move { ok(rw.inspect().await, "inspect").queued() >= n as u64 }
+    };
+    let release = async { ok(reader.release().await, "release") };
+    serves_in_arrival_order("writers behind a reader", Order::Arrival, &got_in, waiter, lined_up, release).await;
+}
+
+/// Lines up three waiters (`waiter(i)`), each once `lined_up(i + 1)` says the one before it waits, then runs
+/// `release`, and checks that they got in (as they record in `got_in`) in their order, the last within 2 s.
+/// Whether a primitive's waiters of one process must get in in the order they came.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Order {
+    Arrival,
+    /// Known: a multi-lock's release wakes one waiter per resource, and a semaphore's release wakes the next waiter
+    /// that fits; a woken waiter that finds the name taken by the one woken before it tries again behind the
+    /// waiters still asleep. Each still gets in within the bound.
+    Any,
+}
+
+async fn serves_in_arrival_order<'a, W, L, LF, R>(
+    what: &str,
+    order: Order,
+    got_in: &std::sync::Mutex<Vec<usize>>,
+    waiter: W,
+    lined_up: L,
+    release: R,
+) where
+    W: Fn(usize) -> Waiter<'a>,
+    L: Fn(usize) -> LF,
+    LF: Future<Output = bool>,
+    R: Future,
+{
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+    const WAITERS: usize = 3;
+    got_in.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    let mut waiters = FuturesUnordered::new();
+    for i in 0..WAITERS {
+        waiters.push(waiter(i));
+        let started = Instant::now();
+        loop {
+            // The waiters run meanwhile: they must be polled to line up.
+            let look = std::pin::pin!(async {
+                sleep(ms(2)).await;
+                lined_up(i + 1).await
+            });
+            match futures_util::future::select(look, waiters.next()).await {
+                futures_util::future::Either::Left((true, _)) => break,
+                futures_util::future::Either::Left((false, _)) => {}
+                futures_util::future::Either::Right(_) => panic!("{what}: a waiter got in while the holder held"),
+            }
+            assert!(started.elapsed() < ms(5_000), "{what}: waiter {i} never lined up");
+        }
+    }
+    let released = Instant::now();
+    futures_util::future::join(waiters.collect::<Vec<()>>(), release).await;
+    let took = released.elapsed();
+    let mut served = got_in.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if order == Order::Any {
+        served.sort_unstable();
+    }
+    assert_eq!(served, (0..WAITERS).collect::<Vec<_>>(), "{what}: the waiters got in out of their order");
+    assert!(took < ms(2_000), "{what}: the last waiter got in {took:?} after the release: a wake-up was lost");
 }
 
 /// Waits (bounded) until a try has marked `resource` as awaited.

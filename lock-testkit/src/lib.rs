@@ -555,6 +555,7 @@ macro_rules! admin_tests {
             every_primitive_wakes_its_next_waiter_at_release,
             every_primitive_wakes_a_waiter_of_another_process_at_release,
             every_primitive_fences_alike,
+            every_primitive_bounds_the_wait_of_its_last_waiter,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

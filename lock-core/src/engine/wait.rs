@@ -5,12 +5,13 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use event_listener::EventListener;
 use futures_util::future::{select, select_all, Either};
 
 use crate::error::{LockError, Result};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
-use crate::seam::notify::{ReleaseHub, ReleaseWatch, Wake};
+use crate::seam::notify::{Raced, ReleaseHub, ReleaseWatch, Wake};
 use crate::seam::scripts;
 use crate::seam::store::LockStore;
 use crate::seam::transport::{Call, Topology};
@@ -58,16 +59,23 @@ impl Watches {
     }
 
     /// See [`ReleaseWatch::held_during`]: the registration of a local release that completed during the try (so
-    /// the "held" may predate it), if any.
-    fn held_during(&self) -> Option<&ReleaseWatch> {
+    /// the "held" may predate it), if any; else the completions to wait for of those still on their way.
+    fn held_during(&self) -> During<'_> {
         // Every registration is asked, so each early release on its way learns that a try raced it.
         let mut completed = None;
+        let mut on_its_way = Vec::new();
         for (w, mark) in self.watches.iter().zip(&self.marks) {
-            if w.held_during(*mark) {
-                completed = Some(w);
+            match w.held_during(*mark) {
+                Raced::Completed => completed = Some(w),
+                Raced::OnItsWay(listener) => on_its_way.push(listener),
+                Raced::No => {}
             }
         }
-        completed
+        match completed {
+            Some(w) => During::Completed(w),
+            None if !on_its_way.is_empty() => During::OnItsWay(on_its_way),
+            None => During::Nothing,
+        }
     }
 
     /// Takes a wake-up kept for a newcomer on any instance (see [`ReleaseWatch::take_stored`]).
@@ -88,6 +96,15 @@ impl Watches {
     fn alone(&self) -> bool {
         self.watches.iter().all(|w| w.hub().waiters(w.channel()) <= 1)
     }
+}
+
+/// What a try that found the lock held overlapped, over every registration of the waiter.
+enum During<'a> {
+    Nothing,
+    /// A local release completed during the try, on this registration.
+    Completed(&'a ReleaseWatch),
+    /// Local releases that woke this waiter are on their way: their completions.
+    OnItsWay(Vec<EventListener>),
 }
 
 /// What a waiter arriving on `channels` of `stores` finds, with one lookup per instance and channel: `(queued,
@@ -302,6 +319,8 @@ where
     let mut attempts: u32 = 0;
     loop {
         attempts = attempts.saturating_add(1);
+        // The completions of local releases that woke this waiter and that its try overtook (see `During`).
+        let mut racing: Option<Vec<EventListener>> = None;
         // Listen before trying: a release between the try and the sleep must still wake us.
         let listeners = watch.as_mut().map(Watches::before_try);
         let mut again = false;
@@ -316,10 +335,14 @@ where
                 // it): the "held" may predate the release, so the try did not answer; look again, or pass the
                 // wake-up on if we leave now. (While such a release is still on its way, this also asks its
                 // completion to wake a waiter.)
-                if let Some(completed) = watch.as_ref().and_then(Watches::held_during) {
-                    owed.owe(completed);
-                    tracing::trace!(resource, "a local release completed during the try; trying again");
-                    again = true;
+                match watch.as_ref().map_or(During::Nothing, Watches::held_during) {
+                    During::Completed(completed) => {
+                        owed.owe(completed);
+                        tracing::trace!(resource, "a local release completed during the try; trying again");
+                        again = true;
+                    }
+                    During::OnItsWay(completions) => racing = Some(completions),
+                    During::Nothing => {}
                 }
                 (holder_ttl, None)
             }
@@ -368,6 +391,21 @@ where
         match listeners {
             Some(listeners) => {
                 tracing::trace!(resource, ?pause, "waiting for a release");
+                if let Some(completions) = racing {
+                    // Our turn, taken by a try that overtook the release that woke us: we try again as soon as that
+                    // release completes, before the waiters behind us (a wake-up at its completion would go to the
+                    // longest-listening waiter, and this one listens anew after its try).
+                    let completed = std::pin::pin!(select_all(completions));
+                    match select(completed, std::pin::pin!(listeners.or_sleep(pause))).await {
+                        Either::Left(_) => continue,
+                        Either::Right((woken, _)) => {
+                            if let Some(woke) = woken?.and_then(|i| watch.as_ref()?.watch(i)) {
+                                owed.owe(woke);
+                            }
+                            continue;
+                        }
+                    }
+                }
                 let woken = listeners.or_sleep(pause).await?;
                 tracing::trace!(resource, woken = woken.is_some(), "waiter awake");
                 if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {

@@ -70,8 +70,12 @@ struct Channel {
     releasing: usize,
     /// How many such releases have completed so far.
     completed: u64,
-    /// A waiter's try found the lock held while such a release was still on its way: wake one at its completion.
+    /// A waiter's try found the lock held while such a release was still on its way: wake it (through
+    /// [`completion`](Self::completion)), or one waiter if it left, at the release's completion.
     raced: bool,
+    /// Notified when an early-woken local release completes, for the waiters whose try raced it (see
+    /// [`ReleaseWatch::held_during`]): they try again at once, keeping their turn.
+    completion: Event,
     /// A wake-up found nobody listening (the waiters were between a try and their next wait, or the one woken
     /// left): the next newcomer that would queue behind the waiters tries at once instead.
     stored: bool,
@@ -102,6 +106,7 @@ impl Channel {
             releasing: 0,
             completed: 0,
             raced: false,
+            completion: Event::new(),
             stored: false,
             tokens: HashMap::new(),
             any: Event::new(),
@@ -613,19 +618,21 @@ impl ReleaseWatch {
         lock(&self.state).completed
     }
 
-    /// After a try (started at `progress`) found the lock held: whether to try again now, because a local release
-    /// completed meanwhile (the "held" may predate it). When one is still on its way, its completion is asked to
-    /// wake a waiter.
-    pub(crate) fn held_during(&self, progress: u64) -> bool {
+    /// After a try (started at `progress`) found the lock held: whether a local release completed meanwhile (the
+    /// "held" may predate it: try again now), or is still on its way (the try overtook the release that woke it:
+    /// the listener returned wakes this waiter at the release's completion, to try again before the waiters
+    /// behind it, whose turn it did not have).
+    pub(crate) fn held_during(&self, progress: u64) -> Raced {
         let mut ch = lock(&self.state);
         if ch.completed > progress {
-            return true;
+            return Raced::Completed;
         }
         if ch.releasing > 0 {
             tracing::trace!(channel = %ch.name, "a try found the lock held while a local release was on its way");
             ch.raced = true;
+            return Raced::OnItsWay(ch.completion.listen());
         }
-        false
+        Raced::No
     }
 }
 
@@ -673,6 +680,16 @@ impl Drop for ReleaseWatch {
     }
 }
 
+/// What a try that found the lock held overlapped (see [`ReleaseWatch::held_during`]).
+pub(crate) enum Raced {
+    /// No local release.
+    No,
+    /// A local release completed during the try.
+    Completed,
+    /// A local release that woke this waiter is still on its way: the listener hears its completion.
+    OnItsWay(EventListener),
+}
+
 /// One waiter's listener for the next wake-up on a channel (see [`ReleaseWatch::listen`]).
 pub(crate) struct Wake {
     listener: Option<EventListener>,
@@ -717,7 +734,8 @@ impl Drop for EarlyRelease {
         let mut ch = lock(&self.state);
         ch.releasing = ch.releasing.saturating_sub(1);
         ch.completed += 1;
-        if std::mem::take(&mut ch.raced) {
+        // The waiters whose try raced this release try again; if they all left, the next waiter does.
+        if std::mem::take(&mut ch.raced) && ch.completion.notify(usize::MAX) == 0 {
             ch.wake_one();
         }
     }
