@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::{command_stats, order, reset_stats, Ctx, ROUNDS};
+use super::{command_stats, reset_stats, Ctx, ROUNDS};
 use crate::alloc;
 use crate::contender::{Backend, Contender};
 use crate::cpu;
@@ -12,8 +12,18 @@ use crate::measure::{Bound, Latency};
 use crate::report::Row;
 use crate::server::{CommandStats, Server};
 
-/// Cycles each contender runs before the measured rounds (connections, script cache, pools).
+/// Cycles each contender runs before the measured slices (connections, script cache, pools).
 const WARMUP_CYCLES: u64 = 300;
+
+/// Slices per contender: each round runs one slice of every contender, so a ratio of two contenders is the median
+/// of as many per-round ratios (issue 38: ratios that hold while the machine's speed drifts).
+const SLICES: usize = 12;
+
+/// The order of the contenders in `round`: rotated by one each round, so each runs at every position of a round as
+/// often as the others (whoever runs first after a change of contender pays for it no more than the rest).
+fn rotated(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |i| (i + round) % n.max(1))
+}
 
 /// The contenders of scenarios 1 and 2 on one server.
 async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contender>> {
@@ -77,10 +87,12 @@ struct Totals {
     allocations: u64,
     latency: Latency,
     commands: CommandStats,
+    /// Cycles per second in each slice.
+    slices: Vec<f64>,
 }
 
-/// Warms every contender up, runs `ROUNDS` interleaved rounds of `tasks` concurrent cycle loops each bounded by
-/// `bound`, and reports one row per contender.
+/// Warms every contender up, runs [`SLICES`] interleaved rounds of `tasks` concurrent cycle loops, each slice a
+/// [`SLICES`]th of `bound`, and reports one row per contender.
 pub(crate) async fn cycle_scenario(
     ctx: &mut Ctx,
     scenario: &str,
@@ -102,16 +114,24 @@ pub(crate) async fn cycle_scenario(
             allocations: 0,
             latency: Latency::new()?,
             commands: CommandStats::default(),
+            slices: Vec::with_capacity(SLICES),
         });
     }
-    for round in 0..ROUNDS {
-        for i in order(round, contenders.len()) {
+    // `ROUNDS` of `bound` per contender, as the other scenarios run, cut into the slices.
+    let rounds = u32::try_from(ROUNDS).unwrap_or(u32::MAX);
+    let slice = Bound {
+        time: bound.time * rounds / u32::try_from(SLICES).unwrap_or(u32::MAX),
+        count: (bound.count * u64::from(rounds)).div_ceil(SLICES as u64),
+    };
+    for round in 0..SLICES {
+        for i in rotated(round, contenders.len()) {
             let (contender, total) = (&contenders[i], &mut totals[i]);
             reset_stats(servers)?;
             let tag = format!("{scenario}:{i}:{round}");
             let cpu_before = cpu::process_time().context("getrusage")?;
             let allocations_before = alloc::count();
-            let (cycles, elapsed, latency) = run_cycles(contender, tasks, &tag, bound).await?;
+            let (cycles, elapsed, latency) = run_cycles(contender, tasks, &tag, slice).await?;
+            total.slices.push(cycles as f64 / elapsed.as_secs_f64().max(1e-9));
             total.allocations += alloc::count().saturating_sub(allocations_before);
             total.client_cpu += cpu::process_time().context("getrusage")?.saturating_sub(cpu_before);
             total.commands.add(&command_stats(servers)?);
@@ -132,7 +152,8 @@ pub(crate) async fn cycle_scenario(
             .field("cycles", total.cycles as f64)
             .field("tasks", tasks as f64)
             .field("cmds_per_cycle", total.commands.sent(contender.nested) as f64 / cycles)
-            .field("server_cmds_per_cycle", total.commands.executed() as f64 / cycles);
+            .field("server_cmds_per_cycle", total.commands.executed() as f64 / cycles)
+            .slices("cycles_per_s", total.slices.clone());
         ctx.report.row(row);
     }
     Ok(())
