@@ -165,7 +165,7 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
     // The holders that share a name: a foreign readers' set or semaphore key is refused, and kept, by both.
     s.command(&["DEL", "lock:{e}"]).unwrap();
     let shared = ["lock:{e}:readers", "lock:{e}:sem:exp", "lock:{e}:sem:grant"];
-    let inspect_keys = [admin.as_slice(), &shared].concat();
+    let inspect_keys = [admin.as_slice(), &shared, &["lock:{e}:info"]].concat();
     let forced_keys = [forced.as_slice(), &shared, &["lock:{e}:sem:slot", "lock:{e}:sem:limit"]].concat();
     for foreign in ["lock:{e}:readers", "lock:{e}:sem:exp", "lock:{e}:sem:grant"] {
         s.command(&["SET", foreign, "foreign"]).unwrap();
@@ -176,6 +176,10 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
         assert_eq!(s.command(&["GET", foreign]).unwrap().as_text().as_deref(), Some("foreign"), "{foreign} touched");
         s.command(&["DEL", foreign]).unwrap();
     }
+    // The record an inspection reads (an election's leader, a job's last run) is a hash or nothing.
+    s.command(&["SET", "lock:{e}:info", "foreign"]).unwrap();
+    wrongtype(eval(&s, &scripts::INSPECT, &inspect_keys, &[]), "inspect over a foreign record");
+    assert_eq!(s.command(&["GET", "lock:{e}:info"]).unwrap().as_text().as_deref(), Some("foreign"), "record touched");
 }
 
 /// The read-write lock's scripts check every key's type before any write: a foreign readers' set, writer queue,
