@@ -145,6 +145,49 @@ async fn an_early_wake_that_overtakes_its_release_still_hands_off() {
     guard.release().await.unwrap();
 }
 
+/// The waiter whose try overtook the early release that woke it keeps its turn: the release's completion wakes it
+/// again, not the waiter queued behind it (which by then has listened longer). Before the fix the second waiter got
+/// the lock and the first slept its whole poll: three waiters of one process got in as [1, 2, 0] on every Redis
+/// backend (`every_primitive_bounds_the_wait_of_its_last_waiter`, on an idle machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_early_woken_waiter_whose_try_overtook_the_release_keeps_its_turn() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("turn", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("turn", &patient()).await }
+    });
+    eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    tokio::time::sleep(ms(20)).await;
+    // The second queues behind the first without trying (a newcomer does not barge past local waiters).
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("turn", &patient()).await }
+    });
+    let hub = lock.stores()[0].release_hub().cloned().unwrap();
+    eventually("the second waiter queues", ms(5_000), || hub.waiters(&keys("turn")) == 2).await;
+    tokio::time::sleep(ms(20)).await;
+    let acquires = count(&server, Op::Acquire);
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    // The early wake made the first waiter try while the release is held back: it found the lock held.
+    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    tokio::time::sleep(ms(20)).await;
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(first).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the first waiter slept {waited:?} after the release completed");
+    assert!(!second.is_finished(), "the waiter queued behind got the lock first");
+    guard.release().await.unwrap();
+    let (next, waited) = timed(second).await;
+    next.unwrap().unwrap().release().await.unwrap();
+    assert!(waited < ms(5_000), "the second waiter slept {waited:?} after the first released");
+}
+
 /// Finding 4: a Redlock waiter hears releases on every instance, not only the first: with instance 0 down, the
 /// holder's release on instances 1 and 2 wakes a waiter in another process at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
