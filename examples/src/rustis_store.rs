@@ -8,13 +8,13 @@
 //! use lock_core::{Lock, LockOptions};
 //! use std::time::Duration;
 //!
-//! # #[tokio::main]
-//! # async fn main() -> lock_core::Result<()> {
-//! let lock = Lock::new(RustisStore::connect("redis://127.0.0.1:6379").await?);
+//! // `url` names your server; the tests pass the one `lock_testkit::RedisServer` started on a free port.
+//! async fn report(url: &str) -> lock_core::Result<()> {
+//! let lock = Lock::new(RustisStore::connect(url).await?);
 //! let guard = lock.acquire("reports/daily", &LockOptions::new(Duration::from_secs(10))).await?;
 //! guard.release().await?;
-//! # Ok(())
-//! # }
+//! Ok(())
+//! }
 //! ```
 
 use std::fmt;

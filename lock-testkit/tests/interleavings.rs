@@ -115,6 +115,22 @@ async fn a_woken_waiter_that_is_cancelled_passes_its_wake_up_on() {
     guard.release().await.unwrap();
 }
 
+/// Releases `holder` with its release held at a gate on its first poll (not queued yet, see
+/// `ScriptedStore::ordered`) until the waiter its early wake woke has tried and found the lock still held, then lets
+/// the release complete.
+async fn release_overtaken_by_its_early_wake(server: &ScriptedServer, holder: lock_core::Guard) {
+    let acquires = count(server, Op::Acquire);
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    // The early wake made the waiter try while the release is held back: it found the lock held.
+    eventually("the woken waiter tried", ms(5_000), || count(server, Op::Acquire) > acquires).await;
+    tokio::time::sleep(ms(20)).await;
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+}
+
 /// Finding 7: with a store that orders commands, the engine wakes the next waiter as soon as the release call is
 /// pending. When the release was not queued yet (a busy channel, a coop budget), the woken waiter's try finds
 /// the lock still held; it must get the lock once the release completes, not at its backoff.
@@ -129,16 +145,7 @@ async fn an_early_wake_that_overtakes_its_release_still_hands_off() {
     });
     eventually("the waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
     tokio::time::sleep(ms(20)).await;
-    let acquires = count(&server, Op::Acquire);
-    let gate = Gate::new();
-    server.once(Op::Release, Fault::Gate(gate.clone()));
-    let release = tokio::spawn(async move { holder.release().await });
-    assert!(gate.wait_arrivals(1, ms(5_000)).await);
-    // The early wake made the waiter try while the release is held back: it found the lock held.
-    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
-    tokio::time::sleep(ms(20)).await;
-    gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    release_overtaken_by_its_early_wake(&server, holder).await;
     let (acquired, waited) = timed(waiter).await;
     let guard = acquired.unwrap().unwrap();
     assert!(waited < ms(5_000), "the waiter slept {waited:?} after the release completed");
@@ -168,16 +175,7 @@ async fn an_early_woken_waiter_whose_try_overtook_the_release_keeps_its_turn() {
     let hub = lock.stores()[0].release_hub().cloned().unwrap();
     eventually("the second waiter queues", ms(5_000), || hub.waiters(&keys("turn")) == 2).await;
     tokio::time::sleep(ms(20)).await;
-    let acquires = count(&server, Op::Acquire);
-    let gate = Gate::new();
-    server.once(Op::Release, Fault::Gate(gate.clone()));
-    let release = tokio::spawn(async move { holder.release().await });
-    assert!(gate.wait_arrivals(1, ms(5_000)).await);
-    // The early wake made the first waiter try while the release is held back: it found the lock held.
-    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
-    tokio::time::sleep(ms(20)).await;
-    gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    release_overtaken_by_its_early_wake(&server, holder).await;
     let (acquired, waited) = timed(first).await;
     let guard = acquired.unwrap().unwrap();
     assert!(waited < ms(5_000), "the first waiter slept {waited:?} after the release completed");
