@@ -139,7 +139,16 @@ impl Inspection {
     /// # }
     /// ```
     pub fn record(&self) -> &[(String, String)] {
-        self.states().next().map(|state| state.record.as_slice()).unwrap_or_default()
+        // Over Redlock, an instance outside the holder's quorum may keep no record or an older one: read the record
+        // where the holder holds, else the first instance that keeps one.
+        let owner = self.holder().and_then(|holder| holder.owner.as_deref());
+        let holds = |state: &&LockState| state.holder.as_ref().and_then(|h| h.owner.as_deref()) == owner;
+        let kept = |state: &&LockState| !state.record.is_empty();
+        let state = match owner {
+            Some(_) => self.states().filter(kept).find(holds),
+            None => None,
+        };
+        state.or_else(|| self.states().find(kept)).map(|state| state.record.as_slice()).unwrap_or_default()
     }
 
     /// One field of the [`record`](Self::record).
