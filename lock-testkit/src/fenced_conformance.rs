@@ -372,3 +372,53 @@ pub async fn fenced_write_of_another_type_is_typed_and_fences_compare_exactly(s:
     expect_stale(r.set(below, &format!("{data}:s"), "old").await, below, FencingToken::new(u64::MAX));
     remove(s, &[&guard, &data, &format!("{data}:s")]).await;
 }
+
+/// A stream as the resource's event log: each holder in turn appends with its fence, a holder whose lease ran out
+/// is refused and appends nothing, and the stream holds exactly the acknowledged entries, in fence order, under
+/// the IDs their appends returned. A stream key of another type is a typed error naming it.
+pub async fn fenced_stream_appends_only_current_holders_in_fence_order(s: &Subject) {
+    if skipped(s, "fenced_stream_appends_only_current_holders_in_fence_order") {
+        return;
+    }
+    let lock = s.engine();
+    let (guard, data, name) = fresh("stream");
+    let r = resource(s, &guard);
+    let mut appended: Vec<(String, u64)> = Vec::new();
+    let mut previous: Option<FencingToken> = None;
+    for round in 0..3 {
+        // Each holder's lease runs out (it "paused"); the next one takes the lock and appends.
+        let next = LockOptions::new(ms(300)).with_wait(ms(30_000));
+        let holder = ok(lock.acquire(&name, &next).await, "a holder");
+        let fence = some(holder.fencing_token(), "fencing is on by default");
+        let text = fence.get().to_string();
+        let id = ok(r.xadd(fence, &data, &[("round", &round.to_string()), ("fence", &text)]).await, "append");
+        appended.push((id, fence.get()));
+        if let Some(old) = previous {
+            expect_stale(r.xadd(old, &data, &[("fence", &old.get().to_string())]).await, old, fence);
+        }
+        previous = Some(fence);
+        drop(holder);
+    }
+    let Reply::Array(entries) = raw(s, "XRANGE", &[&data], &["-", "+"]).await else { panic!("XRANGE") };
+    let read: Vec<(String, u64)> = entries
+        .iter()
+        .map(|entry| {
+            let Reply::Array(parts) = entry else { panic!("an entry: {entry:?}") };
+            let id = some(parts.first().and_then(Reply::to_text_lossy), "an entry's ID");
+            let Some(Reply::Array(fields)) = parts.get(1) else { panic!("an entry's fields: {entry:?}") };
+            let fence = some(fields.get(3).and_then(Reply::to_text_lossy).and_then(|t| t.parse().ok()), "a fence");
+            (id, fence)
+        })
+        .collect();
+    assert_eq!(read, appended, "the stream is not the acknowledged appends in order");
+    assert!(appended.windows(2).all(|w| w[0].1 < w[1].1), "fences out of order: {appended:?}");
+
+    let other = format!("{data}:list");
+    raw(s, "RPUSH", &[&other], &["x"]).await;
+    let last = some(previous, "a last holder's fence");
+    match r.xadd(last, &other, &[("f", "v")]).await {
+        Err(LockError::WrongType { key, .. }) => assert_eq!(key, other),
+        result => panic!("XADD on a list: {result:?}"),
+    }
+    remove(s, &[&guard, &data, &other]).await;
+}

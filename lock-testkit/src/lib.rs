@@ -479,6 +479,7 @@ macro_rules! fenced_tests {
             fenced_writes_take_every_primitives_fence,
             fenced_writes_cancelled_anywhere_keep_the_fence_order,
             fenced_write_of_another_type_is_typed_and_fences_compare_exactly,
+            fenced_stream_appends_only_current_holders_in_fence_order,
         );
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {

@@ -54,7 +54,7 @@
 //! # Permissions
 //! The script runs as the store's user, on your keys: with Redis ACLs that user needs `EVALSHA` and `EVAL`, and on
 //! the guard's and the data's keys `GET` and `SET` (the guard) plus the commands of the writes it makes (`HSET`,
-//! `DEL`, `INCRBY`, `RPUSH`). The lock's own minimal rules do not cover data keys; a refused write is
+//! `DEL`, `INCRBY`, `RPUSH`, `XADD`). The lock's own minimal rules do not cover data keys; a refused write is
 //! [`LockError::Auth`] and writes nothing.
 //!
 //! # Which fence
@@ -73,7 +73,8 @@
 //! A timed-out or cut-off write may have been applied. Retrying with the same fence is safe for
 //! [`set`](FencedResource::set), [`hset`](FencedResource::hset), [`del`](FencedResource::del) and
 //! [`get`](FencedResource::get) and [`observe`](FencedResource::observe) (applying them twice is applying them once), not for
-//! [`incr_by`](FencedResource::incr_by), [`rpush`](FencedResource::rpush) or [`get_set`](FencedResource::get_set).
+//! [`incr_by`](FencedResource::incr_by), [`rpush`](FencedResource::rpush), [`xadd`](FencedResource::xadd) or
+//! [`get_set`](FencedResource::get_set).
 
 use std::fmt;
 use std::sync::Arc;
@@ -249,6 +250,42 @@ impl FencedResource {
         let keys = [key];
         let write = Write { operation: "fenced-rpush", name: "rpush", keys: &keys, args: values.to_vec() };
         count(&self.apply(fence, write).await?)
+    }
+
+    /// `XADD key * field value …` (append an entry to a stream, its ID chosen by the server), if `fence` is not
+    /// stale: the new entry's ID. Consumers of the stream then see only entries of holders that were current when
+    /// they wrote, in fence order; put the fence in a field when they need to tell holders apart.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set); [`LockError::InvalidArgument`] for no fields or more than [`MAX_ITEMS`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the entry appended: do not retry it blindly (a retry appends a
+    /// second entry; give entries an idempotency field if consumers must drop duplicates).
+    ///
+    /// ```
+    /// # use lock_core::fenced::FencedResource;
+    /// # use lock_core::{Lock, LockOptions, MemoryStore};
+    /// # use std::time::Duration;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lock_core::Result<()> {
+    /// let store = MemoryStore::new();
+    /// let lock = Lock::new(store.clone());
+    /// let events = FencedResource::new(store, "{orders}:fence")?;
+    /// let guard = lock.acquire("orders", &LockOptions::new(Duration::from_secs(5))).await?;
+    /// let fence = guard.fencing_token().expect("fencing is on by default");
+    /// let fence_text = fence.get().to_string();
+    /// let id = events.xadd(fence, "{orders}:events", &[("event", "shipped"), ("fence", &fence_text)]).await?;
+    /// assert!(id.contains('-'), "a stream entry ID: {id}");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn xadd(&self, fence: FencingToken, key: &str, fields: &[(&str, &str)]) -> Result<String> {
+        check_items(fields.len())?;
+        let keys = [key];
+        let args = fields.iter().flat_map(|(field, value)| [*field, *value]).collect();
+        let reply = self.apply(fence, Write { operation: "fenced-xadd", name: "xadd", keys: &keys, args }).await?;
+        reply.to_text_lossy().ok_or_else(|| unexpected(&reply))
     }
 
     /// Records `fence` without writing, if it is not stale. A holder that reads before it writes calls this

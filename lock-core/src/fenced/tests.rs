@@ -31,6 +31,7 @@ async fn a_fence_below_the_guard_writes_nothing_with_any_write() {
     r.hset(fence(10), "{r}:h", &[("f", "new")]).await.unwrap();
     r.rpush(fence(10), "{r}:l", &["new"]).await.unwrap();
     r.incr_by(fence(10), "{r}:n", 5).await.unwrap();
+    let id = r.xadd(fence(10), "{r}:x", &[("f", "new")]).await.unwrap();
 
     stale(r.set(fence(9), "{r}:s", "old").await, 9, 10);
     stale(r.get_set(fence(9), "{r}:s", "old").await, 9, 10);
@@ -39,6 +40,7 @@ async fn a_fence_below_the_guard_writes_nothing_with_any_write() {
     stale(r.del(fence(9), &["{r}:s", "{r}:h"]).await, 9, 10);
     stale(r.incr_by(fence(9), "{r}:n", 1).await, 9, 10);
     stale(r.rpush(fence(9), "{r}:l", &["old"]).await, 9, 10);
+    stale(r.xadd(fence(9), "{r}:x", &[("f", "old")]).await, 9, 10);
     stale(r.observe(fence(1)).await, 1, 10);
 
     assert_eq!(raw(&store, "GET", &["{r}:s"], &[]).await, Reply::Bulk(b"new".to_vec()));
@@ -48,6 +50,11 @@ async fn a_fence_below_the_guard_writes_nothing_with_any_write() {
     );
     assert_eq!(raw(&store, "LRANGE", &["{r}:l"], &["0", "-1"]).await, Reply::Array(vec![Reply::Bulk(b"new".to_vec())]));
     assert_eq!(raw(&store, "GET", &["{r}:n"], &[]).await, Reply::Bulk(b"5".to_vec()));
+    let entries = Reply::Array(vec![Reply::Array(vec![
+        Reply::Bulk(id.into_bytes()),
+        Reply::Array(vec![Reply::Bulk(b"f".to_vec()), Reply::Bulk(b"new".to_vec())]),
+    ])]);
+    assert_eq!(raw(&store, "XRANGE", &["{r}:x"], &["-", "+"]).await, entries);
     assert_eq!(r.current().await.unwrap(), Some(fence(10)));
 }
 
@@ -144,6 +151,8 @@ async fn bad_input_is_refused_before_any_io() {
         r.rpush(fence(1), "l", &[]).await.map(drop),
         r.rpush(fence(1), "l", &too_many).await.map(drop),
         r.hset(fence(1), "h", &[]).await.map(drop),
+        r.xadd(fence(1), "x", &[]).await.map(drop),
+        r.xadd(fence(1), "g", &[("f", "v")]).await.map(drop),
     ];
     for (i, result) in bad.into_iter().enumerate() {
         assert!(matches!(result, Err(LockError::InvalidArgument(_))), "case {i}: {result:?}");

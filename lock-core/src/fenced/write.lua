@@ -3,7 +3,7 @@
 -- KEYS[1]  the guard: the highest fence this resource accepted, a decimal string without leading zeros
 -- KEYS[2…] the keys the write touches (on Redis Cluster in the guard's slot)
 -- ARGV[1]  the presented fence (decimal, no leading zeros: u64 printed by Rust)
--- ARGV[2]  the write: get | set | get-set | hset | del | incrby | rpush | observe (a read counts as a write:
+-- ARGV[2]  the write: get | set | get-set | hset | del | incrby | rpush | xadd | observe (a read counts as a write:
 --          once a holder has read, no older holder may change what it read)
 -- ARGV[3…] its arguments
 --
@@ -42,6 +42,8 @@ elseif write == 'incrby' then
   reply = redis.pcall('INCRBY', KEYS[2], ARGV[3])
 elseif write == 'rpush' then
   reply = redis.pcall('RPUSH', KEYS[2], unpack(ARGV, 3))
+elseif write == 'xadd' then
+  reply = redis.pcall('XADD', KEYS[2], '*', unpack(ARGV, 3))
 elseif write == 'observe' then
   reply = 0
 else

@@ -30,6 +30,29 @@ enum Value {
     ZSet(ZSet),
     /// A list ([fenced writes](crate::fenced) append to the caller's lists).
     List(Vec<Vec<u8>>),
+    /// A stream (fenced writes append to the caller's streams).
+    Stream(Stream),
+}
+
+/// A stream's entries in ID order, and the last ID it gave out (Redis never hands out an ID twice, even after
+/// the entry is gone).
+#[derive(Clone, Debug, Default)]
+struct Stream {
+    entries: Vec<(StreamId, Vec<Vec<u8>>)>,
+    last: StreamId,
+}
+
+/// A stream entry's ID: milliseconds of the server clock, and a sequence within the millisecond.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct StreamId {
+    ms: u64,
+    seq: u64,
+}
+
+impl StreamId {
+    fn text(self) -> Vec<u8> {
+        format!("{}-{}", self.ms, self.seq).into_bytes()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -125,6 +148,41 @@ impl Keyspace {
         }
     }
 
+    fn stream(&mut self, key: &[u8], now: Instant) -> Result<Option<&mut Stream>, String> {
+        match self.live(key, now) {
+            None => Ok(None),
+            Some(Entry { value: Value::Stream(s), .. }) => Ok(Some(s)),
+            Some(_) => Err(WRONGTYPE.to_owned()),
+        }
+    }
+
+    /// `XADD key * field value …`: the only form lock-core's scripts send (the server picks the ID).
+    fn xadd(&mut self, rest: &[Vec<u8>], now: Instant) -> CommandResult {
+        let (Some(key), Some(id), pairs) = (rest.first(), rest.get(1), rest.get(2..).unwrap_or_default()) else {
+            return Err(arity("XADD"));
+        };
+        if id.as_slice() != b"*" {
+            return Err(SYNTAX.to_owned());
+        }
+        if pairs.is_empty() || pairs.len() % 2 != 0 {
+            return Err(arity("XADD"));
+        }
+        let ms = u64::try_from(self.unix_now(now).as_millis()).unwrap_or(u64::MAX);
+        if self.stream(key, now)?.is_none() {
+            self.entries.insert(key.clone(), Entry { value: Value::Stream(Stream::default()), expires: None });
+        }
+        let stream = self.stream(key, now)?.ok_or_else(|| arity("XADD"))?;
+        let id = if ms > stream.last.ms {
+            StreamId { ms, seq: 0 }
+        } else {
+            let seq = stream.last.seq.checked_add(1).ok_or("ERR The stream has exhausted the last possible ID")?;
+            StreamId { ms: stream.last.ms, seq }
+        };
+        stream.last = id;
+        stream.entries.push((id, pairs.to_vec()));
+        Ok(Reply::Bulk(id.text()))
+    }
+
     /// The members of the sorted set under `key` in Redis's order: by score, then by member.
     fn ranked(&mut self, key: &[u8], now: Instant) -> Result<Vec<(Vec<u8>, f64)>, String> {
         let mut members: Vec<(Vec<u8>, f64)> =
@@ -178,6 +236,7 @@ impl Keyspace {
                     Some(Value::Hash(_)) => "hash",
                     Some(Value::ZSet(_)) => "zset",
                     Some(Value::List(_)) => "list",
+                    Some(Value::Stream(_)) => "stream",
                 }
                 .to_owned(),
             )),
@@ -297,6 +356,25 @@ impl Keyspace {
                 let range = usize::try_from(start).ok().zip(usize::try_from(stop).ok()).filter(|(a, b)| a <= b);
                 let items = range.and_then(|(a, b)| list.get(a..=b)).unwrap_or_default();
                 Ok(Reply::Array(items.iter().cloned().map(Reply::Bulk).collect()))
+            }
+            "XADD" => self.xadd(rest, now),
+            "XLEN" => {
+                let len = self.stream(arg(0)?, now)?.map_or(0, |s| s.entries.len());
+                Ok(Reply::Int(i64::try_from(len).unwrap_or(i64::MAX)))
+            }
+            // Only the whole stream (`XRANGE key - +`): what tests read back.
+            "XRANGE" => {
+                if (arg(1)?, arg(2)?) != (b"-".as_slice(), b"+".as_slice()) || rest.len() != 3 {
+                    return Err(SYNTAX.to_owned());
+                }
+                let entries = self.stream(arg(0)?, now)?.map(|s| s.entries.clone()).unwrap_or_default();
+                let entry = |(id, fields): (StreamId, Vec<Vec<u8>>)| {
+                    Reply::Array(vec![
+                        Reply::Bulk(id.text()),
+                        Reply::Array(fields.into_iter().map(Reply::Bulk).collect()),
+                    ])
+                };
+                Ok(Reply::Array(entries.into_iter().map(entry).collect()))
             }
             "ZADD" => self.zadd(rest, now),
             "ZREM" => {
@@ -550,6 +628,30 @@ mod tests {
         assert_eq!(run(&mut ks, &["HSET", "hl", "f", "v"]), Ok(Reply::Int(1)));
         assert_eq!(run(&mut ks, &["RPUSH", "hl", "x"]), Err(WRONGTYPE.to_owned()));
         assert_eq!(run(&mut ks, &["GET", "l"]), Err(WRONGTYPE.to_owned()));
+        // Streams: IDs increase within a millisecond too; a stream is its own type.
+        let first = run(&mut ks, &["XADD", "st", "*", "f", "1"]);
+        let second = run(&mut ks, &["XADD", "st", "*", "f", "2", "g", "3"]);
+        let id = |r: &CommandResult| match r {
+            Ok(Reply::Bulk(b)) => {
+                let text = String::from_utf8_lossy(b).into_owned();
+                let (ms, seq) = text.split_once('-').unwrap();
+                (ms.parse::<u64>().unwrap(), seq.parse::<u64>().unwrap())
+            }
+            other => panic!("XADD: {other:?}"),
+        };
+        assert!(id(&first) < id(&second), "{first:?} then {second:?}");
+        assert_eq!(run(&mut ks, &["XLEN", "st"]), Ok(Reply::Int(2)));
+        assert_eq!(run(&mut ks, &["TYPE", "st"]), Ok(Reply::Status("stream".into())));
+        assert_eq!(run(&mut ks, &["XADD", "st", "*", "f"]), Err(arity("XADD")));
+        assert_eq!(run(&mut ks, &["XADD", "l", "*", "f", "v"]), Err(WRONGTYPE.to_owned()));
+        assert_eq!(run(&mut ks, &["GET", "st"]), Err(WRONGTYPE.to_owned()));
+        match run(&mut ks, &["XRANGE", "st", "-", "+"]) {
+            Ok(Reply::Array(entries)) => {
+                assert_eq!(entries.len(), 2);
+                assert_eq!(entries[1], Reply::Array(vec![second.clone().unwrap(), bulks(&["f", "2", "g", "3"])]));
+            }
+            other => panic!("XRANGE: {other:?}"),
+        }
         assert_eq!(run(&mut ks, &["SET", "g", "1", "PX", "5000"]), Ok(ok()));
         assert_eq!(run(&mut ks, &["SET", "g", "2", "KEEPTTL", "GET"]), Ok(Reply::Bulk(b"1".to_vec())));
         assert!(matches!(run(&mut ks, &["PTTL", "g"]), Ok(Reply::Int(t)) if t > 4000));
