@@ -175,6 +175,10 @@ fn worker_entry() {
         lock_set_worker(id, &dir, ttl);
         return;
     }
+    if env(ROLE) == "job-ticks" {
+        job_ticks_worker(id, &dir, ttl);
+        return;
+    }
     if env(ROLE) == "job" {
         // A job run that the test kills mid-work (case 15).
         runtime().block_on(async move {
@@ -1539,4 +1543,148 @@ fn case23_lock_set_loses_updates_without_the_fenced_guard_and_none_with_it() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Scheduled job ticks across processes
+
+const JOB_TICKS: &str = "faults:ticks";
+/// The scheduled period: every replica fires `run_tick` at each boundary of it.
+const TICK_PERIOD: Duration = Duration::from_millis(150);
+
+/// The tick a replica fires for now: every process on this machine reads one monotonic clock, so replicas agree on
+/// it the way replicas of a real scheduler agree on the scheduled fire time.
+fn tick_now() -> u64 {
+    lock_testkit::history::monotonic_nanos() / u64::try_from(TICK_PERIOD.as_nanos()).unwrap()
+}
+
+/// Writes a run's line when its work ends, returned or dropped (a run whose lock was lost is dropped): `run tick
+/// fence start end`, the end capped at the run's validity bound (`at_most_for` from before its `run_tick` call).
+struct RunLine {
+    out: std::path::PathBuf,
+    tick: u64,
+    fence: u64,
+    start: Instant,
+    bound: Instant,
+}
+
+impl Drop for RunLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let end = Instant::now().min(self.bound);
+        let line = format!("run {} {} {} {}\n", self.tick, self.fence, instant_nanos(self.start), instant_nanos(end));
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&self.out).unwrap();
+        file.write_all(line.as_bytes()).unwrap();
+    }
+}
+
+/// One replica of a scheduled job: at every tick boundary (plus up to 100 ms) it calls `run_tick`, and the work
+/// takes 30 ms. Worker 1
+/// stops (the test `SIGSTOP`s it) inside the first run it wins, past `at_most_for`, until another replica has run.
+fn job_ticks_worker(id: u32, dir: &std::path::Path, at_most: Duration) {
+    runtime().block_on(async move {
+        let jobs = lock_core::JobLock::new(single(&env(URL)).await);
+        let opts = lock_core::JobOptions::new(at_most).with_holder(format!("worker-{id}"));
+        let out = dir.join(format!("runs-{id}"));
+        let mut paused = false;
+        while !dir.join("finish").exists() {
+            let next = tick_now() + 1;
+            let wait = (next * u64::try_from(TICK_PERIOD.as_nanos()).unwrap())
+                .saturating_sub(lock_testkit::history::monotonic_nanos());
+            // Replicas' timers fire up to 100 ms apart: a late one comes after the early one's run has ended.
+            let jitter = ms(rand::random::<u64>() % 100);
+            tokio::time::sleep(Duration::from_nanos(wait) + jitter).await;
+            let called = Instant::now();
+            let pause_here = id == 1 && !paused;
+            let dir = dir.to_path_buf();
+            let out = out.clone();
+            let outcome = jobs
+                .run_tick(JOB_TICKS, next, &opts, |ctx| async move {
+                    let fence = ctx.fencing_token.map_or(0, |f| f.get());
+                    let _line = RunLine { out, tick: next, fence, start: Instant::now(), bound: called + at_most };
+                    if pause_here {
+                        std::fs::write(dir.join("paused"), b"").unwrap();
+                        until_file(&dir.join("go"), ms(60_000)).await;
+                    }
+                    tokio::time::sleep(ms(30)).await;
+                })
+                .await;
+            match outcome {
+                Ok(lock_core::JobOutcome::Ran { .. }) => paused |= pause_here,
+                Ok(lock_core::JobOutcome::Skipped { .. }) => {}
+                // The paused run: its lock ran out while it was stopped.
+                Err(LockError::Lost { .. }) if pause_here => paused = true,
+                other => panic!("worker {id}, tick {next}: {other:?}"),
+            }
+        }
+        std::fs::write(dir.join(format!("done-{id}")), b"").unwrap();
+    });
+}
+
+/// Case 24 — three replicas of a scheduled job fire `run_tick` at every tick, and the one running a tick is frozen
+/// (`SIGSTOP`) past `at_most_for` until another replica has run a later tick (the job-lock study's pause case).
+/// Invariants, by the job-tick history checker: each tick ran at most once, and no two runs overlapped (the frozen
+/// run's belief ends at its validity bound, before the next run starts). Ticks keep running around the pause.
+#[test]
+fn case24_scheduled_ticks_across_processes_run_once_each_around_a_frozen_run() {
+    let server = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let at_most = ms(400);
+    let vars = [
+        (ROLE, "job-ticks".to_owned()),
+        (URL, server.url()),
+        (DIR, dir.path().display().to_string()),
+        (TTL, at_most.as_millis().to_string()),
+        (FENCING, "1".to_owned()),
+    ];
+    let mut workers: Vec<WorkerProcess> =
+        (1..=3).map(|id| WorkerProcess::spawn("worker_entry", id, &vars).unwrap()).collect();
+    wait_for("worker 1 winning a tick", ms(60_000), || dir.path().join("paused").exists());
+    workers[0].pause();
+    let frozen_at = Instant::now();
+    let rt = runtime();
+    let jobs = rt.block_on(async { lock_core::JobLock::new(single(&server.url()).await) });
+    let mut polls = 0u32;
+    wait_for("another replica's run past the frozen one", ms(30_000), || {
+        polls += 1;
+        let last = rt.block_on(jobs.last_run(JOB_TICKS)).unwrap();
+        last.is_some_and(|run| run.holder != "worker-1")
+    });
+    let frozen_for = frozen_at.elapsed();
+    std::fs::write(dir.path().join("go"), b"").unwrap();
+    workers[0].resume();
+    // A few more ticks after the frozen run wakes, then stop.
+    std::thread::sleep(TICK_PERIOD * 8);
+    std::fs::write(dir.path().join("finish"), b"").unwrap();
+    for worker in &mut workers {
+        assert!(worker.wait(ms(60_000)).unwrap().success(), "a worker failed");
+    }
+    let mut runs = Vec::new();
+    for id in 1..=3 {
+        let Ok(text) = std::fs::read_to_string(dir.path().join(format!("runs-{id}"))) else { continue };
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let ["run", tick, fence, start, end] = fields[..] else { panic!("run line {line:?}") };
+            let hold = Hold {
+                owner: format!("worker-{id}"),
+                fence: Some(fence.parse().unwrap()),
+                start: lock_testkit::history::nanos_instant(start.parse().unwrap()),
+                end: lock_testkit::history::nanos_instant(end.parse().unwrap()),
+            };
+            runs.push((tick.parse::<u64>().unwrap(), hold));
+        }
+    }
+    let findings = lock_testkit::primitive_checker::job_ticks(&runs);
+    let frozen = runs.iter().filter(|(_, h)| h.owner == "worker-1").count();
+    let others = runs.iter().filter(|(_, h)| h.owner != "worker-1").count();
+    println!(
+        "case24: {} runs of {} ticks, worker 1 frozen for {frozen_for:?} ({polls} polls), {findings}",
+        runs.len(),
+        runs.iter().map(|(t, _)| t).collect::<std::collections::BTreeSet<_>>().len()
+    );
+    assert!(findings.is_clean(), "{findings}");
+    assert!(frozen >= 1 && others >= 2, "worker 1 ran {frozen} times, the others {others}: the case did not bite");
+    let mut fences: Vec<(Instant, u64)> = runs.iter().map(|(_, h)| (h.start, h.fence.unwrap_or(0))).collect();
+    fences.sort();
+    assert!(fences.windows(2).all(|w| w[0].1 < w[1].1), "run fences not increasing: {fences:?}");
 }

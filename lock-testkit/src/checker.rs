@@ -1,5 +1,5 @@
 //! A mutual-exclusion checker: records who believed they held a lock when, and finds overlaps and fencing
-//! regressions.
+//! regressions by the fenced-mutex rule of [`primitive_checker::mutex`](crate::primitive_checker::mutex).
 //!
 //! One machine has one monotonic clock shared by every thread and process, so intervals recorded with
 //! [`Instant`] by concurrent holders can be compared directly.
@@ -90,34 +90,14 @@ impl Checker {
     /// under it, and it neither overlaps another hold nor orders their tokens. It still counts in
     /// [`Report::holds`].
     pub fn report(&self) -> Report {
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let recorded = holds.len();
-        holds.retain(|h| h.end > h.start);
-        holds.sort_by_key(|h| h.start);
-        let mut report = Report { holds: recorded, ..Report::default() };
-        let mut latest_end: Option<&Hold> = None;
-        let mut highest_fence: Option<&Hold> = None;
-        for hold in &holds {
-            if let Some(prev) = latest_end {
-                if hold.start < prev.end {
-                    report.overlaps.push((prev.clone(), hold.clone()));
-                }
-            }
-            if latest_end.is_none_or(|prev| hold.end > prev.end) {
-                latest_end = Some(hold);
-            }
-            if let Some(fence) = hold.fence {
-                if let Some(prev) = highest_fence {
-                    if prev.fence.is_some_and(|p| fence <= p) {
-                        report.fence_regressions.push((prev.clone(), hold.clone()));
-                    }
-                }
-                if highest_fence.is_none_or(|prev| prev.fence < Some(fence)) {
-                    highest_fence = Some(hold);
-                }
-            }
+        let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let sorted = crate::primitive_checker::by_start(&holds);
+        let pairs = |found: Vec<(&Hold, &Hold)>| found.into_iter().map(|(a, b)| (a.clone(), b.clone())).collect();
+        Report {
+            holds: holds.len(),
+            overlaps: pairs(crate::primitive_checker::overlapping_pairs(&sorted)),
+            fence_regressions: pairs(crate::primitive_checker::fence_regressions(&sorted)),
         }
-        report
     }
 }
 

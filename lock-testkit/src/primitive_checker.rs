@@ -75,39 +75,53 @@ fn overlap(a: &Hold, b: &Hold) -> bool {
     a.start < b.end && b.start < a.end
 }
 
-/// Holds in the order their acquires returned.
-fn by_start<'a>(holds: impl IntoIterator<Item = &'a Hold>) -> Vec<&'a Hold> {
-    let mut sorted: Vec<&Hold> = holds.into_iter().collect();
+/// Holds in the order their acquires returned, without empty ones.
+///
+/// A hold that ends where it starts (or before) is empty: its validity had run out by the time its holder looked (a
+/// process paused between its acquire's return and its first timestamp), so the holder never acted under it, and
+/// it neither overlaps another hold nor orders their fences.
+pub(crate) fn by_start<'a>(holds: impl IntoIterator<Item = &'a Hold>) -> Vec<&'a Hold> {
+    let mut sorted: Vec<&Hold> = holds.into_iter().filter(|h| h.end > h.start).collect();
     sorted.sort_by_key(|h| h.start);
     sorted
 }
 
-/// Pairs of overlapping holds, each pair once.
-fn overlaps(what: &str, holds: &[&Hold], findings: &mut Findings) {
+/// Pairs of overlapping holds among `holds` (sorted by start), each pair once, earlier first.
+pub(crate) fn overlapping_pairs<'a>(holds: &[&'a Hold]) -> Vec<(&'a Hold, &'a Hold)> {
+    let mut pairs = Vec::new();
     for (i, a) in holds.iter().enumerate() {
-        for b in holds.iter().skip(i + 1) {
-            if b.start >= a.end {
-                continue;
-            }
-            if overlap(a, b) {
-                findings.add(format!("{what}: {} and {} held at once", name(a), name(b)));
-            }
+        // Sorted by start: once one starts after `a` ends, every later one does too.
+        for b in holds.iter().skip(i + 1).take_while(|b| b.start < a.end) {
+            pairs.push((*a, *b));
         }
     }
+    pairs
 }
 
-/// Each grant's fence above every earlier grant's (grants ordered by when their acquires returned).
-fn increasing(what: &str, holds: &[&Hold], findings: &mut Findings) {
+/// Each grant whose fence is not above every earlier grant's (grants sorted by when their acquires returned),
+/// paired with the earlier grant of the highest fence.
+pub(crate) fn fence_regressions<'a>(holds: &[&'a Hold]) -> Vec<(&'a Hold, &'a Hold)> {
+    let mut regressions = Vec::new();
     let mut highest: Option<&Hold> = None;
     for hold in holds {
         let Some(fence) = hold.fence else { continue };
-        if let Some(before) = highest {
-            if before.fence.is_some_and(|f| fence <= f) {
-                findings.add(format!("{what}: {} granted after {}", name(hold), name(before)));
-                continue;
-            }
+        match highest {
+            Some(before) if before.fence.is_some_and(|f| fence <= f) => regressions.push((before, *hold)),
+            _ => highest = Some(*hold),
         }
-        highest = Some(hold);
+    }
+    regressions
+}
+
+fn overlaps(what: &str, holds: &[&Hold], findings: &mut Findings) {
+    for (a, b) in overlapping_pairs(holds) {
+        findings.add(format!("{what}: {} and {} held at once", name(a), name(b)));
+    }
+}
+
+fn increasing(what: &str, holds: &[&Hold], findings: &mut Findings) {
+    for (before, hold) in fence_regressions(holds) {
+        findings.add(format!("{what}: {} granted after {}", name(hold), name(before)));
     }
 }
 
