@@ -42,9 +42,13 @@
 //! # Assumptions and limits (read these)
 //! - Instances keep their counters and keys across restarts (`appendonly yes` with `appendfsync always`), **or**
 //!   a restarted instance stays down for longer than the longest TTL in use. An instance that restarts empty inside
-//!   a holder's quorum can grant the same lock to a second client (the published Redlock limit); the floor of the
-//!   counter (the acquiring client's wall clock) keeps fencing tokens from going backwards even then, as long as
-//!   the clients' clocks do not lag the tokens already issued, so a fenced resource still rejects the stale holder.
+//!   a holder's quorum can grant the same lock to a second client (the published Redlock limit). The floor of the
+//!   counter (the acquiring client's wall clock when its attempt *started*) keeps fencing tokens from going
+//!   backwards even then for attempts that start after the earlier grant, as long as the clients' clocks do not
+//!   lag the tokens already issued; a fenced resource then still rejects the stale holder. An attempt that started
+//!   *before* the earlier grant and is decided after it, with the restarted instance in its quorum, can get a
+//!   lower token (found by `lock-model`'s Redlock model): the resource then refuses that later holder's writes
+//!   instead, which is safe for the data but is a refusal the holder must handle.
 //! - Clocks: for mutual exclusion only the rate of each instance's clock matters (TTL expiry), bounded by the drift
 //!   allowance (1 % + 2 ms); the client times validity with a monotonic clock. Wall clocks only set the fencing
 //!   floor above: a client whose clock is behind still gets increasing tokens (the write-back sees to it), at the
