@@ -6,12 +6,14 @@
 //! | model | what it explores |
 //! |---|---|
 //! | [`single`] | two clients, one server: a lock with fencing, a fenced resource, lost requests and replies, pauses, restarts with the server's clock stepped back |
+//! | [`holders`] | three clients of a semaphore, a read-write lock or an election: per-holder expiry, renewals, crashes, retries with the same token |
 //! | [`redlock`] | two clients, three instances: quorum grants, the fence write-back, orphan requests, restarts with and without persistence, a client clock that lags |
 //!
 //! Each model has switches that re-introduce known bugs; the tests show the checker finds each.
 
 #![deny(missing_docs)]
 
+pub mod holders;
 pub mod redlock;
 pub mod single;
 
