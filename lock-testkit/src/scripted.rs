@@ -131,6 +131,19 @@ pub enum Fault {
     FailAfter(Injected),
     /// Run, then never reply (the caller's timeout fires).
     Hang,
+    /// A request and its reply as separate steps, each held at its own gate (a model checker's schedule drives
+    /// them one at a time): wait at `request`; then, if `applied`, run and wait at `reply`; then answer with the
+    /// reply, or with `lost` instead (after the call applied, or without running it when not `applied`).
+    Staged {
+        /// Where the request waits before it reaches the server.
+        request: Gate,
+        /// Whether the server applies it.
+        applied: bool,
+        /// Where the reply waits (after the call applied).
+        reply: Gate,
+        /// The error the caller sees instead of the reply, if the request or reply is lost.
+        lost: Option<Injected>,
+    },
 }
 
 impl Fault {
@@ -770,6 +783,16 @@ impl ScriptedStore {
             Some(Fault::Hang) => {
                 let _ = applied.await;
                 std::future::pending().await
+            }
+            Some(Fault::Staged { request, applied: run, reply, lost }) => {
+                request.pass().await;
+                if run {
+                    let answer = applied.await;
+                    reply.pass().await;
+                    lost.map_or(answer, |err| Err(err.error()))
+                } else {
+                    Err(lost.unwrap_or(Injected::Unavailable).error())
+                }
             }
         };
         end.finish(reply)
