@@ -6,6 +6,7 @@
 //! | model | what it explores |
 //! |---|---|
 //! | [`single`] | two clients, one server: a lock with fencing, a fenced resource, lost requests and replies, pauses, restarts with the server's clock stepped back |
+//! | [`fair`] | three clients of a fair lock: tickets, places kept by heartbeats, hand-off to the live head, crashes |
 //! | [`holders`] | three clients of a semaphore, a read-write lock or an election: per-holder expiry, renewals, crashes, retries with the same token |
 //! | [`redlock`] | two clients, three instances: quorum grants, the fence write-back, orphan requests, restarts with and without persistence, a client clock that lags |
 //!
@@ -13,6 +14,7 @@
 
 #![deny(missing_docs)]
 
+pub mod fair;
 pub mod holders;
 pub mod redlock;
 pub mod single;

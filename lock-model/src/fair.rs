@@ -1,0 +1,283 @@
+//! The fair lock's queue: waiters hold places with tickets on the server, each place kept by its own heartbeats
+//! (an expiry per waiter), and a release hands the lock to the live head.
+//!
+//! A client tries: the server grants the lock when it is free and nobody live is queued ahead, and otherwise gives
+//! the client a place at the back (or keeps its place, its expiry armed again: every try is a heartbeat). A holder
+//! releases with the fair release: the key goes to the live head with a fresh lease, recorded as that waiter's
+//! grant, which its next try returns (validity counted from that try's start, the key's expiry armed again from
+//! it). A waiter whose place expired (it paused past its heartbeats) takes a new place at the back on its next try.
+//! A client may crash anywhere and never come back; the lock's key and a place both expire on the server's clock.
+//!
+//! Properties (each `always` unless said):
+//! - `one believer`: at most one client believes it holds;
+//! - `no grant to an expired place`: a release never hands the lock to a waiter whose place had expired (the class
+//!   of etcd#19597, where a candidate whose own lease expired still became leader);
+//! - `ticket order`: nobody is granted the lock while a live waiter with an earlier ticket is queued;
+//! - `a hand-off` (sometimes): a release hands the lock to a waiter, so the queue is exercised.
+
+use std::time::Instant;
+
+use stateright::{Model, Property};
+
+use crate::TICK;
+
+const CLIENTS: usize = 3;
+
+/// What the fair-queue model checks, and which bugs it re-introduces.
+#[derive(Clone, Copy, Debug)]
+pub struct FairConfig {
+    /// The lock's TTL, in ticks.
+    pub ttl_ticks: u8,
+    /// How long a place lasts without a heartbeat, in ticks.
+    pub waiter_ttl_ticks: u8,
+    /// The last tick.
+    pub max_t: u8,
+    /// Tries (each a heartbeat) per client.
+    pub tries: u8,
+    /// Crashes in all.
+    pub crashes: u8,
+    /// Bug: the release hands the lock to the first place in ticket order, live or not.
+    pub grant_expired_places: bool,
+    /// Bug: a try takes a free lock even when live waiters are queued (barging).
+    pub barging: bool,
+}
+
+impl Default for FairConfig {
+    /// The engine as it is: TTL 2 ticks, places of 2 ticks, 5 ticks, 3 tries each, one crash.
+    fn default() -> Self {
+        FairConfig {
+            ttl_ticks: 2,
+            waiter_ttl_ticks: 2,
+            max_t: 5,
+            tries: 3,
+            crashes: 1,
+            grant_expired_places: false,
+            barging: false,
+        }
+    }
+}
+
+/// The model: [`FairConfig`] plus the instant the ticks count from.
+#[derive(Clone, Debug)]
+pub struct FairModel {
+    /// What is checked.
+    pub config: FairConfig,
+    base: Instant,
+}
+
+impl FairModel {
+    /// The model of `config`.
+    pub fn new(config: FairConfig) -> Self {
+        FairModel { config, base: Instant::now() }
+    }
+
+    fn valid_until_ms(&self, started: u8) -> u64 {
+        let ttl = TICK * u32::from(self.config.ttl_ticks);
+        let until = lock_core::lease::valid_until(self.base + TICK * u32::from(started), ttl);
+        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A waiter's place.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Place {
+    /// The client.
+    pub client: u8,
+    /// Its ticket.
+    pub ticket: u8,
+    /// When the place expires, in ticks of the server's clock.
+    pub expires: u8,
+}
+
+/// A client's phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Phase {
+    /// Not trying.
+    Idle,
+    /// Queued (or about to be): its next try is a heartbeat.
+    Waiting,
+    /// Holding, trusted until `valid_ms`.
+    Holding {
+        /// The end of validity, in ms since tick 0.
+        valid_ms: u64,
+    },
+    /// Crashed: never acts again.
+    Crashed,
+}
+
+/// The whole system.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    /// Real time, in ticks (the server's clock).
+    pub t: u8,
+    /// The lock key: its holder and expiry.
+    pub key: Option<(u8, u8)>,
+    /// The queue's places.
+    pub places: Vec<Place>,
+    /// The next ticket.
+    pub next_ticket: u8,
+    /// The clients.
+    pub clients: [Phase; CLIENTS],
+    /// Tries so far, per client.
+    pub tries: [u8; CLIENTS],
+    /// Crashes so far.
+    pub crashes: u8,
+    /// A release handed the lock to an expired place.
+    pub granted_expired: bool,
+    /// Someone was granted while a live waiter with an earlier ticket was queued.
+    pub out_of_order: bool,
+    /// A release handed the lock to a waiter.
+    pub handed_off: bool,
+}
+
+/// What can happen next.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// Real time advances one tick.
+    Tick,
+    /// The client tries (a heartbeat when it is queued).
+    Try(u8),
+    /// The holder releases, handing the lock to the live head.
+    Release(u8),
+    /// The client crashes.
+    Crash(u8),
+}
+
+impl State {
+    fn key_holder(&self) -> Option<u8> {
+        self.key.filter(|(_, expires)| self.t < *expires).map(|(c, _)| c)
+    }
+
+    fn live_places(&self) -> impl Iterator<Item = &Place> {
+        self.places.iter().filter(move |p| self.t < p.expires)
+    }
+
+    fn believes(&self, phase: &Phase) -> bool {
+        let now_ms = u64::from(self.t) * 100;
+        matches!(phase, Phase::Holding { valid_ms } if now_ms < *valid_ms)
+    }
+
+    /// Records a grant to `c`: out of order if a live place with an earlier ticket than `c`'s (or any, when `c`
+    /// has none) is queued.
+    fn note_grant(&mut self, c: u8) {
+        let mine = self.places.iter().find(|p| p.client == c).map(|p| p.ticket);
+        let ahead = self.live_places().any(|p| p.client != c && mine.is_none_or(|m| p.ticket < m));
+        self.out_of_order |= ahead;
+    }
+}
+
+fn index(c: u8) -> usize {
+    usize::from(c)
+}
+
+impl Model for FairModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            t: 0,
+            key: None,
+            places: Vec::new(),
+            next_ticket: 0,
+            clients: [Phase::Idle, Phase::Idle, Phase::Idle],
+            tries: [0; CLIENTS],
+            crashes: 0,
+            granted_expired: false,
+            out_of_order: false,
+            handed_off: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.t < self.config.max_t {
+            actions.push(Action::Tick);
+        }
+        for (c, phase) in (0u8..).zip(&state.clients) {
+            let tries = state.tries.get(index(c)).copied().unwrap_or(0);
+            match phase {
+                Phase::Idle | Phase::Waiting if tries < self.config.tries => actions.push(Action::Try(c)),
+                Phase::Holding { .. } => actions.push(Action::Release(c)),
+                _ => {}
+            }
+            if *phase != Phase::Crashed && *phase != Phase::Idle && state.crashes < self.config.crashes {
+                actions.push(Action::Crash(c));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let t = last.t;
+        match action {
+            Action::Tick => s.t += 1,
+            Action::Try(c) => {
+                *s.tries.get_mut(index(c))? += 1;
+                let expires = t.saturating_add(self.config.waiter_ttl_ticks);
+                let mine = s.places.iter().position(|p| p.client == c);
+                let phase = if s.key_holder() == Some(c) {
+                    // The lock was handed to us: our grant. The key is armed again from this try.
+                    s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
+                    s.places.retain(|p| p.client != c);
+                    Phase::Holding { valid_ms: self.valid_until_ms(t) }
+                } else {
+                    let head = s.live_places().min_by_key(|p| p.ticket).map(|p| p.client);
+                    let free = s.key_holder().is_none() && (self.config.barging || head.is_none() || head == Some(c));
+                    if free {
+                        s.note_grant(c);
+                        s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
+                        s.places.retain(|p| p.client != c);
+                        Phase::Holding { valid_ms: self.valid_until_ms(t) }
+                    } else {
+                        match mine {
+                            // A live place: the heartbeat keeps it.
+                            Some(i) if s.places.get(i).is_some_and(|p| t < p.expires) => {
+                                s.places.get_mut(i)?.expires = expires;
+                            }
+                            // No place, or an expired one: a new place at the back.
+                            _ => {
+                                s.places.retain(|p| p.client != c);
+                                let ticket = s.next_ticket;
+                                s.next_ticket = s.next_ticket.saturating_add(1);
+                                s.places.push(Place { client: c, ticket, expires });
+                            }
+                        }
+                        Phase::Waiting
+                    }
+                };
+                *s.clients.get_mut(index(c))? = phase;
+            }
+            Action::Release(c) => {
+                if s.key_holder() == Some(c) {
+                    s.key = None;
+                    let candidates: Vec<&Place> = if self.config.grant_expired_places {
+                        s.places.iter().collect()
+                    } else {
+                        s.live_places().collect()
+                    };
+                    if let Some(head) = candidates.iter().min_by_key(|p| p.ticket).map(|p| (*p).clone()) {
+                        s.granted_expired |= t >= head.expires;
+                        s.note_grant(head.client);
+                        s.key = Some((head.client, t.saturating_add(self.config.ttl_ticks)));
+                        s.handed_off = true;
+                    }
+                }
+                *s.clients.get_mut(index(c))? = Phase::Idle;
+            }
+            Action::Crash(c) => {
+                s.crashes += 1;
+                *s.clients.get_mut(index(c))? = Phase::Crashed;
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("one believer", |_, s: &State| s.clients.iter().filter(|p| s.believes(p)).count() <= 1),
+            Property::always("no grant to an expired place", |_, s: &State| !s.granted_expired),
+            Property::always("ticket order", |_, s: &State| !s.out_of_order),
+            Property::sometimes("a hand-off", |_, s: &State| s.handed_off),
+        ]
+    }
+}
