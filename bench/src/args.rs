@@ -13,7 +13,8 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
   --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
                   `taskset -c M` so client and servers each get one core
   --only LIST     run only these scenarios: engine, uncontended, concurrent-distinct, handoff, procs, procs-hold,
-                  redlock, renewal, primitives, semaphore, rwlock
+                  redlock, renewal, primitives, semaphore, rwlock; and renewal-curve (1 000 to 100 000
+                  renewing guards, minutes long: run only when named here)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
@@ -55,7 +56,7 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 11] = [
+const GROUPS: [&str; 12] = [
     "engine",
     "uncontended",
     "concurrent-distinct",
@@ -64,6 +65,7 @@ const GROUPS: [&str; 11] = [
     "procs-hold",
     "redlock",
     "renewal",
+    "renewal-curve",
     "primitives",
     "semaphore",
     "rwlock",

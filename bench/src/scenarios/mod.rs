@@ -5,6 +5,7 @@ mod engine;
 mod handoff;
 mod redlock;
 mod renewal;
+mod renewal_curve;
 mod shared;
 
 use std::time::Instant;
@@ -86,6 +87,10 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     }
     if ctx.settings.wants("renewal") {
         renewal::run(&mut ctx).await.context("scenario renewal")?;
+    }
+    // Minutes long (100 000 guards, each size for 20 s): only when asked for by name.
+    if ctx.settings.only.as_ref().is_some_and(|only| only.iter().any(|o| o == "renewal-curve")) {
+        renewal_curve::run(&mut ctx).await.context("scenario renewal-curve")?;
     }
     if ctx.settings.wants("primitives") {
         shared::primitives(&mut ctx).await.context("scenario primitives")?;
