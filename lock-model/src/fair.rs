@@ -15,11 +15,9 @@
 //! - `ticket order`: nobody is granted the lock while a live waiter with an earlier ticket is queued;
 //! - `a hand-off` (sometimes): a release hands the lock to a waiter, so the queue is exercised.
 
-use std::time::Instant;
-
 use stateright::{Model, Property};
 
-use crate::TICK;
+use crate::Clock;
 
 const CLIENTS: usize = 3;
 
@@ -62,19 +60,13 @@ impl Default for FairConfig {
 pub struct FairModel {
     /// What is checked.
     pub config: FairConfig,
-    base: Instant,
+    clock: Clock,
 }
 
 impl FairModel {
     /// The model of `config`.
     pub fn new(config: FairConfig) -> Self {
-        FairModel { config, base: Instant::now() }
-    }
-
-    fn valid_until_ms(&self, started: u8) -> u64 {
-        let ttl = TICK * u32::from(self.config.ttl_ticks);
-        let until = lock_core::lease::valid_until(self.base + TICK * u32::from(started), ttl);
-        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+        FairModel { config, clock: Clock::new() }
     }
 }
 
@@ -219,7 +211,7 @@ impl Model for FairModel {
                     // The lock was handed to us: our grant. The key is armed again from this try.
                     s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
                     s.places.retain(|p| p.client != c);
-                    Phase::Holding { valid_ms: self.valid_until_ms(t) }
+                    Phase::Holding { valid_ms: self.clock.valid_until_ms(self.config.ttl_ticks, t) }
                 } else {
                     let head = s.live_places().min_by_key(|p| p.ticket).map(|p| p.client);
                     let free = s.key_holder().is_none() && (self.config.barging || head.is_none() || head == Some(c));
@@ -227,7 +219,7 @@ impl Model for FairModel {
                         s.note_grant(c);
                         s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
                         s.places.retain(|p| p.client != c);
-                        Phase::Holding { valid_ms: self.valid_until_ms(t) }
+                        Phase::Holding { valid_ms: self.clock.valid_until_ms(self.config.ttl_ticks, t) }
                     } else {
                         match mine {
                             // A live place: the heartbeat keeps it.

@@ -19,11 +19,9 @@
 //!   one's, in the order the holders learnt of them;
 //! - `all slots taken` (sometimes): the limit is reached, so the model is not vacuous.
 
-use std::time::Instant;
-
 use stateright::{Model, Property};
 
-use crate::{next_fence, TICK};
+use crate::{next_fence, Clock};
 
 /// Which primitive the server's rule is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,19 +88,13 @@ impl HoldersConfig {
 pub struct HoldersModel {
     /// What is checked.
     pub config: HoldersConfig,
-    base: Instant,
+    clock: Clock,
 }
 
 impl HoldersModel {
     /// The model of `config`.
     pub fn new(config: HoldersConfig) -> Self {
-        HoldersModel { config, base: Instant::now() }
-    }
-
-    fn valid_until_ms(&self, started: u8) -> u64 {
-        let ttl = TICK * u32::from(self.config.ttl_ticks);
-        let until = lock_core::lease::valid_until(self.base + TICK * u32::from(started), ttl);
-        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+        HoldersModel { config, clock: Clock::new() }
     }
 
     fn writes(&self, c: usize) -> bool {
@@ -339,7 +331,7 @@ impl Model for HoldersModel {
             Action::Decide(c) => {
                 let Phase::Replied { started, grant } = *last.clients.get(index(c))? else { return None };
                 let from = if self.config.validity_from_reply { t } else { started };
-                let valid_ms = self.valid_until_ms(from);
+                let valid_ms = self.clock.valid_until_ms(self.config.ttl_ticks, from);
                 let token = (c, s.tries.get(index(c)).copied().unwrap_or(0));
                 let next = match grant {
                     Some(fence) if u64::from(t) * 100 < valid_ms => {
@@ -366,7 +358,7 @@ impl Model for HoldersModel {
                     for e in s.entries.iter_mut().filter(|e| self.config.shared_expiry || e.token == token) {
                         e.expires = expires;
                     }
-                    Phase::Holding { fence, valid_ms: self.valid_until_ms(t) }
+                    Phase::Holding { fence, valid_ms: self.clock.valid_until_ms(self.config.ttl_ticks, t) }
                 } else {
                     Phase::Idle
                 };

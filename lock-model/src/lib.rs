@@ -26,6 +26,33 @@ use std::time::Duration;
 /// One tick of the model's clock.
 pub const TICK: Duration = Duration::from_millis(100);
 
+/// The models' clock: ticks of [`TICK`] from an origin, and lock-core's validity arithmetic on them.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    base: std::time::Instant,
+}
+
+impl Clock {
+    /// A clock whose tick 0 is now.
+    pub fn new() -> Self {
+        Clock { base: std::time::Instant::now() }
+    }
+
+    /// The last millisecond (since tick 0) a grant of `ttl_ticks` requested at tick `started` is trusted, by
+    /// [`lock_core::lease::valid_until`], exactly as the engine computes it.
+    pub fn valid_until_ms(&self, ttl_ticks: u8, started: u8) -> u64 {
+        let ttl = TICK * u32::from(ttl_ticks);
+        let until = lock_core::lease::valid_until(self.base + TICK * u32::from(started), ttl);
+        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
 /// The fencing counter's next value (the acquire script's rule): `max(counter + 1, floor)`, where the floor is the
 /// server's clock in µs; without a floor, `counter + 1`.
 pub fn next_fence(counter: u64, floor: Option<u64>) -> u64 {

@@ -16,11 +16,11 @@
 //! grant's), `no lost update` at the fenced resource (always), `a write lands` and `a quorum needs a write-back`
 //! (sometimes: the write-back path is reached, so the model is not vacuous).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stateright::{Model, Property, Representative};
 
-use crate::{next_fence, TICK};
+use crate::{next_fence, Clock, TICK};
 
 /// Instances.
 pub const NODES: usize = 3;
@@ -72,19 +72,13 @@ impl Default for RedlockConfig {
 pub struct RedlockModel {
     /// What is checked.
     pub config: RedlockConfig,
-    base: Instant,
+    clock: Clock,
 }
 
 impl RedlockModel {
     /// The model of `config`.
     pub fn new(config: RedlockConfig) -> Self {
-        RedlockModel { config, base: Instant::now() }
-    }
-
-    fn valid_until_ms(&self, started: u8) -> u64 {
-        let ttl = TICK * u32::from(self.config.ttl_ticks);
-        let until = lock_core::lease::valid_until(self.base + TICK * u32::from(started), ttl);
-        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+        RedlockModel { config, clock: Clock::new() }
     }
 
     /// The floor client `c` sends with the `nth` attempt of the run, started at tick `t`: its wall clock in µs
@@ -405,21 +399,22 @@ impl Model for RedlockModel {
                     .collect();
                 let now_ms = u64::from(last.t) * millis(TICK);
                 let t = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
-                let phase = if granted.len() < QUORUM || now_ms >= self.valid_until_ms(started) {
-                    s.release_everywhere(token);
-                    Phase::Idle
-                } else if self.config.no_write_back {
-                    let at_t = u8::try_from(granted.len()).unwrap_or(u8::MAX);
-                    Phase::WritingBack { started, t, at_t, pending: [false; NODES] }
-                } else {
-                    let mut pending = [false; NODES];
-                    for (n, f) in &granted {
-                        *pending.get_mut(*n)? = *f < t;
-                    }
-                    let at_t = u8::try_from(granted.iter().filter(|(_, f)| *f == t).count()).unwrap_or(u8::MAX);
-                    s.wrote_back |= pending.iter().any(|p| *p);
-                    Phase::WritingBack { started, t, at_t, pending }
-                };
+                let phase =
+                    if granted.len() < QUORUM || now_ms >= self.clock.valid_until_ms(self.config.ttl_ticks, started) {
+                        s.release_everywhere(token);
+                        Phase::Idle
+                    } else if self.config.no_write_back {
+                        let at_t = u8::try_from(granted.len()).unwrap_or(u8::MAX);
+                        Phase::WritingBack { started, t, at_t, pending: [false; NODES] }
+                    } else {
+                        let mut pending = [false; NODES];
+                        for (n, f) in &granted {
+                            *pending.get_mut(*n)? = *f < t;
+                        }
+                        let at_t = u8::try_from(granted.iter().filter(|(_, f)| *f == t).count()).unwrap_or(u8::MAX);
+                        s.wrote_back |= pending.iter().any(|p| *p);
+                        Phase::WritingBack { started, t, at_t, pending }
+                    };
                 s.clients.get_mut(usize::from(c))?.phase = phase;
                 if matches!(s.clients.get(usize::from(c))?.phase, Phase::WritingBack { pending, .. } if pending == [false; NODES])
                 {
@@ -442,7 +437,7 @@ impl Model for RedlockModel {
             Action::Confirm(c) => {
                 let client = last.clients.get(usize::from(c))?;
                 let Phase::WritingBack { started, t, at_t, .. } = client.phase else { return None };
-                let valid_ms = self.valid_until_ms(started);
+                let valid_ms = self.clock.valid_until_ms(self.config.ttl_ticks, started);
                 let now_ms = u64::from(last.t) * millis(TICK);
                 let phase = if usize::from(at_t) >= QUORUM && now_ms < valid_ms {
                     if s.last_grant.is_some_and(|before| t <= before) {

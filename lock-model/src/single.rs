@@ -1,7 +1,7 @@
 //! The single-server lock with fencing and a fenced resource, over every interleaving of its actions within small
 //! bounds.
 //!
-//! Real time runs in ticks of [`TICK`]. Two clients acquire one resource on one server, read it and write it back
+//! Real time runs in ticks of [`TICK`](crate::TICK). Two clients acquire one resource on one server, read it and write it back
 //! (the Jepsen `lock-set` read-modify-write), and release. Requests and replies take any number of ticks (each is
 //! its own action: send, apply on the server, decide on the client), and a reply may be lost. The server may
 //! restart without persistence (losing the key and the fencing counter), optionally with its clock stepped back.
@@ -27,11 +27,9 @@
 //! floor in the fencing counter, an unfenced resource) and the one assumption the fence floor rests on (the server's
 //! clock never steps back across a restart); the tests show the checker finds each.
 
-use std::time::Instant;
-
 use stateright::{Model, Property};
 
-use crate::{next_fence, TICK};
+use crate::{next_fence, Clock};
 
 /// What the model checks, and which bugs it re-introduces.
 #[derive(Clone, Copy, Debug)]
@@ -75,22 +73,13 @@ impl Default for Config {
 pub struct LockModel {
     /// What is checked.
     pub config: Config,
-    base: Instant,
+    clock: Clock,
 }
 
 impl LockModel {
     /// The model of `config`.
     pub fn new(config: Config) -> Self {
-        LockModel { config, base: Instant::now() }
-    }
-
-    /// The last millisecond (since tick 0) a grant requested at tick `started` is trusted, by lock-core's lease
-    /// arithmetic.
-    fn valid_until_ms(&self, started: u8) -> u64 {
-        let ttl = TICK * u32::from(self.config.ttl_ticks);
-        let start = self.base + TICK * u32::from(started);
-        let until = lock_core::lease::valid_until(start, ttl);
-        u64::try_from(until.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+        LockModel { config, clock: Clock::new() }
     }
 }
 
@@ -303,7 +292,7 @@ impl Model for LockModel {
             Action::Decide(c) => {
                 let Phase::Replied { started, grant } = last.clients.get(usize::from(c))?.phase else { return None };
                 let from = if self.config.validity_from_reply { last.t } else { started };
-                let valid_ms = self.valid_until_ms(from);
+                let valid_ms = self.clock.valid_until_ms(self.config.ttl_ticks, from);
                 s.clients.get_mut(usize::from(c))?.phase = match grant {
                     Some(fence) if u64::from(last.t) * 100 < valid_ms => Phase::Holding { fence, valid_ms },
                     // Granted too late to be trusted: given back (compare-and-delete).

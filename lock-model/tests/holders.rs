@@ -1,37 +1,19 @@
 //! The multi-holder primitives' model checked over every interleaving within its bounds, and shown to have teeth.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking, and report
 
-use std::time::Instant;
-
 use lock_model::holders::{HoldersConfig, HoldersModel, Kind};
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, Model};
+
+mod support;
 
 fn check(what: &str, config: HoldersConfig) -> impl Checker<HoldersModel> {
-    let t0 = Instant::now();
-    let checker = HoldersModel::new(config).checker().spawn_bfs().join();
-    println!(
-        "{what}: {} states ({} unique) in {:?}, {config:?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        t0.elapsed()
-    );
-    checker
+    support::check(what, &config, || HoldersModel::new(config).checker().spawn_bfs().join())
 }
 
-/// Explores `config` until it finds a counterexample to every one of `properties` (a bug's teeth need no more).
-fn find(what: &str, config: HoldersConfig, properties: &[&'static str]) -> impl Checker<HoldersModel> {
-    let stop = HasDiscoveries::AllOf(properties.iter().copied().collect());
-    let checker = HoldersModel::new(config).checker().finish_when(stop).spawn_bfs().join();
-    println!("{what}: stopped after {} states, {config:?}", checker.state_count());
-    for property in properties {
-        counterexample(&checker, property);
-    }
-    checker
-}
-
-fn counterexample(checker: &impl Checker<HoldersModel>, property: &'static str) {
-    let path = checker.assert_any_discovery(property);
-    println!("  {property}: counterexample in {} steps: {:?}", path.clone().into_actions().len(), path.into_actions());
+fn find(what: &str, config: HoldersConfig, properties: &[&'static str]) {
+    support::find(what, &config, properties, |stop| {
+        HoldersModel::new(config).checker().finish_when(stop).spawn_bfs().join()
+    });
 }
 
 #[test]

@@ -3,28 +3,22 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking, and report
 
 use lock_model::{Config, LockModel};
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, Model};
+
+mod support;
 
 fn check(what: &str, config: Config) -> impl Checker<LockModel> {
-    let checker = LockModel::new(config).checker().spawn_bfs().join();
-    println!("{what}: {} states ({} unique), {config:?}", checker.state_count(), checker.unique_state_count());
-    checker
+    support::check(what, &config, || LockModel::new(config).checker().spawn_bfs().join())
 }
 
-/// Explores `config` until it finds a counterexample to every one of `properties` (a bug's teeth need no more).
-fn find(what: &str, config: Config, properties: &[&'static str]) -> impl Checker<LockModel> {
-    let stop = HasDiscoveries::AllOf(properties.iter().copied().collect());
-    let checker = LockModel::new(config).checker().finish_when(stop).spawn_bfs().join();
-    println!("{what}: stopped after {} states, {config:?}", checker.state_count());
-    for property in properties {
-        counterexample(&checker, property);
-    }
-    checker
+fn find(what: &str, config: Config, properties: &[&'static str]) {
+    support::find(what, &config, properties, |stop| {
+        LockModel::new(config).checker().finish_when(stop).spawn_bfs().join()
+    });
 }
 
 fn counterexample(checker: &impl Checker<LockModel>, property: &'static str) {
-    let path = checker.assert_any_discovery(property);
-    println!("  {property}: counterexample in {} steps: {:?}", path.clone().into_actions().len(), path.into_actions());
+    support::counterexample(checker, property);
 }
 
 #[test]

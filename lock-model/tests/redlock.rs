@@ -1,37 +1,19 @@
 //! The Redlock model checked breadth-first over every interleaving within its bounds, and shown to have teeth.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking, and report
 
-use std::time::Instant;
-
 use lock_model::redlock::{RedlockConfig, RedlockModel};
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::{Checker, Model};
+
+mod support;
 
 fn check(what: &str, config: RedlockConfig) -> impl Checker<RedlockModel> {
-    let t0 = Instant::now();
-    let checker = RedlockModel::new(config).checker().symmetry().spawn_dfs().join();
-    println!(
-        "{what}: {} states ({} unique) in {:?}, {config:?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        t0.elapsed()
-    );
-    checker
+    support::check(what, &config, || RedlockModel::new(config).checker().symmetry().spawn_dfs().join())
 }
 
-/// Explores `config` until it finds a counterexample to every one of `properties` (a bug's teeth need no more).
-fn find(what: &str, config: RedlockConfig, properties: &[&'static str]) -> impl Checker<RedlockModel> {
-    let stop = HasDiscoveries::AllOf(properties.iter().copied().collect());
-    let checker = RedlockModel::new(config).checker().finish_when(stop).symmetry().spawn_dfs().join();
-    println!("{what}: stopped after {} states, {config:?}", checker.state_count());
-    for property in properties {
-        counterexample(&checker, property);
-    }
-    checker
-}
-
-fn counterexample(checker: &impl Checker<RedlockModel>, property: &'static str) {
-    let path = checker.assert_any_discovery(property);
-    println!("  {property}: counterexample in {} steps: {:?}", path.clone().into_actions().len(), path.into_actions());
+fn find(what: &str, config: RedlockConfig, properties: &[&'static str]) {
+    support::find(what, &config, properties, |stop| {
+        RedlockModel::new(config).checker().finish_when(stop).symmetry().spawn_dfs().join()
+    });
 }
 
 #[test]

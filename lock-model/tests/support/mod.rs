@@ -1,0 +1,58 @@
+//! What every model test does: check a model over every interleaving, or until it finds a bug's counterexample,
+//! and print what was explored. The caller says how to explore (breadth-first, or depth-first up to a symmetry).
+#![allow(dead_code, clippy::print_stdout)] // each test file uses part of it; it reports
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+/// Checks a model over every interleaving within its bounds: `explore` runs the checker to the end.
+pub fn check<M, C>(what: &str, config: &dyn Debug, explore: impl FnOnce() -> C) -> C
+where
+    M: Model,
+    C: Checker<M>,
+{
+    let t0 = Instant::now();
+    let checker = explore();
+    println!(
+        "{what}: {} states ({} unique) in {:?}, {config:?}",
+        checker.state_count(),
+        checker.unique_state_count(),
+        t0.elapsed()
+    );
+    checker
+}
+
+/// Explores until there is a counterexample to every one of `properties` (a bug's teeth need no more): `explore`
+/// runs the checker with the stop condition it is given. Prints each counterexample.
+pub fn find<M, C>(
+    what: &str,
+    config: &dyn Debug,
+    properties: &[&'static str],
+    explore: impl FnOnce(HasDiscoveries) -> C,
+) where
+    M: Model,
+    M::State: Debug + Hash + Clone + PartialEq,
+    M::Action: Debug + Clone + PartialEq,
+    C: Checker<M>,
+{
+    let checker = explore(HasDiscoveries::AllOf(properties.iter().copied().collect()));
+    println!("{what}: stopped after {} states, {config:?}", checker.state_count());
+    for property in properties {
+        counterexample(&checker, property);
+    }
+}
+
+/// Asserts a counterexample to `property` and prints it.
+pub fn counterexample<M, C>(checker: &C, property: &'static str)
+where
+    M: Model,
+    M::State: Debug + Hash + Clone + PartialEq,
+    M::Action: Debug + Clone + PartialEq,
+    C: Checker<M>,
+{
+    let path = checker.assert_any_discovery(property);
+    println!("  {property}: counterexample in {} steps: {:?}", path.clone().into_actions().len(), path.into_actions());
+}
