@@ -16,8 +16,14 @@ fn find(what: &str, config: RedlockConfig, properties: &[&'static str]) {
     });
 }
 
+/// Clocks in step: 17.7 M states, as many as the lagging-clock check below, which CI runs instead (it covers the
+/// same engine and takes the write-back path more often); `LOCK_MODEL_DEEP=1` runs this one too.
 #[test]
 fn redlock_keeps_every_property() {
+    if std::env::var_os("LOCK_MODEL_DEEP").is_none() {
+        println!("redlock, clocks in step: skipped (LOCK_MODEL_DEEP=1 runs it)");
+        return;
+    }
     let checker = check("redlock", RedlockConfig::default());
     checker.assert_properties();
 }
