@@ -13,7 +13,17 @@
 //! - `no grant to an expired place`: a release never hands the lock to a waiter whose place had expired (the class
 //!   of etcd#19597, where a candidate whose own lease expired still became leader);
 //! - `ticket order`: nobody is granted the lock while a live waiter with an earlier ticket is queued;
-//! - `a hand-off` (sometimes): a release hands the lock to a waiter, so the queue is exercised.
+//! - `a hand-off` (sometimes): a release hands the lock to a waiter, so the queue is exercised;
+//! - `every live client gets the lock` (eventually, with [`FairConfig::rounds`]): once the only fault is a crash,
+//!   every client that does not crash holds the lock before time runs out: a dead holder or a dead waiter at the
+//!   head of the queue costs its expiry, never the queue.
+//!
+//! Liveness needs fairness: with clients that may stop for any number of ticks, every path on which a client just
+//! stops fails it. [`FairConfig::rounds`] is that fairness: every live client takes exactly one step per tick, but
+//! for a bounded number of skipped steps (pauses, long enough to lose a place), and a client that held the lock
+//! once and released it is done. Paths
+//! are acyclic (time or a client's step moves every action forward), which is what stateright's `eventually` needs,
+//! and the property reads flags kept in the state, so two paths joining at one state agree on it.
 
 use stateright::{Model, Property};
 
@@ -38,6 +48,14 @@ pub struct FairConfig {
     pub grant_expired_places: bool,
     /// Bug: a try takes a free lock even when live waiters are queued (barging).
     pub barging: bool,
+    /// Fairness for liveness: every live client takes exactly one step per tick, tries without a bound until it has
+    /// held the lock, and is done once it released it.
+    pub rounds: bool,
+    /// With [`rounds`](Self::rounds): steps skipped in all (each a client paused for one tick; a pause longer than
+    /// a place's TTL loses the place).
+    pub pauses: u8,
+    /// Bug: a place never expires (one expiry for the whole queue, renewed by whoever is alive: Redisson's shape).
+    pub places_never_expire: bool,
 }
 
 impl Default for FairConfig {
@@ -51,7 +69,18 @@ impl Default for FairConfig {
             crashes: 1,
             grant_expired_places: false,
             barging: false,
+            rounds: false,
+            pauses: 0,
+            places_never_expire: false,
         }
+    }
+}
+
+impl FairConfig {
+    /// The liveness check: [`rounds`](Self::rounds) over 12 ticks (three holders, a crash's expiry, the pauses and
+    /// the hand-offs fit), one crash and three skipped steps.
+    pub fn liveness() -> Self {
+        FairConfig { rounds: true, max_t: 12, pauses: 3, ..FairConfig::default() }
     }
 }
 
@@ -114,12 +143,18 @@ pub struct State {
     pub tries: [u8; CLIENTS],
     /// Crashes so far.
     pub crashes: u8,
+    /// Steps skipped so far.
+    pub pauses: u8,
     /// A release handed the lock to an expired place.
     pub granted_expired: bool,
     /// Someone was granted while a live waiter with an earlier ticket was queued.
     pub out_of_order: bool,
     /// A release handed the lock to a waiter.
     pub handed_off: bool,
+    /// With [`FairConfig::rounds`]: which clients took their step this tick.
+    pub acted: [bool; CLIENTS],
+    /// With [`FairConfig::rounds`]: which clients have held the lock.
+    pub held: [bool; CLIENTS],
 }
 
 /// What can happen next.
@@ -133,6 +168,8 @@ pub enum Action {
     Release(u8),
     /// The client crashes.
     Crash(u8),
+    /// The client skips its step this tick (with [`FairConfig::rounds`]).
+    Pause(u8),
 }
 
 impl State {
@@ -142,6 +179,18 @@ impl State {
 
     fn live_places(&self) -> impl Iterator<Item = &Place> {
         self.places.iter().filter(move |p| self.t < p.expires)
+    }
+
+    /// With [`FairConfig::rounds`]: the client has held the lock and released it.
+    fn done(&self, c: usize) -> bool {
+        self.held.get(c).copied().unwrap_or(false) && self.clients.get(c) == Some(&Phase::Idle)
+    }
+
+    /// With [`FairConfig::rounds`]: every client that can act took its step this tick.
+    fn round_over(&self) -> bool {
+        (0..CLIENTS).all(|c| {
+            self.acted.get(c).copied().unwrap_or(true) || self.done(c) || self.clients.get(c) == Some(&Phase::Crashed)
+        })
     }
 
     fn believes(&self, phase: &Phase) -> bool {
@@ -175,25 +224,35 @@ impl Model for FairModel {
             clients: [Phase::Idle, Phase::Idle, Phase::Idle],
             tries: [0; CLIENTS],
             crashes: 0,
+            pauses: 0,
             granted_expired: false,
             out_of_order: false,
             handed_off: false,
+            acted: [false; CLIENTS],
+            held: [false; CLIENTS],
         }]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
-        if state.t < self.config.max_t {
+        let rounds = self.config.rounds;
+        if state.t < self.config.max_t && (!rounds || state.round_over()) {
             actions.push(Action::Tick);
         }
         for (c, phase) in (0u8..).zip(&state.clients) {
             let tries = state.tries.get(index(c)).copied().unwrap_or(0);
+            if rounds && (state.acted.get(index(c)).copied().unwrap_or(true) || state.done(index(c))) {
+                continue;
+            }
             match phase {
-                Phase::Idle | Phase::Waiting if tries < self.config.tries => actions.push(Action::Try(c)),
+                Phase::Idle | Phase::Waiting if rounds || tries < self.config.tries => actions.push(Action::Try(c)),
                 Phase::Holding { .. } => actions.push(Action::Release(c)),
                 _ => {}
             }
             if *phase != Phase::Crashed && *phase != Phase::Idle && state.crashes < self.config.crashes {
                 actions.push(Action::Crash(c));
+            }
+            if rounds && *phase != Phase::Crashed && state.pauses < self.config.pauses {
+                actions.push(Action::Pause(c));
             }
         }
     }
@@ -201,11 +260,25 @@ impl Model for FairModel {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         let t = last.t;
+        if self.config.rounds {
+            match action {
+                Action::Tick => s.acted = [false; CLIENTS],
+                Action::Try(c) | Action::Release(c) | Action::Crash(c) | Action::Pause(c) => {
+                    *s.acted.get_mut(index(c))? = true;
+                }
+            }
+        }
         match action {
             Action::Tick => s.t += 1,
             Action::Try(c) => {
-                *s.tries.get_mut(index(c))? += 1;
-                let expires = t.saturating_add(self.config.waiter_ttl_ticks);
+                if !self.config.rounds {
+                    *s.tries.get_mut(index(c))? += 1;
+                }
+                let expires = if self.config.places_never_expire {
+                    u8::MAX
+                } else {
+                    t.saturating_add(self.config.waiter_ttl_ticks)
+                };
                 let mine = s.places.iter().position(|p| p.client == c);
                 let phase = if s.key_holder() == Some(c) {
                     // The lock was handed to us: our grant. The key is armed again from this try.
@@ -237,6 +310,9 @@ impl Model for FairModel {
                         Phase::Waiting
                     }
                 };
+                if self.config.rounds && matches!(phase, Phase::Holding { .. }) {
+                    *s.held.get_mut(index(c))? = true;
+                }
                 *s.clients.get_mut(index(c))? = phase;
             }
             Action::Release(c) => {
@@ -256,6 +332,7 @@ impl Model for FairModel {
                 }
                 *s.clients.get_mut(index(c))? = Phase::Idle;
             }
+            Action::Pause(_) => s.pauses += 1,
             Action::Crash(c) => {
                 s.crashes += 1;
                 *s.clients.get_mut(index(c))? = Phase::Crashed;
@@ -265,11 +342,17 @@ impl Model for FairModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("one believer", |_, s: &State| s.clients.iter().filter(|p| s.believes(p)).count() <= 1),
             Property::always("no grant to an expired place", |_, s: &State| !s.granted_expired),
             Property::always("ticket order", |_, s: &State| !s.out_of_order),
             Property::sometimes("a hand-off", |_, s: &State| s.handed_off),
-        ]
+        ];
+        if self.config.rounds {
+            properties.push(Property::eventually("every live client gets the lock", |_, s: &State| {
+                s.held.iter().zip(&s.clients).all(|(held, phase)| *held || *phase == Phase::Crashed)
+            }));
+        }
+        properties
     }
 }

@@ -7,11 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking, and report
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_core::fenced::FencedResource;
-use lock_core::{Guard, Lock, LockError, LockOptions, LockStore, Token};
+use lock_core::{Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Token, DEFAULT_PREFIX};
 use lock_model::single::{Action, Config, LockModel};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 use lock_testkit::{Checker, Hold};
@@ -46,6 +47,28 @@ struct Replayed {
     count: i64,
     /// Grants the real engine made.
     grants: usize,
+    /// The fences the server granted, in the order it granted them (a grant whose reply was lost included): what the
+    /// model's "fences increase" is about.
+    fences: Vec<u64>,
+}
+
+impl Replayed {
+    /// A grant's fence not above every fence granted before it.
+    fn fence_regressed(&self) -> bool {
+        self.fences.iter().enumerate().any(|(i, f)| self.fences[..i].iter().any(|earlier| earlier >= f))
+    }
+}
+
+/// What the replay's server does when the model restarts it.
+#[derive(Clone, Copy, Debug)]
+enum Restart {
+    /// Comes back empty (no persistence), its clock where it was.
+    Empty,
+    /// Comes back empty with its clock stepped back by this much.
+    ClockBack(Duration),
+    /// Comes back empty with its clock stepped back to the epoch: the time floor then lies below every earlier
+    /// fence, and the counter alone (`counter + 1`, the floorless bug) decides.
+    ClockToEpoch,
 }
 
 #[derive(Default)]
@@ -71,13 +94,18 @@ fn next_of(actions: &[Action], from: usize, c: u8, of: &[fn(u8) -> Action]) -> O
     actions.iter().skip(from + 1).find(|a| wanted.contains(a)).cloned()
 }
 
-async fn replay(actions: &[Action], resource: Resource) -> Replayed {
+async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Replayed {
     let server = ScriptedServer::new();
     let plans = Arc::new(Mutex::new(Plans::default()));
     let rules = plans.clone();
+    // A restarting server refuses what reaches it until the next tick (the model's `down`); a staged acquire waits
+    // at its gate and is applied only after.
+    let down = Arc::new(AtomicBool::new(false));
+    let refusing = down.clone();
     server.rule(move |call| {
         let mut plans = rules.lock().unwrap();
         match call.op {
+            Op::Release if refusing.load(Ordering::SeqCst) => Some(Fault::FailBefore(Injected::Unavailable)),
             Op::Acquire => {
                 let fault = plans.next.get_mut(&call.client).and_then(VecDeque::pop_front)?;
                 if matches!(fault, Fault::Staged { applied: true, lost: Some(_), .. }) {
@@ -94,11 +122,14 @@ async fn replay(actions: &[Action], resource: Resource) -> Replayed {
     });
     let locks: Vec<Lock> =
         (0..2).map(|_| Lock::new(server.client()).with_operation_timeout(Duration::from_secs(60))).collect();
-    let data: Arc<dyn LockStore> = Arc::new(server.memory().clone());
+    // The resource is its own system: a restart of the lock's server leaves it as it was.
+    let data: Arc<dyn LockStore> = Arc::new(lock_core::MemoryStore::new());
     let fenced = FencedResource::from_arc(data.clone(), GUARD).unwrap();
     let mut clients: Vec<Client> = (0..2).map(|_| Client::default()).collect();
     let checker = Checker::new();
-    let (mut accepted, mut grants) = (0i64, 0usize);
+    let (mut accepted, mut grants, mut fences) = (0i64, 0usize, Vec::new());
+    let keys = LockKeys::new(DEFAULT_PREFIX, "replay").unwrap();
+    let mut last_counter: Option<u64> = None;
     let base = Instant::now();
     let mut tick = 0u32;
     for (i, action) in actions.iter().enumerate() {
@@ -106,6 +137,7 @@ async fn replay(actions: &[Action], resource: Resource) -> Replayed {
             Action::Tick => {
                 tick += 1;
                 tokio::time::sleep_until((base + TICK * tick).into()).await;
+                down.store(false, Ordering::SeqCst);
             }
             Action::Send(c) => {
                 let then = next_of(actions, i, c, &[Action::Apply, Action::Lose]);
@@ -136,6 +168,13 @@ async fn replay(actions: &[Action], resource: Resource) -> Replayed {
                 client.request.open();
                 assert!(client.reply.wait_arrivals(1, Duration::from_secs(10)).await, "the acquire never applied");
                 client.applied = true;
+                // The counter moves only when the server grants: a new value is a grant's fence.
+                let counter = server.memory().command(&["GET", keys.fence()]).and_then(|r| r.to_text_lossy());
+                let counter = counter.and_then(|v| v.parse::<u64>().ok());
+                if counter.is_some() && counter != last_counter {
+                    fences.extend(counter);
+                }
+                last_counter = counter;
             }
             Action::Lose(c) | Action::Decide(c) => {
                 let client = &mut clients[usize::from(c)];
@@ -206,7 +245,23 @@ async fn replay(actions: &[Action], resource: Resource) -> Replayed {
                     let _ = guard.release().await;
                 }
             }
-            Action::Restart => panic!("restarts are not replayed (the scripted store's server cannot restart)"),
+            Action::Restart => {
+                down.store(true, Ordering::SeqCst);
+                server.memory().command(&["FLUSHALL"]).expect("FLUSHALL");
+                last_counter = None;
+                let back = match restart {
+                    Restart::Empty => Duration::ZERO,
+                    Restart::ClockBack(by) => by,
+                    Restart::ClockToEpoch => match server.memory().command(&["TIME"]) {
+                        Some(lock_core::Reply::Array(parts)) => {
+                            let secs = parts.first().and_then(lock_core::Reply::to_text_lossy);
+                            Duration::from_secs(secs.and_then(|s| s.parse().ok()).expect("TIME's seconds"))
+                        }
+                        other => panic!("TIME: {other:?}"),
+                    },
+                };
+                server.memory().step_clock_back(back);
+            }
         }
     }
     for client in &mut clients {
@@ -217,7 +272,7 @@ async fn replay(actions: &[Action], resource: Resource) -> Replayed {
     let report = checker.report();
     let count = data.call(lock_core::Call::plain("count", "GET", &[DATA], &[])).await.unwrap().reply;
     let count = count.to_text_lossy().and_then(|v| v.parse().ok()).unwrap_or(0);
-    Replayed { breaches: report.overlaps.len() + report.fence_regressions.len(), accepted, count, grants }
+    Replayed { breaches: report.overlaps.len() + report.fence_regressions.len(), accepted, count, grants, fences }
 }
 
 fn counterexample(config: Config, property: &'static str) -> Vec<Action> {
@@ -228,8 +283,12 @@ fn counterexample(config: Config, property: &'static str) -> Vec<Action> {
 }
 
 fn run(actions: &[Action], resource: Resource) -> Replayed {
-    let replayed = lock_testkit::runtime::tokio(replay(actions, resource));
-    println!("  replayed with a {resource:?} resource: {replayed:?}");
+    run_with(actions, resource, Restart::Empty)
+}
+
+fn run_with(actions: &[Action], resource: Resource, restart: Restart) -> Replayed {
+    let replayed = lock_testkit::runtime::tokio(replay(actions, resource, restart));
+    println!("  replayed with a {resource:?} resource, restart {restart:?}: {replayed:?}");
     replayed
 }
 
@@ -275,4 +334,34 @@ fn the_paused_holder_schedule_loses_an_update_only_without_the_fenced_resource()
         (model_grants, model_grants),
         "the engine's grants differ from the model's"
     );
+}
+
+/// The model's counterexample to "fences increase" without the fencing counter's time floor: the server restarts
+/// empty between two grants. On the engine the second grant's fence is above the first's (the floor is the
+/// server's clock in µs); with the floor made useless (the clock stepped back to the epoch at the restart, so the
+/// floor is below every earlier fence, as `counter + 1` alone would be) the same schedule gives a fence that
+/// goes backwards.
+#[test]
+fn the_restart_schedule_keeps_fences_increasing_only_with_the_time_floor() {
+    let config = Config { no_fence_floor: true, restarts: 1, ..Config::default() };
+    let actions = counterexample(config, "fences increase");
+    let engine = run_with(&actions, Resource::Fenced, Restart::Empty);
+    assert!(engine.fences.len() >= 2, "the schedule granted too little to test anything: {engine:?}");
+    assert!(!engine.fence_regressed(), "{engine:?}");
+    let floorless = run_with(&actions, Resource::Fenced, Restart::ClockToEpoch);
+    assert!(floorless.fence_regressed(), "the floorless replay kept fences increasing: {floorless:?}");
+}
+
+/// The model's counterexample to "fences increase" when the server's clock steps back at a restart (the one
+/// assumption of the floor): replayed with the clock stepped back by the model's tick, the fence goes backwards on
+/// the engine too; with the clock kept, it does not. The floor rests on the clock, and this is the measure of it.
+#[test]
+fn the_clock_regression_schedule_gives_a_lower_fence_on_the_engine_too() {
+    let config = Config { clock_regression: 1, restarts: 1, ..Config::default() };
+    let actions = counterexample(config, "fences increase");
+    let kept = run_with(&actions, Resource::Fenced, Restart::Empty);
+    assert!(kept.fences.len() >= 2, "the schedule granted too little to test anything: {kept:?}");
+    assert!(!kept.fence_regressed(), "{kept:?}");
+    let stepped = run_with(&actions, Resource::Fenced, Restart::ClockBack(TICK * 2));
+    assert!(stepped.fence_regressed(), "the clock stepped back and fences still increased: {stepped:?}");
 }

@@ -69,6 +69,8 @@ pub(crate) struct Keyspace {
     /// The server clock: wall time at creation plus monotonic time since (so `TIME` never steps back).
     started: Instant,
     started_unix: Duration,
+    /// How far `TIME` was stepped back (a server whose clock was set back).
+    clock_back: Duration,
     commands: u64,
 }
 
@@ -81,6 +83,7 @@ impl Default for Keyspace {
             // The wall clock only as the origin of `TIME` (what a server reports); every expiry is monotonic.
             #[allow(clippy::disallowed_methods)]
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default(),
+            clock_back: Duration::ZERO,
             commands: 0,
         }
     }
@@ -105,7 +108,12 @@ fn arity(name: &str) -> String {
 impl Keyspace {
     /// The server clock, as `TIME` reports it.
     pub(crate) fn unix_now(&self, now: Instant) -> Duration {
-        self.started_unix.saturating_add(now.saturating_duration_since(self.started))
+        self.started_unix.saturating_add(now.saturating_duration_since(self.started)).saturating_sub(self.clock_back)
+    }
+
+    /// Steps `TIME` back by `by` (expiries run on the monotonic clock and are unaffected).
+    pub(crate) fn step_clock_back(&mut self, by: Duration) {
+        self.clock_back = self.clock_back.saturating_add(by);
     }
 
     /// The live entry under `key`, dropping it if expired.
@@ -279,6 +287,11 @@ impl Keyspace {
                     }
                 }
                 Ok(Reply::Int(next))
+            }
+            // A server restarting without persistence comes back with nothing, fencing counters included.
+            "FLUSHALL" => {
+                self.entries.clear();
+                Ok(ok())
             }
             "TIME" => {
                 let t = self.unix_now(now);
@@ -690,6 +703,21 @@ mod tests {
         run(&mut ks, &["SET", "s", "v"]).ok();
         assert_eq!(run(&mut ks, &["ZADD", "s", "1", "a"]), Err(WRONGTYPE.to_owned()));
         assert_eq!(run(&mut ks, &["ZRANGE", "s", "0", "0"]), Err(WRONGTYPE.to_owned()));
+    }
+
+    #[test]
+    fn a_restart_without_persistence_and_a_clock_stepped_back() {
+        let mut ks = Keyspace::default();
+        let now = Instant::now();
+        let args = |a: &[&str]| a.iter().map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>();
+        ks.exec(&args(&["SET", "k", "v", "PX", "10000"]), now).ok();
+        ks.exec(&args(&["INCRBY", "fence", "7"]), now).ok();
+        assert_eq!(ks.exec(&args(&["FLUSHALL"]), now), Ok(ok()));
+        assert_eq!(ks.exec(&args(&["GET", "k"]), now), Ok(Reply::Nil));
+        assert_eq!(ks.exec(&args(&["INCRBY", "fence", "1"]), now), Ok(Reply::Int(1)), "counters go too");
+        let before = ks.unix_now(now);
+        ks.step_clock_back(Duration::from_secs(60));
+        assert_eq!(before.saturating_sub(ks.unix_now(now)), Duration::from_secs(60));
     }
 
     #[test]

@@ -198,6 +198,15 @@ impl MemoryStore {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
         self.inspect(|keyspace, now| keyspace.exec(&args, now).ok())
     }
+
+    /// Steps the keyspace's `TIME` back by `by`, as a server whose clock was set back reports it (for tests of what
+    /// the fencing counter's time floor assumes); expiries run on the monotonic clock and are unaffected.
+    #[doc(hidden)]
+    pub fn step_clock_back(&self, by: Duration) {
+        if let Ok(engine) = self.engine().as_ref() {
+            engine.with_keyspace(|keyspace| keyspace.step_clock_back(by));
+        }
+    }
 }
 
 #[async_trait]
