@@ -17,7 +17,12 @@
 //!   whoever else renews;
 //! - `fences increase`: each exclusive grant's fence (a leader's term, a writer's fence) is above every earlier
 //!   one's, in the order the holders learnt of them;
-//! - `all slots taken` (sometimes): the limit is reached, so the model is not vacuous.
+//! - `all slots taken` (sometimes): the limit is reached, so the model is not vacuous;
+//! - `observers see terms increase` (election, with observer reads): an observer never names a leader of a term
+//!   below one it already named. Its reads are answered by the server at once but their replies may arrive in any
+//!   order (a reply delayed past the next read's: what a read served by a lagging replica after a failover, or by
+//!   another connection, gives); the observer drops a reply whose term is below the last it named, as
+//!   [`Election::observe`](lock_core::election::Election::observe) does.
 
 use stateright::{Model, Property};
 
@@ -63,6 +68,10 @@ pub struct HoldersConfig {
     pub retry_keeps_expiry: bool,
     /// Bug: validity counted from when the reply arrived.
     pub validity_from_reply: bool,
+    /// Reads of the leader by one observer (an election's [`observe`](lock_core::election::Election::observe)).
+    pub observer_reads: u8,
+    /// Bug: the observer names whatever a reply says, even a term below the last it named.
+    pub observer_takes_stale: bool,
 }
 
 impl HoldersConfig {
@@ -79,6 +88,8 @@ impl HoldersConfig {
             fresh_grant_on_retry: false,
             retry_keeps_expiry: false,
             validity_from_reply: false,
+            observer_reads: 0,
+            observer_takes_stale: false,
         }
     }
 }
@@ -176,6 +187,14 @@ pub struct State {
     pub last_exclusive: Option<u64>,
     /// An exclusive holder's fence was not above an earlier one's.
     pub fence_regressed: bool,
+    /// The observer's reads so far.
+    pub reads: u8,
+    /// Replies to the observer's reads on their way: the leader's term each saw (`None`: no leader), sorted.
+    pub replies: Vec<Option<u64>>,
+    /// The last term the observer named.
+    pub observed: Option<u64>,
+    /// The observer named a term below one it had named.
+    pub observed_regressed: bool,
 }
 
 /// What can happen next.
@@ -199,6 +218,10 @@ pub enum Action {
     Release(u8),
     /// The holder crashes.
     Crash(u8),
+    /// The observer reads the leader: the server answers at once, the reply is on its way.
+    Read,
+    /// A reply to one of the observer's reads arrives (any of those on their way).
+    Observe(Option<u64>),
 }
 
 impl State {
@@ -270,6 +293,10 @@ impl Model for HoldersModel {
             crashes: 0,
             last_exclusive: None,
             fence_regressed: false,
+            reads: 0,
+            replies: Vec::new(),
+            observed: None,
+            observed_regressed: false,
         }]
     }
 
@@ -278,6 +305,12 @@ impl Model for HoldersModel {
             actions.push(Action::Tick);
         }
         let faults = state.faults < self.config.faults;
+        if state.reads < self.config.observer_reads {
+            actions.push(Action::Read);
+        }
+        let mut replies = state.replies.clone();
+        replies.dedup();
+        actions.extend(replies.into_iter().map(Action::Observe));
         for (c, phase) in (0u8..).zip(&state.clients) {
             let tries = state.tries.get(index(c)).copied().unwrap_or(0);
             match phase {
@@ -369,6 +402,23 @@ impl Model for HoldersModel {
                 s.entries.retain(|e| e.token != token);
                 *s.clients.get_mut(index(c))? = Phase::Idle;
             }
+            Action::Read => {
+                s.reads += 1;
+                let leader = s.live().map(|e| e.fence).max();
+                s.replies.push(leader);
+                s.replies.sort_unstable();
+            }
+            Action::Observe(reply) => {
+                let i = s.replies.iter().position(|r| *r == reply)?;
+                s.replies.remove(i);
+                if let Some(term) = reply {
+                    let stale = s.observed.is_some_and(|named| term < named);
+                    if !stale || self.config.observer_takes_stale {
+                        s.observed_regressed |= stale;
+                        s.observed = Some(term);
+                    }
+                }
+            }
             Action::Crash(c) => {
                 let token = (c, s.tries.get(index(c)).copied().unwrap_or(0));
                 let granted = last.entries.iter().find(|e| e.token == token).map(|e| e.expires);
@@ -405,6 +455,7 @@ impl Model for HoldersModel {
                 })
             }),
             Property::always("fences increase", |_, s: &State| !s.fence_regressed),
+            Property::always("observers see terms increase", |_, s: &State| !s.observed_regressed),
             Property::sometimes("all slots taken", |m: &HoldersModel, s: &State| match m.config.kind {
                 Kind::Semaphore => s.live().count() == LIMIT,
                 Kind::RwLock => s.live().count() == 2 && s.live().all(|e| e.token.0 != 0),

@@ -3,7 +3,10 @@
 //!
 //! Real time runs in ticks of [`TICK`](crate::TICK). Two clients acquire one resource on one server, read it and write it back
 //! (the Jepsen `lock-set` read-modify-write), and release. Requests and replies take any number of ticks (each is
-//! its own action: send, apply on the server, decide on the client), and a reply may be lost. The server may
+//! its own action: send, apply on the server, decide on the client), and a reply may be lost. An acquire may be
+//! duplicated (a client library resending it after a broken connection, a Cluster redirection): the copy reaches
+//! the server whenever it does, even after its client gave up, released or tried again, and takes the key with that
+//! try's token if it is free. The server may
 //! restart without persistence (losing the key and the fencing counter), optionally with its clock stepped back.
 //! A client may stop for any number of ticks anywhere (a GC pause): between its validity check and its read, or
 //! between its read and its write.
@@ -21,7 +24,9 @@
 //! - `fences increase` (always): every grant's fence is above every earlier grant's, across restarts;
 //! - `a write lands` (sometimes): the model reaches an accepted write (it is not vacuous);
 //! - `a paused holder acts` (sometimes): a client acts past its validity while another holds: Kleppmann's case,
-//!   which no lease prevents and the fenced resource makes harmless.
+//!   which no lease prevents and the fenced resource makes harmless;
+//! - `a duplicate takes the key` (sometimes, with duplicates): a copy of an acquire takes the key nobody is told
+//!   about (the cost: the lock stays taken until that key's TTL).
 //!
 //! [`Config`] switches re-introduce known bugs (validity counted from the reply instead of the request, no time
 //! floor in the fencing counter, an unfenced resource) and the one assumption the fence floor rests on (the server's
@@ -50,6 +55,8 @@ pub struct Config {
     pub no_fence_floor: bool,
     /// The resource checks fences ([`FencedResource`](lock_core::FencedResource)); `false`: plain reads and writes.
     pub fenced_resource: bool,
+    /// Acquires duplicated in the network, in all.
+    pub duplicates: u8,
 }
 
 impl Default for Config {
@@ -64,6 +71,7 @@ impl Default for Config {
             validity_from_reply: false,
             no_fence_floor: false,
             fenced_resource: true,
+            duplicates: 0,
         }
     }
 }
@@ -134,8 +142,8 @@ pub struct Client {
 pub struct State {
     /// Real time, in ticks.
     pub t: u8,
-    /// The lock key: (holder, expiry on the server's clock in ticks).
-    pub key: Option<(u8, i16)>,
+    /// The lock key: (the holder's token, expiry on the server's clock in ticks).
+    pub key: Option<(Token, i16)>,
     /// The fencing counter.
     pub counter: u64,
     /// The server's clock minus real time, in ticks.
@@ -156,7 +164,16 @@ pub struct State {
     pub last_grant: Option<u64>,
     /// A grant's fence was not above an earlier one's.
     pub fence_regressed: bool,
+    /// Copies of acquires in the network (their tokens), sorted.
+    pub orphans: Vec<Token>,
+    /// Acquires duplicated so far.
+    pub duplicates: u8,
+    /// A copy of an acquire took the key.
+    pub orphan_granted: bool,
 }
+
+/// An owner token: the client and its try (each try has a fresh token, as the engine's acquisitions do).
+pub type Token = (u8, u8);
 
 /// What can happen next.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -179,6 +196,10 @@ pub enum Action {
     Release(u8),
     /// The server restarts without persistence.
     Restart,
+    /// The network duplicates the client's acquire in flight.
+    Duplicate(u8),
+    /// A copy of an acquire reaches the server, with its try's token.
+    ApplyCopy(Token),
 }
 
 impl State {
@@ -186,8 +207,30 @@ impl State {
         i16::from(self.t) + self.offset
     }
 
-    fn key_holder(&self) -> Option<u8> {
-        self.key.filter(|(_, expires)| self.server_now() < *expires).map(|(client, _)| client)
+    fn key_holder(&self) -> Option<Token> {
+        self.key.filter(|(_, expires)| self.server_now() < *expires).map(|(token, _)| token)
+    }
+
+    /// The token of the client's current try.
+    fn token(&self, c: u8) -> Option<Token> {
+        self.clients.get(usize::from(c)).map(|client| (c, client.tries))
+    }
+
+    /// `SET NX PX` with `token` and the fence: the fence when granted.
+    fn grant(&mut self, token: Token, config: &Config) -> Option<u64> {
+        if self.key_holder().is_some() {
+            return None;
+        }
+        let now = self.server_now();
+        let floor = (!config.no_fence_floor).then(|| u64::try_from(now).unwrap_or(0) * 100_000);
+        let fence = next_fence(self.counter, floor);
+        self.counter = fence;
+        self.key = Some((token, now + i16::from(config.ttl_ticks)));
+        if self.last_grant.is_some_and(|last| fence <= last) {
+            self.fence_regressed = true;
+        }
+        self.last_grant = Some(self.last_grant.map_or(fence, |last| last.max(fence)));
+        Some(fence)
     }
 
     fn believes(&self, client: &Client) -> bool {
@@ -214,6 +257,9 @@ impl Model for LockModel {
             lost_update: false,
             last_grant: None,
             fence_regressed: false,
+            orphans: Vec::new(),
+            duplicates: 0,
+            orphan_granted: false,
         }]
     }
 
@@ -224,6 +270,9 @@ impl Model for LockModel {
         if !state.down && state.restarts < self.config.restarts {
             actions.push(Action::Restart);
         }
+        if !state.down {
+            actions.extend(state.orphans.iter().copied().map(Action::ApplyCopy));
+        }
         for (i, client) in state.clients.iter().enumerate() {
             let c = u8::try_from(i).unwrap_or(u8::MAX);
             match client.phase {
@@ -233,6 +282,9 @@ impl Model for LockModel {
                         actions.push(Action::Apply(c));
                     }
                     actions.push(Action::Lose(c));
+                    if state.duplicates < self.config.duplicates {
+                        actions.push(Action::Duplicate(c));
+                    }
                 }
                 Phase::Replied { .. } => {
                     actions.push(Action::Decide(c));
@@ -272,21 +324,18 @@ impl Model for LockModel {
             }
             Action::Apply(c) => {
                 let Phase::Sent { started } = last.clients.get(usize::from(c))?.phase else { return None };
-                let grant = if s.key_holder().is_none() {
-                    let now = s.server_now();
-                    let floor = (!self.config.no_fence_floor).then(|| u64::try_from(now).unwrap_or(0) * 100_000);
-                    let fence = next_fence(s.counter, floor);
-                    s.counter = fence;
-                    s.key = Some((c, now + i16::from(self.config.ttl_ticks)));
-                    if s.last_grant.is_some_and(|last| fence <= last) {
-                        s.fence_regressed = true;
-                    }
-                    s.last_grant = Some(s.last_grant.map_or(fence, |last| last.max(fence)));
-                    Some(fence)
-                } else {
-                    None
-                };
+                let grant = s.grant(last.token(c)?, &self.config);
                 s.clients.get_mut(usize::from(c))?.phase = Phase::Replied { started, grant };
+            }
+            Action::Duplicate(c) => {
+                s.duplicates += 1;
+                s.orphans.push(last.token(c)?);
+                s.orphans.sort_unstable();
+            }
+            Action::ApplyCopy(token) => {
+                let i = s.orphans.iter().position(|o| *o == token)?;
+                s.orphans.remove(i);
+                s.orphan_granted |= s.grant(token, &self.config).is_some();
             }
             Action::Lose(c) => s.clients.get_mut(usize::from(c))?.phase = Phase::Idle,
             Action::Decide(c) => {
@@ -297,7 +346,7 @@ impl Model for LockModel {
                     Some(fence) if u64::from(last.t) * 100 < valid_ms => Phase::Holding { fence, valid_ms },
                     // Granted too late to be trusted: given back (compare-and-delete).
                     Some(_) => {
-                        if s.key_holder() == Some(c) {
+                        if s.key_holder() == last.token(c) {
                             s.key = None;
                         }
                         Phase::Idle
@@ -327,7 +376,7 @@ impl Model for LockModel {
                 s.clients.get_mut(usize::from(c))?.phase = Phase::Done;
             }
             Action::Release(c) => {
-                if s.key_holder() == Some(c) && !s.down {
+                if s.key_holder() == last.token(c) && !s.down {
                     s.key = None;
                 }
                 s.clients.get_mut(usize::from(c))?.phase = Phase::Idle;
@@ -337,7 +386,7 @@ impl Model for LockModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("one believer", |_, s: &State| s.clients.iter().filter(|c| s.believes(c)).count() <= 1),
             Property::always("no lost update", |_, s: &State| !s.lost_update),
             Property::always("fences increase", |_, s: &State| !s.fence_regressed),
@@ -346,6 +395,10 @@ impl Model for LockModel {
                 let late = s.clients.iter().any(|c| matches!(c.phase, Phase::Read { .. }) && !s.believes(c));
                 late && s.clients.iter().any(|c| s.believes(c))
             }),
-        ]
+        ];
+        if self.config.duplicates > 0 {
+            properties.push(Property::sometimes("a duplicate takes the key", |_, s: &State| s.orphan_granted));
+        }
+        properties
     }
 }

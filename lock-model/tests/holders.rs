@@ -56,3 +56,23 @@ fn a_retry_that_keeps_the_first_tries_expiry_lets_too_many_believe() {
     let config = HoldersConfig { retry_keeps_expiry: true, ..HoldersConfig::new(Kind::Semaphore) };
     find("retry keeps the expiry", config, &["within the limit"]);
 }
+
+/// The election with an observer: no lost messages or crashes (the candidates' side is checked above), two reads.
+fn observed() -> HoldersConfig {
+    HoldersConfig { observer_reads: 2, faults: 0, crashes: 0, ..HoldersConfig::new(Kind::Election) }
+}
+
+/// An election with an observer whose two reads' replies may arrive in either order: the observer never names a
+/// term below one it named, because it drops a reply older than what it has shown.
+#[test]
+fn an_election_observer_never_sees_a_term_go_backwards() {
+    let config = observed();
+    check("election with an observer", config).assert_properties();
+}
+
+/// An observer that names whatever a late reply says shows an earlier leader after a later one.
+#[test]
+fn an_observer_that_takes_a_stale_reply_sees_a_term_go_backwards() {
+    let config = HoldersConfig { observer_takes_stale: true, ..observed() };
+    find("observer takes stale replies", config, &["observers see terms increase"]);
+}

@@ -27,6 +27,16 @@ fn the_engine_keeps_every_property() {
     checker.assert_properties();
 }
 
+/// A duplicated acquire (resent after a broken connection, or by a redirection) that reaches the server after its
+/// client gave up, released or tried again takes the key with that try's token: nobody believes it, no fence goes
+/// backwards, the resource loses nothing; the lock is taken until the key's TTL. CI checks 6 ticks (9.3 M states);
+/// `LOCK_MODEL_DEEP=1` the usual 8 (29 M).
+#[test]
+fn a_duplicated_acquire_costs_a_ttl_and_nothing_else() {
+    let max_t = if support::deep() { 8 } else { 6 };
+    check("a duplicated acquire", Config { duplicates: 1, max_t, ..Config::default() }).assert_properties();
+}
+
 #[test]
 fn a_restart_without_persistence_frees_the_lock_but_fences_and_the_fenced_resource_hold() {
     let checker = check("one restart", Config { restarts: 1, ..Config::default() });

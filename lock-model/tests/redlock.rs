@@ -16,9 +16,7 @@ fn find(what: &str, config: RedlockConfig, properties: &[&'static str]) {
     });
 }
 
-fn deep() -> bool {
-    std::env::var_os("LOCK_MODEL_DEEP").is_some()
-}
+use support::deep;
 
 /// Clocks in step, client 0 trying twice: 17.7 M states; `LOCK_MODEL_DEEP=1` runs it (CI's time budget).
 #[test]

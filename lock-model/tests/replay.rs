@@ -245,6 +245,9 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                     let _ = guard.release().await;
                 }
             }
+            Action::Duplicate(_) | Action::ApplyCopy(_) => {
+                panic!("duplicated acquires are not replayed (the scripted store cannot send a call twice)")
+            }
             Action::Restart => {
                 down.store(true, Ordering::SeqCst);
                 server.memory().command(&["FLUSHALL"]).expect("FLUSHALL");

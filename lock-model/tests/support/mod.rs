@@ -8,6 +8,11 @@ use std::time::Instant;
 
 use stateright::{Checker, HasDiscoveries, Model};
 
+/// Whether `LOCK_MODEL_DEEP` asks for the larger bounds (CI runs the smaller ones: its time budget).
+pub fn deep() -> bool {
+    std::env::var_os("LOCK_MODEL_DEEP").is_some()
+}
+
 /// Checks a model over every interleaving within its bounds: `explore` runs the checker to the end.
 pub fn check<M, C>(what: &str, config: &dyn Debug, explore: impl FnOnce() -> C) -> C
 where
