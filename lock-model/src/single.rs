@@ -7,7 +7,10 @@
 //! duplicated (a client library resending it after a broken connection, a Cluster redirection): the copy reaches
 //! the server whenever it does, even after its client gave up, released or tried again, and takes the key with that
 //! try's token if it is free. The server may
-//! restart without persistence (losing the key and the fencing counter), optionally with its clock stepped back.
+//! restart without persistence (losing the key and the fencing counter), optionally with its clock stepped back, or
+//! fail over to its replica (which has what was replicated to it, on a host whose clock may be behind). A client's
+//! monotonic clock may stall for a tick (a suspended VM or laptop: Linux's `CLOCK_MONOTONIC`, which `Instant` reads,
+//! does not count suspend), so it counts less time than passed: drift beyond any allowance.
 //! A client may stop for any number of ticks anywhere (a GC pause): between its validity check and its read, or
 //! between its read and its write.
 //!
@@ -57,6 +60,13 @@ pub struct Config {
     pub fenced_resource: bool,
     /// Acquires duplicated in the network, in all.
     pub duplicates: u8,
+    /// Failovers to the replica, in all. Replication is asynchronous: the replica has the primary's state as of the
+    /// last tick, so a failover loses what happened since.
+    pub failovers: u8,
+    /// Ticks the replica's host clock is behind the primary's.
+    pub replica_behind: u8,
+    /// Ticks a holder's clock may stall, in all (it counts less time than passed).
+    pub clock_stalls: u8,
 }
 
 impl Default for Config {
@@ -72,6 +82,9 @@ impl Default for Config {
             no_fence_floor: false,
             fenced_resource: true,
             duplicates: 0,
+            failovers: 0,
+            replica_behind: 0,
+            clock_stalls: 0,
         }
     }
 }
@@ -135,6 +148,15 @@ pub struct Client {
     pub phase: Phase,
     /// Attempts made.
     pub tries: u8,
+    /// Ticks its clock is behind real time (it stalled).
+    pub behind: u8,
+}
+
+impl Client {
+    /// The tick its own clock reads at real tick `t`.
+    fn local(&self, t: u8) -> u8 {
+        t.saturating_sub(self.behind)
+    }
 }
 
 /// The whole system.
@@ -170,6 +192,12 @@ pub struct State {
     pub duplicates: u8,
     /// A copy of an acquire took the key.
     pub orphan_granted: bool,
+    /// What the replica has: the key and the fencing counter as of the last tick.
+    pub replica: (Option<(Token, i16)>, u64),
+    /// Failovers so far.
+    pub failovers: u8,
+    /// Clock stalls so far.
+    pub stalls: u8,
 }
 
 /// An owner token: the client and its try (each try has a fresh token, as the engine's acquisitions do).
@@ -200,6 +228,10 @@ pub enum Action {
     Duplicate(u8),
     /// A copy of an acquire reaches the server, with its try's token.
     ApplyCopy(Token),
+    /// The replica becomes the primary.
+    Failover,
+    /// The client's clock stalls for a tick.
+    Stall(u8),
 }
 
 impl State {
@@ -234,7 +266,7 @@ impl State {
     }
 
     fn believes(&self, client: &Client) -> bool {
-        let now_ms = u64::from(self.t) * 100;
+        let now_ms = u64::from(client.local(self.t)) * 100;
         matches!(client.phase, Phase::Holding { valid_ms, .. } | Phase::Read { valid_ms, .. } if now_ms < valid_ms)
     }
 }
@@ -251,7 +283,7 @@ impl Model for LockModel {
             offset: 0,
             restarts: 0,
             down: false,
-            clients: vec![Client { phase: Phase::Idle, tries: 0 }; 2],
+            clients: vec![Client { phase: Phase::Idle, tries: 0, behind: 0 }; 2],
             guard: 0,
             version: 0,
             lost_update: false,
@@ -260,6 +292,9 @@ impl Model for LockModel {
             orphans: Vec::new(),
             duplicates: 0,
             orphan_granted: false,
+            replica: (None, 0),
+            failovers: 0,
+            stalls: 0,
         }]
     }
 
@@ -272,6 +307,9 @@ impl Model for LockModel {
         }
         if !state.down {
             actions.extend(state.orphans.iter().copied().map(Action::ApplyCopy));
+        }
+        if !state.down && state.failovers < self.config.failovers {
+            actions.push(Action::Failover);
         }
         for (i, client) in state.clients.iter().enumerate() {
             let c = u8::try_from(i).unwrap_or(u8::MAX);
@@ -295,6 +333,9 @@ impl Model for LockModel {
                         actions.push(Action::Read(c));
                     }
                     actions.push(Action::Release(c));
+                    if state.stalls < self.config.clock_stalls {
+                        actions.push(Action::Stall(c));
+                    }
                 }
                 Phase::Read { .. } => actions.push(Action::Write(c)),
                 Phase::Done => actions.push(Action::Release(c)),
@@ -309,6 +350,9 @@ impl Model for LockModel {
             Action::Tick => {
                 s.t += 1;
                 s.down = false;
+                if self.config.failovers > 0 {
+                    s.replica = (s.key, s.counter);
+                }
             }
             Action::Restart => {
                 s.key = None;
@@ -320,7 +364,7 @@ impl Model for LockModel {
             Action::Send(c) => {
                 let client = s.clients.get_mut(usize::from(c))?;
                 client.tries += 1;
-                client.phase = Phase::Sent { started: last.t };
+                client.phase = Phase::Sent { started: client.local(last.t) };
             }
             Action::Apply(c) => {
                 let Phase::Sent { started } = last.clients.get(usize::from(c))?.phase else { return None };
@@ -332,6 +376,17 @@ impl Model for LockModel {
                 s.orphans.push(last.token(c)?);
                 s.orphans.sort_unstable();
             }
+            Action::Failover => {
+                (s.key, s.counter) = s.replica;
+                s.failovers += 1;
+                s.down = true;
+                s.offset -= i16::from(self.config.replica_behind);
+            }
+            Action::Stall(c) => {
+                s.stalls += 1;
+                let client = s.clients.get_mut(usize::from(c))?;
+                client.behind = client.behind.saturating_add(1);
+            }
             Action::ApplyCopy(token) => {
                 let i = s.orphans.iter().position(|o| *o == token)?;
                 s.orphans.remove(i);
@@ -340,10 +395,11 @@ impl Model for LockModel {
             Action::Lose(c) => s.clients.get_mut(usize::from(c))?.phase = Phase::Idle,
             Action::Decide(c) => {
                 let Phase::Replied { started, grant } = last.clients.get(usize::from(c))?.phase else { return None };
-                let from = if self.config.validity_from_reply { last.t } else { started };
+                let now = last.clients.get(usize::from(c))?.local(last.t);
+                let from = if self.config.validity_from_reply { now } else { started };
                 let valid_ms = self.clock.valid_until_ms(self.config.ttl_ticks, from);
                 s.clients.get_mut(usize::from(c))?.phase = match grant {
-                    Some(fence) if u64::from(last.t) * 100 < valid_ms => Phase::Holding { fence, valid_ms },
+                    Some(fence) if u64::from(now) * 100 < valid_ms => Phase::Holding { fence, valid_ms },
                     // Granted too late to be trusted: given back (compare-and-delete).
                     Some(_) => {
                         if s.key_holder() == last.token(c) {

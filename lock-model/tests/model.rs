@@ -67,3 +67,40 @@ fn without_fencing_at_the_resource_a_paused_holder_loses_an_update() {
     checker.assert_no_discovery("one believer");
     counterexample(&checker, "no lost update");
 }
+
+/// A failover to a replica the last grant had not reached frees the lock (two believers, as a restart without
+/// persistence does), but fences still increase and the fenced resource loses nothing: the replica's counter is
+/// older, and the time floor lifts it. CI checks 5 ticks (4.9 M states); `LOCK_MODEL_DEEP=1` the usual 8 (26 M, 7.4 M unique).
+#[test]
+fn a_failover_to_a_replica_without_the_key_frees_the_lock_but_fences_hold() {
+    let max_t = if support::deep() { 8 } else { 5 };
+    let checker = check("one failover", Config { failovers: 1, max_t, ..Config::default() });
+    counterexample(&checker, "one believer");
+    checker.assert_no_discovery("no lost update");
+    checker.assert_no_discovery("fences increase");
+}
+
+/// A failover to a host whose clock is a tick behind, within a tick of the last grant: the floor is below that
+/// grant's fence and the replica's counter had not seen it, so a fence repeats. The floor needs the failover to take
+/// longer than the clocks differ (Sentinel's is seconds, NTP keeps hosts within milliseconds).
+#[test]
+fn a_failover_to_a_host_whose_clock_is_behind_can_repeat_a_fence() {
+    find(
+        "failover, clock behind",
+        Config { failovers: 1, replica_behind: 1, ..Config::default() },
+        &["fences increase"],
+    );
+}
+
+/// A holder's clock that stalls (a suspended VM: `Instant` does not count suspend on Linux) counts less time than
+/// passed, beyond any drift allowance: it believes past its key's expiry beside the next holder (the kept
+/// counterexample, Kleppmann's case again), and the fenced resource refuses its writes. CI checks 6 ticks;
+/// `LOCK_MODEL_DEEP=1` the usual 8 (8.1 M states).
+#[test]
+fn a_stalled_client_clock_believes_past_its_lease_but_the_fenced_resource_holds() {
+    let max_t = if support::deep() { 8 } else { 6 };
+    let checker = check("clock stall", Config { clock_stalls: 1, max_t, ..Config::default() });
+    counterexample(&checker, "one believer");
+    checker.assert_no_discovery("no lost update");
+    checker.assert_no_discovery("fences increase");
+}

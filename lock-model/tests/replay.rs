@@ -245,8 +245,9 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                     let _ = guard.release().await;
                 }
             }
-            Action::Duplicate(_) | Action::ApplyCopy(_) => {
-                panic!("duplicated acquires are not replayed (the scripted store cannot send a call twice)")
+            // The scripted store cannot send a call twice, keep a replica, or stall the engine's monotonic clock.
+            Action::Duplicate(_) | Action::ApplyCopy(_) | Action::Failover | Action::Stall(_) => {
+                panic!("{action:?} is not replayed")
             }
             Action::Restart => {
                 down.store(true, Ordering::SeqCst);
