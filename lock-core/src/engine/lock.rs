@@ -381,7 +381,10 @@ impl Lock {
                 return Err(LockError::Quorum { granted, required: inst.quorum, total: n });
             }
         }
-        if Instant::now() >= valid_until {
+        // One reading for the last validity check and the guard's clocks (each reading costs; they are microseconds
+        // apart at most).
+        let now = Instant::now();
+        if now >= valid_until {
             return exhausted(inflight).await;
         }
         let token = inflight.disarm();
@@ -390,7 +393,7 @@ impl Lock {
         let fences = fences.into_iter().map(|f| f.map(FencingToken::new)).collect();
         let renew_at = options.auto_renew().map(|policy| started + policy.interval(ttl));
         let held = Held { token, fences, on_demand, held_on, valid_until, call_timeout, started, renew_at };
-        Ok(Attempt::Acquired(self.hold(target, options, held)))
+        Ok(Attempt::Acquired(self.hold(target, options, held, now)))
     }
 
     /// The guard of a lock a fair queue's release granted to our waiter holding `token` (see
@@ -442,11 +445,11 @@ impl Lock {
             started: since,
             renew_at,
         };
-        Some(self.hold(target, options, held))
+        Some(self.hold(target, options, held, now))
     }
 
-    /// A guard for a lock just acquired.
-    fn hold(&self, target: &Arc<dyn Primitive>, options: &LockOptions, held: Held) -> Guard {
+    /// A guard for a lock just acquired, its validity checked at `now`.
+    fn hold(&self, target: &Arc<dyn Primitive>, options: &LockOptions, held: Held, now: Instant) -> Guard {
         let inst = &self.instances;
         let deployment = self.deployment();
         // The guard's own span: the watchdog runs in it, and it lives as long as the guard, so it is not a child of
@@ -454,7 +457,7 @@ impl Lock {
         let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence = ?held.fences.first().copied().flatten());
         span.follows_from(tracing::Span::current());
         let state = Arc::new(GuardState {
-            granted_at: Instant::now(),
+            granted_at: now,
             deployment,
             span,
             instances: inst.clone(),
@@ -466,7 +469,7 @@ impl Lock {
             drawn: std::sync::OnceLock::new(),
             lost: LostSignal::new(held.valid_until),
             // The grant was applied before its reply arrived: the key expires within a TTL from now.
-            server_expiry: Mutex::new(later(Instant::now(), options.ttl())),
+            server_expiry: Mutex::new(later(now, options.ttl())),
             held_on: Mutex::new(held.held_on),
             extending: futures_util::lock::Mutex::new(()),
             stopping: AtomicBool::new(false),
