@@ -186,6 +186,57 @@ async fn an_early_woken_waiter_whose_try_overtook_the_release_keeps_its_turn() {
     assert!(waited < ms(5_000), "the second waiter slept {waited:?} after the first released");
 }
 
+/// Found by the waiter curve (issue 38): only the try a wake-up started has the turn. A waiter whose try was not
+/// woken (a newcomer's first, a safety poll) and met an early release on its way used to wait for that release's
+/// completion and try again beside the woken one; with every waiter doing so at every release, 1 000 waiters in one
+/// process sent 55 tries per acquisition. Now the release's completion makes only the woken waiter try again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("turns", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let first = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("turns", &patient()).await }
+    });
+    eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
+    tokio::time::sleep(ms(20)).await;
+    let gate = Gate::new();
+    server.once(Op::Release, Fault::Gate(gate.clone()));
+    let acquires = count(&server, Op::Acquire);
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(gate.wait_arrivals(1, ms(5_000)).await);
+    // The early wake makes the first waiter try; held (the release waits at the gate), it waits for the completion.
+    eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    // A newcomer queues behind it, tries after its short pause (not woken), and finds the lock held too.
+    let acquires = count(&server, Op::Acquire);
+    let quick = RetryPolicy::default().with_min_delay(ms(50)).with_max_delay(ms(50)).with_safety_poll(ms(30_000));
+    let second = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("turns", &LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(quick)).await }
+    });
+    eventually("the newcomer tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    tokio::time::sleep(ms(100)).await;
+    let before = count(&server, Op::Acquire);
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(first).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the woken waiter slept {waited:?} after the release completed");
+    // Time for a wrong retry to show (it would follow the completion at once).
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(
+        count(&server, Op::Acquire) - before,
+        1,
+        "only the woken waiter may try at the release's completion; the newcomer tried too"
+    );
+    assert!(!second.is_finished());
+    guard.release().await.unwrap();
+    let (next, waited) = timed(second).await;
+    next.unwrap().unwrap().release().await.unwrap();
+    assert!(waited < ms(5_000), "the newcomer slept {waited:?} after the first released");
+}
+
 /// Finding 4: a Redlock waiter hears releases on every instance, not only the first: with instance 0 down, the
 /// holder's release on instances 1 and 2 wakes a waiter in another process at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
