@@ -13,8 +13,10 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
   --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
                   `taskset -c M` so client and servers each get one core
   --only LIST     run only these scenarios: engine, uncontended, concurrent-distinct, handoff, procs, procs-hold,
-                  redlock, renewal, primitives, semaphore, rwlock; and renewal-curve (1 000 to 100 000
-                  renewing guards, minutes long: run only when named here)
+                  redlock, renewal, primitives, semaphore, rwlock; and the cost curves, run only when
+                  named here: renewal-curve (1 000 to 100 000 renewing guards, minutes long),
+                  waiter-curve (10 to 1 000 waiters over 1 to 50 processes), multi-curve (1, 8, 64
+                  resources per multi-lock)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
@@ -48,6 +50,11 @@ impl Settings {
         self.only.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
     }
 
+    /// Whether `group` was named in `--only` (the groups that run only then).
+    pub(crate) fn named(&self, group: &str) -> bool {
+        self.only.as_ref().is_some_and(|only| only.iter().any(|o| o == group))
+    }
+
     /// Drops the contenders `--contenders` did not name.
     pub(crate) fn keep(&self, contenders: &mut Vec<Contender>) {
         if let Some(names) = &self.contenders {
@@ -56,7 +63,7 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 12] = [
+const GROUPS: [&str; 14] = [
     "engine",
     "uncontended",
     "concurrent-distinct",
@@ -66,6 +73,8 @@ const GROUPS: [&str; 12] = [
     "redlock",
     "renewal",
     "renewal-curve",
+    "waiter-curve",
+    "multi-curve",
     "primitives",
     "semaphore",
     "rwlock",

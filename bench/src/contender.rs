@@ -276,11 +276,15 @@ impl Contender {
 
     /// Options for auto-renewed guards with `ttl` (renewal scenario; our backends only).
     pub(crate) fn renewing(&self, ttl: Duration) -> anyhow::Result<(Lock, LockOptions)> {
+        let (lock, options) = self.core_lock()?;
+        Ok((lock, options.with_ttl(ttl).with_auto_renew(RenewPolicy::default())))
+    }
+
+    /// Our lock and its options (scenarios that call more of its API than a cycle: multi-locks, renewal).
+    pub(crate) fn core_lock(&self) -> anyhow::Result<(Lock, LockOptions)> {
         match &self.client {
-            Client::Core { lock, options, .. } => {
-                Ok((lock.clone(), options.clone().with_ttl(ttl).with_auto_renew(RenewPolicy::default())))
-            }
-            _ => bail!("{}: no auto-renewal", self.name),
+            Client::Core { lock, options, .. } => Ok((lock.clone(), options.clone())),
+            _ => bail!("{}: not one of our locks", self.name),
         }
     }
 }

@@ -17,6 +17,7 @@ mod floor;
 mod floor_fred;
 mod measure;
 mod peers;
+mod plot;
 mod report;
 mod scenarios;
 mod server;

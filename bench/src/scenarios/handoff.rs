@@ -55,6 +55,78 @@ pub(crate) async fn run_long_holds(ctx: &mut Ctx) -> anyhow::Result<()> {
     processes(ctx, "procs-8-hold250", 8, LONG_HOLD, Bound::new(8.0, 1_000_000, scale)).await
 }
 
+/// The waiter curve (issue 38): 10, 100 and 1 000 waiters on one lock, spread over 1, 10 and 50 process-like
+/// clients (each its own thread, runtime and client, its waiters tasks sharing that client), each holding the lock
+/// 1 ms per acquisition and trying again at once. Measured per point: the commands the clients sent and the server
+/// ran per acquisition, the wait's p50 and p99, and fairness (the share of waiters served at least once and Jain's
+/// index). Draws `waiter-curve.svg`.
+pub(crate) async fn run_waiter_curve(ctx: &mut Ctx) -> anyhow::Result<()> {
+    let bound = Bound::new(3.0, 1_000_000, ctx.settings.scale);
+    let servers = ctx.servers(1)?;
+    let url = servers[0].url();
+    let mut kinds = vec![("redis-rs", Kind::Core(Backend::RedisRs)), ("redis-rs-fair", Kind::Fair(Backend::RedisRs))];
+    if let Some(names) = &ctx.settings.contenders {
+        kinds.retain(|(n, _)| names.iter().any(|c| c == n));
+    }
+    let mut series = Vec::new();
+    for (contender, kind) in kinds {
+        let nested = kind.contender(contender, &url).await?.nested;
+        for processes in WAITER_CURVE_PROCESSES {
+            let mut points = Vec::new();
+            for waiters in WAITER_CURVE_WAITERS.into_iter().filter(|w| *w >= processes) {
+                let key = format!("waiter-curve:{contender}:{waiters}:{processes}");
+                let per_process = waiters / processes;
+                let seg =
+                    process_segment(contender, kind, &url, &key, processes, per_process, HOLD, bound, &servers).await?;
+                let t = Totals::from(seg);
+                let name = format!("{contender}-{waiters}w-{processes}p");
+                let acquisitions = t.acquisitions.max(1) as f64;
+                ctx.report.row(
+                    row("waiter-curve", &name, nested, waiters, &t)
+                        .field("processes", processes as f64)
+                        .field("wait_p50_ms", t.waits.quantile_us(0.50) / 1_000.0)
+                        .field("served_pct", 100.0 * t.served)
+                        .field("jain", t.jain),
+                );
+                points.push((
+                    waiters as f64,
+                    t.commands.executed() as f64 / acquisitions,
+                    t.waits.quantile_us(0.50) / 1_000.0,
+                    t.jain,
+                ));
+            }
+            series.push((format!("{contender}, {processes} proc"), points));
+        }
+    }
+    let panel = |title: &'static str, value: fn(&(f64, f64, f64, f64)) -> f64| crate::plot::Panel {
+        title,
+        series: series
+            .iter()
+            .map(|(label, points)| crate::plot::Series {
+                label: label.clone(),
+                points: points.iter().map(|p| (p.0, value(p))).collect(),
+            })
+            .collect(),
+    };
+    let ticks: Vec<f64> = WAITER_CURVE_WAITERS.iter().map(|&w| w as f64).collect();
+    let svg = crate::plot::svg(
+        "waiters",
+        &ticks,
+        &[
+            panel("server commands per acquisition", |p| p.1),
+            panel("wait p50, ms", |p| p.2),
+            panel("fairness (Jain's index)", |p| p.3),
+        ],
+    );
+    std::fs::write("waiter-curve.svg", svg).context("writing waiter-curve.svg")?;
+    println!("info waiter-curve drawn in waiter-curve.svg");
+    Ok(())
+}
+
+/// The waiter curve's sizes: waiters on the lock, and the process-like clients they are spread over.
+const WAITER_CURVE_WAITERS: [usize; 3] = [10, 100, 1_000];
+const WAITER_CURVE_PROCESSES: [usize; 3] = [1, 10, 50];
+
 /// How each process-like competitor builds its own client.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -92,7 +164,7 @@ async fn processes(ctx: &mut Ctx, name: &str, k: usize, holding: Duration, bound
         for i in order(round, kinds.len()) {
             let (contender, kind) = kinds[i];
             let key = format!("{name}:{i}:{round}");
-            let seg = process_segment(contender, kind, &url, &key, k, holding, bound, &servers).await?;
+            let seg = process_segment(contender, kind, &url, &key, k, 1, holding, bound, &servers).await?;
             match &mut totals[i] {
                 Some(total) => total.add(seg)?,
                 slot @ None => *slot = Some(Totals::from(seg)),
@@ -107,15 +179,17 @@ async fn processes(ctx: &mut Ctx, name: &str, k: usize, holding: Duration, bound
     Ok(())
 }
 
-/// One segment of K process-like competitors: each connects and warms up on its own thread, the counters are
-/// reset once all are ready, and then all contend until the bound.
-#[allow(clippy::too_many_arguments)] // One call site; a struct would only rename them.
+/// One segment of K process-like clients with `per_process` competitors each (tasks sharing the client): each
+/// client connects and warms up on its own thread, the counters are reset once all are ready, and then all contend
+/// until the bound.
+#[allow(clippy::too_many_arguments)] // Two call sites; a struct would only rename them.
 async fn process_segment(
     contender: &'static str,
     kind: Kind,
     url: &str,
     key: &str,
     k: usize,
+    per_process: usize,
     holding: Duration,
     bound: Bound,
     servers: &[Server],
@@ -129,30 +203,48 @@ async fn process_segment(
         released_at: AtomicU64::new(0),
         last_holder: AtomicUsize::new(usize::MAX),
     });
-    let per_competitor_max = bound.count.div_ceil(k as u64);
+    let per_competitor_max = bound.count.div_ceil((k * per_process.max(1)) as u64);
     let mut threads = Vec::new();
-    for me in 0..k {
+    for process in 0..k {
         let (ready, go, deadline_cell, shared) = (ready.clone(), go.clone(), deadline_cell.clone(), shared.clone());
         let (url, key) = (url.to_owned(), key.to_owned());
-        threads.push(std::thread::spawn(move || -> anyhow::Result<Tally> {
+        threads.push(std::thread::spawn(move || -> anyhow::Result<Vec<Tally>> {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async move {
                 let prepared = async {
                     let contender = kind.contender(contender, &url).await?;
-                    let mut competitor = contender.competitor(&key, bound.time + Duration::from_secs(5)).await?;
+                    let mut competitors = Vec::with_capacity(per_process);
+                    for _ in 0..per_process.max(1) {
+                        competitors.push(contender.competitor(&key, bound.time + Duration::from_secs(5)).await?);
+                    }
                     // Warm-up: connections, scripts and the subscriber exist before the counters are reset.
-                    let warm = format!("{key}:warm:{me}");
-                    let held = competitor.acquire(&warm).await?;
-                    competitor.release(held).await?;
-                    anyhow::Ok(competitor)
+                    let warm = format!("{key}:warm:{process}");
+                    if let Some(competitor) = competitors.first_mut() {
+                        let held = competitor.acquire(&warm).await?;
+                        competitor.release(held).await?;
+                    }
+                    anyhow::Ok(competitors)
                 };
                 let prepared = prepared.await;
                 // Always meet the others at both barriers, so one failed competitor cannot hang the segment.
                 ready.wait();
                 go.wait();
-                let competitor = prepared?;
+                let competitors = prepared?;
                 let deadline = *deadline_cell.get().context("the segment never started")?;
-                compete(competitor, me, shared, key, deadline, per_competitor_max, holding).await
+                let tasks: Vec<_> = competitors
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, competitor)| {
+                        let me = process * per_process + i;
+                        let (shared, key) = (shared.clone(), key.clone());
+                        tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max, holding))
+                    })
+                    .collect();
+                let mut tallies = Vec::with_capacity(tasks.len());
+                for task in tasks {
+                    tallies.push(task.await.context("a competitor panicked")??);
+                }
+                Ok(tallies)
             })
         }));
     }
@@ -164,11 +256,13 @@ async fn process_segment(
     tokio::task::spawn_blocking(move || go_wait.wait()).await.context("go barrier")?;
     let mut seg = Segment::new(bound.time)?;
     for thread in threads {
-        let tally = tokio::task::spawn_blocking(move || thread.join())
+        let tallies = tokio::task::spawn_blocking(move || thread.join())
             .await
             .context("joining a competitor")?
             .map_err(|_| anyhow::anyhow!("a competitor thread panicked"))??;
-        seg.absorb(tally)?;
+        for tally in tallies {
+            seg.absorb(tally)?;
+        }
     }
     seg.commands = command_stats(servers)?;
     Ok(seg)
@@ -327,6 +421,21 @@ struct Totals {
     fairness: f64,
     fair_min: u64,
     fair_max: u64,
+    /// Of the most unfair segment: the share of competitors served at least once, and Jain's index of the
+    /// acquisitions (1: all served alike; 1/n: one competitor got everything).
+    served: f64,
+    jain: f64,
+}
+
+/// Jain's fairness index of `counts`: (Σx)² / (n · Σx²).
+fn jain(counts: &[u64]) -> f64 {
+    let sum: f64 = counts.iter().map(|&c| c as f64).sum();
+    let squares: f64 = counts.iter().map(|&c| (c as f64) * (c as f64)).sum();
+    if squares == 0.0 {
+        0.0
+    } else {
+        sum * sum / (counts.len() as f64 * squares)
+    }
 }
 
 fn min_max(counts: &[u64]) -> (u64, u64) {
@@ -348,6 +457,8 @@ impl From<Segment> for Totals {
             fairness: if max == 0 { 0.0 } else { min as f64 / max as f64 },
             fair_min: min,
             fair_max: max,
+            served: s.per_competitor.iter().filter(|n| **n > 0).count() as f64 / s.per_competitor.len().max(1) as f64,
+            jain: jain(&s.per_competitor),
         }
     }
 }
@@ -366,6 +477,8 @@ impl Totals {
         if other.fairness < self.fairness {
             (self.fairness, self.fair_min, self.fair_max) = (other.fairness, other.fair_min, other.fair_max);
         }
+        self.served = self.served.min(other.served);
+        self.jain = self.jain.min(other.jain);
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 mod cycles;
 mod engine;
 mod handoff;
+mod multi_curve;
 mod redlock;
 mod renewal;
 mod renewal_curve;
@@ -88,9 +89,15 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     if ctx.settings.wants("renewal") {
         renewal::run(&mut ctx).await.context("scenario renewal")?;
     }
-    // Minutes long (100 000 guards, each size for 20 s): only when asked for by name.
-    if ctx.settings.only.as_ref().is_some_and(|only| only.iter().any(|o| o == "renewal-curve")) {
+    // The cost curves run only when asked for by name (the renewal curve takes minutes: 100 000 guards).
+    if ctx.settings.named("renewal-curve") {
         renewal_curve::run(&mut ctx).await.context("scenario renewal-curve")?;
+    }
+    if ctx.settings.named("waiter-curve") {
+        handoff::run_waiter_curve(&mut ctx).await.context("scenario waiter-curve")?;
+    }
+    if ctx.settings.named("multi-curve") {
+        multi_curve::run(&mut ctx).await.context("scenario multi-curve")?;
     }
     if ctx.settings.wants("primitives") {
         shared::primitives(&mut ctx).await.context("scenario primitives")?;

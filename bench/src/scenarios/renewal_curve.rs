@@ -7,7 +7,6 @@
 //! TTL − drift − one interval ≈ 19.7 s left; `late` counts the guards with a second less than that). A curve that grows as the number of guards does is linear: CPU per guard and bytes per guard stay flat.
 //! The scenario also draws the curve, as `renewal-curve.svg` in the current directory (BENCHMARKS.md shows it).
 
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -16,6 +15,7 @@ use lock_core::{Guard, ReleaseOutcome};
 
 use super::{reset_stats, Ctx};
 use crate::contender::{Backend, Contender};
+use crate::plot::{self, Panel, Series};
 use crate::report::Row;
 use crate::{alloc, cpu};
 
@@ -129,69 +129,26 @@ async fn measure(
     })
 }
 
-/// A panel's title and the value it plots.
-type Panel = (&'static str, fn(&Point) -> f64);
-
 /// Three panels, guards on a log axis: the client's CPU share, its CPU per renewal, and its heap per guard.
 fn draw(points: &[Point]) -> String {
-    const W: f64 = 360.0;
-    const H: f64 = 220.0;
-    const PAD: f64 = 48.0;
-    let colors = [("redis-rs", "#1f77b4"), ("fred", "#d62728")];
-    let x_of = |guards: usize| {
-        let (lo, hi) = (3.0f64, 5.0f64);
-        PAD + ((guards.max(1) as f64).log10() - lo) / (hi - lo) * (W - 2.0 * PAD)
+    let panel = |title: &'static str, value: fn(&Point) -> f64| Panel {
+        title,
+        series: ["redis-rs", "fred"]
+            .iter()
+            .map(|backend| Series {
+                label: (*backend).to_owned(),
+                points: points.iter().filter(|p| p.backend == *backend).map(|p| (p.guards as f64, value(p))).collect(),
+            })
+            .collect(),
     };
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{H}" font-family="sans-serif" font-size="11">"#,
-        3.0 * W
-    );
-    let panels: [Panel; 3] = [
-        ("client CPU, % of one core", |p| p.client_cpu_pct),
-        ("client CPU per renewal, µs", |p| p.cpu_us_per_renewal),
-        ("heap per guard, bytes", |p| p.bytes_per_guard),
-    ];
-    for (i, (title, value)) in panels.iter().enumerate() {
-        let left = i as f64 * W;
-        let top = points.iter().map(value).fold(0.0f64, f64::max).max(1e-9) * 1.15;
-        let y_of = |v: f64| H - PAD - v / top * (H - 2.0 * PAD);
-        let _ = write!(
-            svg,
-            r##"<g transform="translate({left},0)"><text x="{PAD}" y="20" font-weight="bold">{title}</text><line x1="{PAD}" y1="{b}" x2="{r}" y2="{b}" stroke="#333"/><line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{b}" stroke="#333"/><text x="{PAD}" y="{t}" text-anchor="end" dx="-4">{top:.3}</text><text x="{PAD}" y="{b}" text-anchor="end" dx="-4">0</text>"##,
-            b = H - PAD,
-            r = W - PAD,
-            t = PAD + 4.0,
-        );
-        for guards in SIZES {
-            let _ = write!(
-                svg,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{guards}</text>"#,
-                x_of(guards),
-                H - PAD + 16.0
-            );
-        }
-        let _ = write!(svg, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">guards</text>"#, W / 2.0, H - 8.0);
-        for (row, (backend, color)) in colors.iter().enumerate() {
-            let line: Vec<String> = points
-                .iter()
-                .filter(|p| p.backend == *backend)
-                .map(|p| format!("{:.1},{:.1}", x_of(p.guards), y_of(value(p))))
-                .collect();
-            if line.is_empty() {
-                continue;
-            }
-            let _ = write!(
-                svg,
-                r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/><text x="{:.1}" y="{:.1}" fill="{color}">{backend}</text>"#,
-                line.join(" "),
-                W - PAD - 50.0,
-                PAD + 14.0 * row as f64
-            );
-        }
-        svg.push_str("</g>");
-    }
-    svg.push_str("</svg>\n");
-    svg
+    let ticks: Vec<f64> = SIZES.iter().map(|&s| s as f64).collect();
+    plot::svg(
+        "guards",
+        &ticks,
+        &[
+            panel("client CPU, % of one core", |p| p.client_cpu_pct),
+            panel("client CPU per renewal, µs", |p| p.cpu_us_per_renewal),
+            panel("heap per guard, bytes", |p| p.bytes_per_guard),
+        ],
+    )
 }
