@@ -516,6 +516,42 @@ async fn a_wake_up_nobody_heard_lets_the_next_newcomer_try_at_once() {
     first.abort();
 }
 
+/// Found by the conformance suite on CI (a semaphore waiter woken 5 s late, after 2d87f36): a waiter registers
+/// after its first try, and a release of its process starts while its subscription is still being confirmed. The
+/// release's early wake finds nobody listening and is kept; the waiter's next try overtakes the release and finds
+/// the lock held. That try was not started by a wake-up, so it did not count as the waiter's turn, and the kept
+/// wake-up, meant for a newcomer, was never used: the waiter slept until its safety poll with the lock free. A
+/// registered waiter now takes a kept wake-up before its try, which makes that try its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_up_kept_while_the_waiter_subscribed_is_its_turn() {
+    let server = ScriptedServer::new();
+    let lock = Lock::new(server.client().ordered(true));
+    let holder = lock.try_acquire("kept", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
+    let subscribing = Gate::new();
+    server.gate_subscriptions(subscribing.clone());
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire("kept", &patient()).await }
+    });
+    // Tried once, registered, and waits for its subscription's confirmation: registered, not listening.
+    assert!(subscribing.wait_arrivals(1, ms(5_000)).await);
+    let releasing = Gate::new();
+    server.once(Op::Release, Fault::Gate(releasing.clone()));
+    let release = tokio::spawn(async move { holder.release().await });
+    assert!(releasing.wait_arrivals(1, ms(5_000)).await);
+    // The release is on its way (its early wake kept); the waiter's next try overtakes it.
+    let acquires = count(&server, Op::Acquire);
+    subscribing.open();
+    eventually("the waiter tried again", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    tokio::time::sleep(ms(20)).await;
+    releasing.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(waiter).await;
+    let guard = acquired.unwrap().unwrap();
+    assert!(waited < ms(5_000), "the waiter slept {waited:?} after the release completed: its wake-up was lost");
+    guard.release().await.unwrap();
+}
+
 /// A fair lock's holder (client 0 of `server`) and a head waiter (client 1, in a task), polled until the head
 /// listens for its turn: `(holder, the head's acquire)`.
 async fn holder_and_listening_head(

@@ -78,9 +78,10 @@ impl Watches {
         }
     }
 
-    /// Takes a wake-up kept for a newcomer on any instance (see [`ReleaseWatch::take_stored`]).
-    fn take_stored(&self) -> bool {
-        self.watches.iter().fold(false, |taken, w| w.take_stored() | taken)
+    /// Takes a wake-up kept for a newcomer on any instance (see [`ReleaseWatch::take_stored`]): the registration
+    /// of the first one taken.
+    fn take_stored(&self) -> Option<&ReleaseWatch> {
+        self.watches.iter().fold(None, |taken, w| if w.take_stored() { taken.or(Some(w)) } else { taken })
     }
 
     /// Whether releases reach us on every instance (see [`ReleaseWatch::hears`]).
@@ -303,7 +304,9 @@ where
                 let listeners = queue.before_try();
                 // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept
                 // for a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
-                if queue.take_stored() {
+                if let Some(kept) = queue.take_stored() {
+                    // Its try is the turn that wake-up gave.
+                    owed.owe(kept);
                     tracing::trace!(resource, "a release nobody heard is pending; trying at once");
                 } else if queue.alone() {
                     // The waiters it would have queued behind left while it registered (the last one's wake-up, kept
@@ -328,6 +331,17 @@ where
         let mut racing: Option<Vec<EventListener>> = None;
         // Listen before trying: a release between the try and the sleep must still wake us.
         let listeners = watch.as_mut().map(Watches::before_try);
+        // A wake-up kept because nobody listened when it came (this waiter was registered but still subscribing,
+        // between its first try and this one) is this waiter's: with the listeners in place, a later one would
+        // have reached them. Its try is then the turn (see `Held` below): should it overtake the release that woke
+        // it, it tries again at the release's completion, or the wake-up would wait for a newcomer that may never
+        // come while the lock is free (a semaphore waiter woke at its safety poll, 5 s late, on CI).
+        if !owed.is_owed() {
+            if let Some(kept) = watch.as_ref().and_then(Watches::take_stored) {
+                tracing::trace!(resource, "a wake-up nobody heard is pending; this try is our turn");
+                owed.owe(kept);
+            }
+        }
         let mut again = false;
         let (holder_ttl, last_error) = match attempt().await {
             Ok(Attempt::Acquired(guard)) => {
