@@ -16,7 +16,7 @@ use lock_core::{Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Token,
 use lock_model::single::{Action, Config, LockModel};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 use lock_testkit::{Checker, Hold};
-use stateright::{Checker as _, Model};
+use stateright::{Checker as _, HasDiscoveries, Model};
 
 /// One model tick in real time: wide enough that what happens inside a tick (a few ms, more on a loaded machine)
 /// never crosses an expiry or a validity deadline the model put a tick away.
@@ -280,7 +280,9 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
 }
 
 fn counterexample(config: Config, property: &'static str) -> Vec<Action> {
-    let checker = LockModel::new(config).checker().spawn_bfs().join();
+    // Breadth-first (the shortest schedule), stopping at the first counterexample.
+    let stop = HasDiscoveries::AnyOf([property].into_iter().collect());
+    let checker = LockModel::new(config).checker().finish_when(stop).spawn_bfs().join();
     let actions = checker.discovery(property).expect("a counterexample").into_actions();
     println!("{property} ({config:?}): {actions:?}");
     actions

@@ -195,6 +195,10 @@ pub struct Logged {
     pub at: Instant,
     /// How its caller's future ended, and when: `None` while it is still pending.
     pub ended: Option<(Ended, Instant)>,
+    /// The fencing floor an acquire carried (a Redlock's, after this client's
+    /// [`clock_lag`](ScriptedStore::with_clock_lag)): what a request still on its way, once its caller gave up, would
+    /// apply with.
+    pub fence_floor: Option<u64>,
 }
 
 /// How a scripted call's future ended (see [`Logged::ended`]): what tells a call the caller gave up on (its own
@@ -449,7 +453,7 @@ impl ScriptedServer {
                 entry.hub = Arc::downgrade(hub);
             }
         }
-        ScriptedStore { server: self.clone(), id, hub, ordered: false }
+        ScriptedStore { server: self.clone(), id, hub, ordered: false, clock_lag: Duration::ZERO }
     }
 
     /// The in-memory data (for assertions such as "no key left").
@@ -536,9 +540,9 @@ impl ScriptedServer {
         st.call_rules.iter_mut().find_map(|rule| rule(call))
     }
 
-    fn record(&self, call: Call, fault: Option<Fault>) -> usize {
+    fn record(&self, call: Call, fault: Option<Fault>, fence_floor: Option<u64>) -> usize {
         let mut st = self.state();
-        st.log.push(Logged { call, fault, applied: false, at: Instant::now(), ended: None });
+        st.log.push(Logged { call, fault, applied: false, at: Instant::now(), ended: None, fence_floor });
         st.log.len() - 1
     }
 
@@ -690,6 +694,8 @@ pub struct ScriptedStore {
     id: usize,
     hub: Option<Arc<ReleaseHub>>,
     ordered: bool,
+    /// How far this client's wall clock lags: its acquires' fencing floors are this much lower.
+    clock_lag: Duration,
 }
 
 impl ScriptedStore {
@@ -711,10 +717,24 @@ impl ScriptedStore {
         self
     }
 
+    /// Makes this client's wall clock lag real time by `lag`: the fencing floor its acquires carry (a Redlock's, see
+    /// [`AcquireRequest::fence_floor`]) is `lag` lower, as a host whose clock is behind would send. The floor is the
+    /// only use lock-core makes of the wall clock, so this is the whole of a lagging client clock.
+    pub fn with_clock_lag(mut self, lag: Duration) -> Self {
+        self.clock_lag = lag;
+        self
+    }
+
     /// Drops this client's release hub: its waiters poll.
     pub fn without_notifications(mut self) -> Self {
         self.hub = None;
         self
+    }
+
+    /// `floor` as this client's lagging clock would have it (see [`with_clock_lag`](Self::with_clock_lag)).
+    fn lagging(&self, floor: Option<u64>) -> Option<u64> {
+        let lag = u64::try_from(self.clock_lag.as_micros()).unwrap_or(u64::MAX);
+        floor.map(|floor| floor.saturating_sub(lag))
     }
 
     /// This client's release hub, if it has one.
@@ -726,11 +746,12 @@ impl ScriptedStore {
     where
         F: Future<Output = Result<T>>,
     {
-        self.run_as(op, keys.resource(), token, apply).await
+        self.run_as(op, keys.resource(), token, None, apply).await
     }
 
-    /// [`run`](Self::run) for a call named by `resource` (a primitive's first key).
-    async fn run_as<T, F>(&self, op: Op, resource: &str, token: &Token, apply: F) -> Result<T>
+    /// [`run`](Self::run) for a call named by `resource` (a primitive's first key), logged with the fencing floor an
+    /// acquire carries.
+    async fn run_as<T, F>(&self, op: Op, resource: &str, token: &Token, floor: Option<u64>, apply: F) -> Result<T>
     where
         F: Future<Output = Result<T>>,
     {
@@ -742,7 +763,7 @@ impl ScriptedStore {
             seq: self.server.shared.seq.fetch_add(1, Ordering::SeqCst),
         };
         let fault = self.server.decide(&call);
-        let index = self.server.record(call, fault.clone());
+        let index = self.server.record(call, fault.clone(), floor);
         let end = EndOnDrop { server: &self.server, index, ended: None };
         let applied = async {
             let reply = apply.await;
@@ -812,7 +833,9 @@ impl fmt::Debug for ScriptedStore {
 #[async_trait]
 impl LockStore for ScriptedStore {
     async fn acquire(&self, request: AcquireRequest<'_>) -> Result<AcquireReply> {
-        self.run(Op::Acquire, request.keys, request.token, self.server.shared.data.acquire(request)).await
+        let request = AcquireRequest { fence_floor: self.lagging(request.fence_floor), ..request };
+        let (resource, floor) = (request.keys.resource(), request.fence_floor);
+        self.run_as(Op::Acquire, resource, request.token, floor, self.server.shared.data.acquire(request)).await
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
@@ -849,7 +872,9 @@ impl LockStore for ScriptedStore {
     // an `Op::Acquire`, and so on), so every fault applies to them too.
     async fn acquire_all(&self, request: AcquireAllRequest<'_>) -> Result<AcquireAllReply> {
         let first = request.keys.first().ok_or_else(|| LockError::invalid("acquire_all of no keys"))?;
-        self.run(Op::Acquire, first, request.token, self.server.shared.data.acquire_all(request)).await
+        let request = AcquireAllRequest { fence_floor: self.lagging(request.fence_floor), ..request };
+        let (resource, floor) = (first.resource(), request.fence_floor);
+        self.run_as(Op::Acquire, resource, request.token, floor, self.server.shared.data.acquire_all(request)).await
     }
 
     async fn release_all(&self, keys: &[LockKeys], token: &Token) -> Result<Vec<ReleaseOutcome>> {
@@ -909,7 +934,7 @@ impl LockStore for ScriptedStore {
             }
             Ok(ran)
         };
-        self.run_as(op, first, &token, apply).await
+        self.run_as(op, first, &token, None, apply).await
     }
 
     fn topology(&self) -> lock_core::Topology {
