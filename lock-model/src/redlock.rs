@@ -82,11 +82,14 @@ impl RedlockModel {
     }
 
     /// The floor client `c` sends with the `nth` attempt of the run, started at tick `t`: its wall clock in µs
-    /// (tick 0 is 1 s). A clock in µs tells attempts apart that a tick does not: `nth` (below a µs per tick)
-    /// orders the attempts of one tick as they started, as a real clock would.
+    /// (tick 0 is 1 s). A clock in µs tells attempts apart that a tick does not: `nth` orders the attempts of one
+    /// tick as they started, a millisecond apart (well inside the tick). Not a microsecond apart: a counter's
+    /// `+ 1` would then meet a later attempt's floor exactly, a coincidence a real clock does not make (between two
+    /// attempts it moves by far more than the few grants in between), and the checker's shortest counterexamples
+    /// leant on it: replayed on the engine with the write-back taken out, they kept fences increasing.
     fn floor(&self, c: usize, t: u8, nth: u8) -> u64 {
         let lag = if c == 1 { u64::from(self.config.lagging_clock) } else { 0 };
-        (u64::from(t) + 10).saturating_sub(lag) * micros(TICK) + u64::from(nth)
+        (u64::from(t) + 10).saturating_sub(lag) * micros(TICK) + u64::from(nth) * 1_000
     }
 }
 
