@@ -396,16 +396,10 @@ pub fn soak_readers_and_writers_in_three_processes_under_kills_and_pauses(connec
     let report = writers.report();
     assert!(report.overlaps.is_empty(), "two writers at once: {:?}", report.overlaps);
     assert!(report.fence_regressions.is_empty(), "writers' tokens went back: {:?}", report.fence_regressions);
-    type Interval<'a> = &'a (bool, u64, u64, u64, &'a str);
-    let (reads, writes): (Vec<Interval<'_>>, Vec<Interval<'_>>) = intervals.iter().partition(|h| !h.0);
-    for w in &writes {
-        for r in &reads {
-            assert!(r.3 <= w.2 || w.3 <= r.2, "writer {} (token {}) held with reader {}", w.4, w.1, r.4);
-            if w.3 < r.2 {
-                assert!(r.1 >= w.1, "reader {} started after write {} ended with epoch {} < {}", r.4, w.4, r.1, w.1);
-            }
-        }
+    if let Err(breach) = readers_and_writers_agree(&intervals) {
+        panic!("{breach}");
     }
+    let (reads, writes): (Vec<&Believed<'_>>, Vec<&Believed<'_>>) = intervals.iter().partition(|h| !h.0);
     println!(
         "rwlock soak: {} reads, {} writes in 3 processes, {kills} kills, {pauses} pauses",
         reads.len(),
@@ -428,4 +422,45 @@ pub fn soak_readers_and_writers_in_three_processes_under_kills_and_pauses(connec
         assert!(w.fencing_token().map_or(0, |f| f.get()) > highest, "a token after the soak below one within it");
         w.release().await.or_panic();
     });
+}
+
+/// One hold of the soak as believed: (a write?, its fence or a reader's epoch, believed from, until, its name).
+type Believed<'a> = (bool, u64, u64, u64, &'a str);
+
+/// No writer believed beside a reader, and a reader that believed after a write ended saw an epoch at least that
+/// write's token. A hold believed for no time at all (its validity ran out before its holder looked: a process
+/// stopped between the grant and its first timestamp) claims nothing, as in the history checker: such a reader's
+/// epoch is older than a write granted while it was stopped, and that is what the epoch is for (a resource refuses
+/// the stale reader's result).
+fn readers_and_writers_agree(intervals: &[Believed<'_>]) -> Result<(), String> {
+    let (reads, writes): (Vec<&Believed<'_>>, Vec<&Believed<'_>>) = intervals.iter().partition(|h| !h.0);
+    for w in &writes {
+        for r in reads.iter().filter(|r| r.2 < r.3) {
+            if !(r.3 <= w.2 || w.3 <= r.2) {
+                return Err(format!("writer {} (token {}) held with reader {}", w.4, w.1, r.4));
+            }
+            if w.3 < r.2 && r.1 < w.1 {
+                return Err(format!("reader {} started after write {} ended with epoch {} < {}", r.4, w.4, r.1, w.1));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readers_and_writers_agree;
+
+    /// Seen on CI (fred, seed 14346331348352614251): a reader stopped between its grant and its first timestamp
+    /// believed for no time, after a write granted while it was stopped; its older epoch is no breach.
+    #[test]
+    fn a_reader_that_never_believed_claims_no_epoch() {
+        let write = (true, 20, 100, 200, "w");
+        assert_eq!(readers_and_writers_agree(&[write, (false, 10, 300, 300, "stopped reader")]), Ok(()));
+        let late = readers_and_writers_agree(&[write, (false, 10, 300, 400, "reader")]);
+        assert!(late.is_err_and(|e| e.contains("epoch 10 < 20")), "a reader that believed with an old epoch");
+        let beside = readers_and_writers_agree(&[write, (false, 20, 150, 250, "reader")]);
+        assert!(beside.is_err_and(|e| e.contains("held with reader")), "a reader beside the writer");
+        assert_eq!(readers_and_writers_agree(&[write, (false, 20, 300, 400, "reader")]), Ok(()));
+    }
 }
