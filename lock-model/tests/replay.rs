@@ -236,12 +236,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                 let client = &mut clients[usize::from(c)];
                 client.read = None;
                 if let Some((guard, since)) = client.guard.take() {
-                    checker.record(Hold {
-                        owner: format!("client {c}"),
-                        fence: guard.fencing_token().map(|f| f.get()),
-                        start: since,
-                        end: Instant::now().min(guard.valid_until()),
-                    });
+                    checker.record(Hold { owner: format!("client {c}"), ..Hold::of(&guard, since) });
                     let _ = guard.release().await;
                 }
             }

@@ -255,12 +255,7 @@ async fn replay(config: RedlockConfig, actions: &[Action]) -> Replayed {
             Action::DropOrphan(_) => {}
             Action::Release(c) => {
                 if let Some((guard, since)) = clients[usize::from(c)].guard.take() {
-                    checker.record(Hold {
-                        owner: format!("client {c}"),
-                        fence: guard.fencing_token().map(|f| f.get()),
-                        start: since,
-                        end: Instant::now().min(guard.valid_until()),
-                    });
+                    checker.record(Hold { owner: format!("client {c}"), ..Hold::of(&guard, since) });
                     let _ = guard.release().await;
                 }
             }
