@@ -16,7 +16,8 @@ use lock_core::{Guard, Lock, LockError, LockKeys, LockOptions, LockStore, Token,
 use lock_model::single::{Action, Config, LockModel};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 use lock_testkit::{Checker, Hold};
-use stateright::{Checker as _, HasDiscoveries, Model};
+
+mod support;
 
 /// One model tick in real time: wide enough that what happens inside a tick (a few ms, more on a loaded machine)
 /// never crosses an expiry or a validity deadline the model put a tick away.
@@ -53,9 +54,8 @@ struct Replayed {
 }
 
 impl Replayed {
-    /// A grant's fence not above every fence granted before it.
     fn fence_regressed(&self) -> bool {
-        self.fences.iter().enumerate().any(|(i, f)| self.fences[..i].iter().any(|earlier| earlier >= f))
+        support::fences_regressed(&self.fences)
     }
 }
 
@@ -275,12 +275,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
 }
 
 fn counterexample(config: Config, property: &'static str) -> Vec<Action> {
-    // Breadth-first (the shortest schedule), stopping at the first counterexample.
-    let stop = HasDiscoveries::AnyOf([property].into_iter().collect());
-    let checker = LockModel::new(config).checker().finish_when(stop).spawn_bfs().join();
-    let actions = checker.discovery(property).expect("a counterexample").into_actions();
-    println!("{property} ({config:?}): {actions:?}");
-    actions
+    support::first_counterexample(LockModel::new(config), &config, property)
 }
 
 fn run(actions: &[Action], resource: Resource) -> Replayed {
@@ -320,16 +315,12 @@ fn the_paused_holder_schedule_loses_an_update_only_without_the_fenced_resource()
     assert_eq!(fenced.count, fenced.accepted, "{fenced:?}");
     assert_eq!(fenced.breaches, 0, "{fenced:?}");
     // The engine granted exactly where the model did.
-    let model = LockModel::new(config);
-    let mut state = model.init_states().remove(0);
-    let mut model_grants = 0;
-    for action in &actions {
-        state = model.next_state(&state, action.clone()).expect("a valid step");
-        if matches!(action, Action::Decide(c) if matches!(state.clients[usize::from(*c)].phase, lock_model::single::Phase::Holding { .. }))
-        {
-            model_grants += 1;
-        }
-    }
+    let states = support::states_along(&LockModel::new(config), &actions);
+    let holding = |c: &u8, state: &lock_model::single::State| {
+        matches!(state.clients[usize::from(*c)].phase, lock_model::single::Phase::Holding { .. })
+    };
+    let model_grants =
+        actions.iter().zip(&states[1..]).filter(|(a, s)| matches!(a, Action::Decide(c) if holding(c, s))).count();
     assert_eq!(
         (plain.grants, fenced.grants),
         (model_grants, model_grants),

@@ -20,7 +20,8 @@ use lock_core::{AcquireRequest, Guard, Lock, LockKeys, LockOptions, LockStore, T
 use lock_model::redlock::{Action, Phase, RedlockConfig, RedlockModel, State, CLIENTS, NODES};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 use lock_testkit::{Checker, Hold};
-use stateright::{Checker as _, HasDiscoveries, Model};
+
+mod support;
 
 /// One model tick in real time (see `replay.rs`): what happens inside a tick never crosses an expiry or a validity
 /// deadline the model put a tick away.
@@ -95,9 +96,8 @@ struct Replayed {
 }
 
 impl Replayed {
-    /// A grant's fence not above every fence granted before it.
     fn fence_regressed(&self) -> bool {
-        self.fences.iter().enumerate().any(|(i, f)| self.fences[..i].iter().any(|earlier| earlier >= f))
+        support::fences_regressed(&self.fences)
     }
 }
 
@@ -106,7 +106,7 @@ fn next_among(actions: &[Action], from: usize, wanted: &[Action]) -> Option<(usi
     actions.iter().enumerate().skip(from + 1).find(|(_, a)| wanted.contains(a)).map(|(j, a)| (j, a.clone()))
 }
 
-/// A staged call: applied unless `refused`, its reply lost when `lost`.
+/// A staged call: applied or not, its reply (or the refusal) lost when `lost`.
 fn staged(request: &Gate, reply: &Gate, applied: bool, lost: bool) -> Fault {
     Fault::Staged {
         request: request.clone(),
@@ -118,12 +118,7 @@ fn staged(request: &Gate, reply: &Gate, applied: bool, lost: bool) -> Fault {
 
 async fn replay(config: RedlockConfig, actions: &[Action]) -> Replayed {
     // The model's states along the schedule: `states[i]` is the state action `i` starts from.
-    let model = RedlockModel::new(config);
-    let mut states: Vec<State> = vec![model.init_states().remove(0)];
-    for action in actions {
-        let next = model.next_state(states.last().unwrap(), action.clone()).expect("a step of the model");
-        states.push(next);
-    }
+    let states: Vec<State> = support::states_along(&RedlockModel::new(config), actions);
     let instances: Vec<Instance> = (0..NODES).map(|_| Instance::new()).collect();
     let locks: Vec<Lock> = (0..CLIENTS)
         .map(|c| {
@@ -291,12 +286,7 @@ async fn finish(client: &mut Client, fences: &mut Vec<u64>) -> bool {
 }
 
 fn counterexample(config: RedlockConfig, property: &'static str) -> Vec<Action> {
-    // Breadth-first (the shortest schedule), stopping at the first counterexample.
-    let stop = HasDiscoveries::AnyOf([property].into_iter().collect());
-    let checker = RedlockModel::new(config).checker().finish_when(stop).spawn_bfs().join();
-    let actions = checker.discovery(property).expect("a counterexample").into_actions();
-    println!("{property} ({config:?}): {} steps: {actions:?}", actions.len());
-    actions
+    support::first_counterexample(RedlockModel::new(config), &config, property)
 }
 
 fn run(config: RedlockConfig, actions: &[Action]) -> Replayed {
@@ -366,15 +356,11 @@ const WITH_ORPHANS: &[Action] = &[
 #[test]
 fn the_lagging_clock_schedule_with_late_orphans_keeps_fences_increasing_on_the_engine() {
     let config = RedlockConfig { lagging_clock: 3, no_write_back: true, tries: [1, 2], ..RedlockConfig::default() };
-    let model = RedlockModel::new(config);
-    let mut state = model.init_states().remove(0);
-    for action in WITH_ORPHANS {
-        let mut enabled = Vec::new();
-        model.actions(&state, &mut enabled);
-        assert!(enabled.contains(action), "{action:?} is not a step of the model here");
-        state = model.next_state(&state, action.clone()).expect("a step of the model");
-    }
-    assert!(state.fence_regressed, "the fixture no longer breaks the model without the write-back");
+    let states = support::states_along(&RedlockModel::new(config), WITH_ORPHANS);
+    assert!(
+        states.last().is_some_and(|s| s.fence_regressed),
+        "the fixture no longer breaks the model without the write-back"
+    );
     let replayed = run(config, WITH_ORPHANS);
     assert!(replayed.fences.len() >= 2, "the schedule granted too little to test anything: {replayed:?}");
     assert!(!replayed.fence_regressed(), "{replayed:?}");

@@ -31,6 +31,16 @@ fn patient() -> LockOptions {
     LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(slow)
 }
 
+/// A task acquiring `resource` through `lock` with `options`.
+fn spawn_acquire(
+    lock: &Lock,
+    resource: &'static str,
+    options: LockOptions,
+) -> tokio::task::JoinHandle<Result<lock_core::Guard, LockError>> {
+    let lock = lock.clone();
+    tokio::spawn(async move { lock.acquire(resource, &options).await })
+}
+
 async fn timed<T>(fut: impl Future<Output = T>) -> (T, Duration) {
     let t0 = Instant::now();
     let out = fut.await;
@@ -90,10 +100,7 @@ async fn a_woken_waiter_that_is_cancelled_passes_its_wake_up_on() {
         async move { lock.acquire("pass-on", &patient()).await.map(|_| ()) }
     });
     eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
-    let second = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("pass-on", &patient()).await }
-    });
+    let second = spawn_acquire(&lock, "pass-on", patient());
     eventually("the second waiter queues", ms(5_000), || {
         lock.stores()[0].release_hub().is_some_and(|hub| hub.waiters(&keys("pass-on")) >= 2)
     })
@@ -139,10 +146,7 @@ async fn an_early_wake_that_overtakes_its_release_still_hands_off() {
     let server = ScriptedServer::new();
     let lock = Lock::new(server.client().ordered(true));
     let holder = lock.try_acquire("early", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("early", &patient()).await }
-    });
+    let waiter = spawn_acquire(&lock, "early", patient());
     eventually("the waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
     tokio::time::sleep(ms(20)).await;
     release_overtaken_by_its_early_wake(&server, holder).await;
@@ -161,17 +165,11 @@ async fn an_early_woken_waiter_whose_try_overtook_the_release_keeps_its_turn() {
     let server = ScriptedServer::new();
     let lock = Lock::new(server.client().ordered(true));
     let holder = lock.try_acquire("turn", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let first = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("turn", &patient()).await }
-    });
+    let first = spawn_acquire(&lock, "turn", patient());
     eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
     tokio::time::sleep(ms(20)).await;
     // The second queues behind the first without trying (a newcomer does not barge past local waiters).
-    let second = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("turn", &patient()).await }
-    });
+    let second = spawn_acquire(&lock, "turn", patient());
     let hub = lock.stores()[0].release_hub().cloned().unwrap();
     eventually("the second waiter queues", ms(5_000), || hub.waiters(&keys("turn")) == 2).await;
     tokio::time::sleep(ms(20)).await;
@@ -195,10 +193,7 @@ async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
     let server = ScriptedServer::new();
     let lock = Lock::new(server.client().ordered(true));
     let holder = lock.try_acquire("turns", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
-    let first = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("turns", &patient()).await }
-    });
+    let first = spawn_acquire(&lock, "turns", patient());
     eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
     tokio::time::sleep(ms(20)).await;
     let gate = Gate::new();
@@ -211,10 +206,7 @@ async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
     // A newcomer queues behind it, tries after its short pause (not woken), and finds the lock held too.
     let acquires = count(&server, Op::Acquire);
     let quick = RetryPolicy::default().with_min_delay(ms(50)).with_max_delay(ms(50)).with_safety_poll(ms(30_000));
-    let second = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("turns", &LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(quick)).await }
-    });
+    let second = spawn_acquire(&lock, "turns", LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(quick));
     eventually("the newcomer tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
     tokio::time::sleep(ms(100)).await;
     let before = count(&server, Op::Acquire);
@@ -371,10 +363,7 @@ async fn a_waiter_arriving_while_an_early_release_is_on_its_way_is_woken() {
     assert!(first.await.unwrap_err().is_cancelled());
     // A newcomer finds the lock held and goes to sleep while the release is still on its way.
     let acquires = count(&server, Op::Acquire);
-    let second = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("arrives", &patient()).await }
-    });
+    let second = spawn_acquire(&lock, "arrives", patient());
     // Registered (the process still listens on the channel, so before its try) and tried once at least.
     let hub = lock.stores()[0].release_hub().cloned().unwrap();
     let channel = keys("arrives");
@@ -403,10 +392,7 @@ async fn a_waiter_arriving_while_an_unwatched_release_is_on_its_way_is_woken() {
     let release = tokio::spawn(async move { holder.release().await });
     assert!(gate.wait_arrivals(1, ms(5_000)).await);
     let acquires = count(&server, Op::Acquire);
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("unwatched", &patient()).await }
-    });
+    let waiter = spawn_acquire(&lock, "unwatched", patient());
     eventually("the newcomer sleeps", ms(5_000), || count(&server, Op::Acquire) >= acquires + 2).await;
     tokio::time::sleep(ms(20)).await;
     gate.open();
@@ -431,10 +417,7 @@ async fn an_early_woken_waiter_that_runs_out_of_budget_leaves_the_wake_up_behind
         async move { lock.acquire("budget", &short).await.map(|_| ()) }
     });
     eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
-    let second = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("budget", &patient()).await }
-    });
+    let second = spawn_acquire(&lock, "budget", patient());
     eventually("the second waiter queues", ms(5_000), || {
         lock.stores()[0].release_hub().is_some_and(|hub| hub.waiters(&keys("budget")) >= 2)
     })
@@ -529,10 +512,7 @@ async fn a_wake_up_kept_while_the_waiter_subscribed_is_its_turn() {
     let holder = lock.try_acquire("kept", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
     let subscribing = Gate::new();
     server.gate_subscriptions(subscribing.clone());
-    let waiter = tokio::spawn({
-        let lock = lock.clone();
-        async move { lock.acquire("kept", &patient()).await }
-    });
+    let waiter = spawn_acquire(&lock, "kept", patient());
     // Tried once, registered, and waits for its subscription's confirmation: registered, not listening.
     assert!(subscribing.wait_arrivals(1, ms(5_000)).await);
     let releasing = Gate::new();
