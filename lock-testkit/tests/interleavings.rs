@@ -41,6 +41,19 @@ fn spawn_acquire(
     tokio::spawn(async move { lock.acquire(resource, &options).await })
 }
 
+/// Lets a release held at `gate` complete, checks it released, and waits for `waiter`: its guard, and how long it
+/// took after the release completed (a wake-up gets it in within a round trip; `patient()` polls 20 s later).
+async fn release_completes(
+    gate: Gate,
+    release: tokio::task::JoinHandle<Result<ReleaseOutcome, LockError>>,
+    waiter: tokio::task::JoinHandle<Result<lock_core::Guard, LockError>>,
+) -> (lock_core::Guard, Duration) {
+    gate.open();
+    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
+    let (acquired, waited) = timed(waiter).await;
+    (acquired.unwrap().unwrap(), waited)
+}
+
 async fn timed<T>(fut: impl Future<Output = T>) -> (T, Duration) {
     let t0 = Instant::now();
     let out = fut.await;
@@ -210,10 +223,7 @@ async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
     eventually("the newcomer tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
     tokio::time::sleep(ms(100)).await;
     let before = count(&server, Op::Acquire);
-    gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
-    let (acquired, waited) = timed(first).await;
-    let guard = acquired.unwrap().unwrap();
+    let (guard, waited) = release_completes(gate, release, first).await;
     assert!(waited < ms(5_000), "the woken waiter slept {waited:?} after the release completed");
     // Time for a wrong retry to show (it would follow the completion at once).
     tokio::time::sleep(ms(200)).await;
@@ -372,10 +382,7 @@ async fn a_waiter_arriving_while_an_early_release_is_on_its_way_is_woken() {
     })
     .await;
     tokio::time::sleep(ms(20)).await;
-    gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
-    let (acquired, waited) = timed(second).await;
-    let guard = acquired.unwrap().unwrap();
+    let (guard, waited) = release_completes(gate, release, second).await;
     assert!(waited < ms(5_000), "the newcomer slept {waited:?} after the release completed");
     guard.release().await.unwrap();
 }
@@ -395,10 +402,7 @@ async fn a_waiter_arriving_while_an_unwatched_release_is_on_its_way_is_woken() {
     let waiter = spawn_acquire(&lock, "unwatched", patient());
     eventually("the newcomer sleeps", ms(5_000), || count(&server, Op::Acquire) >= acquires + 2).await;
     tokio::time::sleep(ms(20)).await;
-    gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
-    let (acquired, waited) = timed(waiter).await;
-    let guard = acquired.unwrap().unwrap();
+    let (guard, waited) = release_completes(gate, release, waiter).await;
     assert!(waited < ms(5_000), "the newcomer slept {waited:?} after the release completed");
     guard.release().await.unwrap();
 }
@@ -432,10 +436,7 @@ async fn an_early_woken_waiter_that_runs_out_of_budget_leaves_the_wake_up_behind
     try_gate.open();
     let first = first.await.unwrap();
     assert!(matches!(first, Err(LockError::Contended { .. })), "{first:?}");
-    release_gate.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
-    let (acquired, waited) = timed(second).await;
-    let guard = acquired.unwrap().unwrap();
+    let (guard, waited) = release_completes(release_gate, release, second).await;
     assert!(waited < ms(5_000), "the second waiter slept {waited:?}: the early wake-up left with the first");
     guard.release().await.unwrap();
 }
@@ -524,10 +525,7 @@ async fn a_wake_up_kept_while_the_waiter_subscribed_is_its_turn() {
     subscribing.open();
     eventually("the waiter tried again", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
     tokio::time::sleep(ms(20)).await;
-    releasing.open();
-    assert_eq!(release.await.unwrap().unwrap(), ReleaseOutcome::Released);
-    let (acquired, waited) = timed(waiter).await;
-    let guard = acquired.unwrap().unwrap();
+    let (guard, waited) = release_completes(releasing, release, waiter).await;
     assert!(waited < ms(5_000), "the waiter slept {waited:?} after the release completed: its wake-up was lost");
     guard.release().await.unwrap();
 }
