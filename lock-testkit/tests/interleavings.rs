@@ -1262,3 +1262,75 @@ async fn a_late_grant_announcement_is_not_counted_from_a_try_after_the_grant() {
     head.abort();
     drop(taker);
 }
+
+/// Review 4, finding 1 (safety): a queued try (a fair lock's waiter, a read-write lock's writer) sends the token its
+/// waiter keeps for every try. When its grant arrives after the grant's validity, nothing may be given back under
+/// that token, now or by a resend later: the waiter's next try is granted with the same token, and a give-back that
+/// lands after it deletes that grant while its guard believes it holds (the next waiter, or the readers, get in).
+/// Both ways a give-back is sent again: on one connection, a reset breaks the first give-back (resent 10 ms later);
+/// on a pool, the first finds nothing to delete (the late grant expired) and is checked again a call bound later
+/// (the waiter's renewal keeps its next grant alive that long). That second give-back is held at a gate until the
+/// waiter holds again; then nobody else may take the lock while the waiter's guard is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_of_a_queued_try_is_never_given_back_under_the_waiters_token() {
+    let (ttl, late, call_bound) = (ms(200), ms(230), ms(300));
+    for (case, writer, ordered) in [
+        ("fair lock, one connection, reset after the late reply", false, true),
+        ("fair lock, pool: the late grant expired before its give-back", false, false),
+        ("read-write lock's writer, one connection, reset", true, true),
+        ("read-write lock's writer, pool", true, false),
+    ] {
+        let server = ScriptedServer::new();
+        let waiter = Lock::new(server.client().ordered(ordered)).with_operation_timeout(call_bound);
+        let other = Lock::new(server.client());
+        // The waiter's first try is applied; its reply comes after the grant's validity (and its TTL) ran out.
+        server.once_where(|c| c.client == 0 && c.op == Op::Acquire, Fault::DelayReply(late));
+        let gate = Gate::new();
+        let first = if ordered { Fault::FailBefore(Injected::Unavailable) } else { Fault::Yield(0) };
+        let mut releases = vec![Fault::Gate(gate.clone()), first];
+        server.rule(move |c| (c.client == 0 && c.op == Op::Release).then(|| releases.pop()).flatten());
+        let quick = RetryPolicy::default().with_min_delay(ms(1)).with_max_delay(ms(1));
+        let opts = LockOptions::new(ttl)
+            .with_wait(ms(5_000))
+            .with_retry(quick)
+            .with_auto_renew(lock_core::RenewPolicy::default());
+        let name = "late-queued-grant";
+        let (keys, guard): (lock_core::LockKeys, Box<dyn std::any::Any>) = if writer {
+            let rw = lock_core::RwLock::new(waiter.clone(), name).unwrap().with_waiter_ttl(ms(1_500)).unwrap();
+            let w = rw.write(&opts).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+            (rw.keys().clone(), Box::new(w))
+        } else {
+            let g = waiter.acquire(name, &opts.clone().with_fair_queue(ms(1_500))).await;
+            let keys = lock_core::LockKeys::new(lock_core::DEFAULT_PREFIX, name).unwrap();
+            (keys, Box::new(g.unwrap_or_else(|e| panic!("{case}: {e}"))))
+        };
+        let signal = match guard.downcast_ref::<lock_core::Guard>() {
+            Some(g) => g.lost_signal(),
+            None => guard.downcast_ref::<lock_core::WriteGuard>().unwrap().lost_signal(),
+        };
+        let first_try = server.log().into_iter().find(|c| c.call.client == 0 && c.call.op == Op::Acquire).unwrap();
+        let token = first_try.call.token;
+        assert_eq!(server.memory().holder(&keys), Some(token.clone()), "{case}: the waiter holds again");
+        // A give-back of the waiter's token still to come is sent by now; let it through and wait for its answer.
+        let resent = gate.wait_arrivals(1, call_bound + ms(200)).await;
+        gate.open();
+        if resent {
+            let answered = |c: &lock_testkit::scripted::Logged| c.call.client == 0 && c.call.op == Op::Release;
+            eventually("the resent give-back answered", ms(2_000), || {
+                server.log().iter().filter(|c| answered(c)).all(|c| c.ended.is_some())
+            })
+            .await;
+        }
+        let sent = Instant::now();
+        let probe = LockOptions::new(ms(30_000));
+        let taken = if writer {
+            let rw = lock_core::RwLock::new(other.clone(), name).unwrap();
+            rw.try_write(&probe).await.unwrap().is_some()
+        } else {
+            other.try_acquire(name, &probe).await.unwrap().is_some()
+        };
+        let valid = !signal.is_lost() && sent < signal.valid_until();
+        assert!(!(taken && valid), "{case}: two holders: the waiter's grant was given back under its token");
+        drop(guard);
+    }
+}

@@ -17,7 +17,8 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tracing::Instrument;
 
 use crate::distributed_lock::LockGuard;
-use crate::engine::inflight::InFlight;
+use crate::engine::give_back::{InFlight, Resend, TokenScope};
+pub(crate) use crate::engine::instances::Instances;
 use crate::engine::primitive::{Ask, Grant, Primitive};
 use crate::engine::redlock;
 use crate::engine::wait::{until_acquired, Attempt, Watches};
@@ -34,29 +35,6 @@ use crate::{rt, telemetry};
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// The lock server(s) a [`Lock`] runs on, and how many must agree.
-pub(crate) struct Instances {
-    pub(crate) stores: Vec<Arc<dyn LockStore>>,
-    pub(crate) quorum: usize,
-    /// Bound on one call to one instance when there are several (default: a fraction of the TTL).
-    pub(crate) instance_timeout: Option<Duration>,
-}
-
-impl Instances {
-    fn n(&self) -> usize {
-        self.stores.len()
-    }
-
-    /// How long one call to one instance may take for a lock with `ttl`.
-    fn call_timeout(&self, ttl: Duration, operation_timeout: Duration) -> Duration {
-        if self.n() == 1 {
-            return operation_timeout;
-        }
-        let default = (ttl / 20).max(Duration::from_millis(10)).min(ttl / 2);
-        self.instance_timeout.unwrap_or(default).min(operation_timeout)
-    }
-}
 
 /// A distributed lock over one [`LockStore`] ([`Lock::new`]) or a quorum of independent ones
 /// ([`Lock::redlock`]).
@@ -278,8 +256,9 @@ impl Lock {
     }
 
     /// One try; with `queued` (a fair lock's waiter), under its token, taking or keeping its place in the queue
-    /// (and renewing its peers') when not granted. A queued try leaves nothing to give back when it fails after the request left: its caller
-    /// owns the token and gives it back when it stops waiting, and a retry with the token gets the same grant.
+    /// (and renewing its peers') when not granted. A queued try gives nothing back, whatever it may hold (a grant
+    /// that failed or came too late to use): its waiter's next try sends the same token and gets the same grant, and
+    /// the waiter gives the token back when it stops waiting (see `give_back::may_give_back`).
     pub(crate) async fn attempt_as(
         &self,
         target: &Arc<dyn Primitive>,
@@ -290,8 +269,13 @@ impl Lock {
         let inst = &self.instances;
         let n = inst.n();
         let call_timeout = self.call_timeout(ttl);
-        let token = queued.map_or_else(|| Token::generate_for(options), |q| q.token.clone());
-        let inflight = InFlight::new(inst.clone(), target.clone(), token, ttl, call_timeout);
+        // A waiter that queues sends its token with every try: whether this try's grant may be given back is
+        // decided by its scope (see `give_back::may_give_back`).
+        let (token, scope) = match queued {
+            Some(q) => (q.token.clone(), TokenScope::WaitersTry),
+            None => (Token::generate_for(options), TokenScope::Try),
+        };
+        let inflight = InFlight::new(inst.clone(), target.clone(), token, scope, ttl, call_timeout);
         // A token on demand is drawn later by `FENCE`, which needs one instance and the plain lock key; elsewhere it
         // is drawn with the grant.
         let (fencing, on_demand) = match options.fencing_mode() {
@@ -340,7 +324,7 @@ impl Lock {
             // errors raised before sending mean nothing of ours exists.
             let maybe_ours =
                 !tally.granted.is_empty() || answered < n || tally.errors.iter().any(LockError::may_follow_a_write);
-            if maybe_ours && queued.is_none() {
+            if maybe_ours {
                 inflight.release_now().await;
             } else {
                 inflight.disarm();
@@ -352,7 +336,7 @@ impl Lock {
         let exhausted = |inflight: InFlight| async move {
             let elapsed = started.elapsed();
             inflight.release_now().await;
-            tracing::debug!(resource = target.label(), ?elapsed, "grant arrived after its validity; given back");
+            tracing::debug!(resource = target.label(), ?elapsed, "grant arrived after its validity; not used");
             Err(LockError::ValidityExhausted { resource: target.label().to_owned(), elapsed })
         };
         if Instant::now() >= valid_until {
@@ -1024,21 +1008,15 @@ impl GuardState {
     fn resend_release(&self, unconfirmed: Vec<usize>) {
         let expiry = (*lock_mutex(&self.server_expiry)).max(self.lost.valid_until());
         let until = later(expiry, self.call_timeout.saturating_mul(2));
-        let resend = crate::engine::inflight::resend(
-            self.instances.clone(),
-            self.target.clone(),
-            self.token.clone(),
-            self.call_timeout,
-            crate::engine::inflight::GivenBack { failed: unconfirmed, unsure: Vec::new() },
-            until,
-        );
-        let spawned = match &self.runtime {
-            Some(runtime) => Some(rt::spawn_on(runtime, resend)),
-            None => rt::spawn_background(resend),
+        let resend = Resend {
+            instances: self.instances.clone(),
+            target: self.target.clone(),
+            token: self.token.clone(),
+            scope: TokenScope::Guard,
+            timeout: self.call_timeout,
         };
-        if let Some(task) = spawned {
-            task.detach();
-        }
+        let given = crate::engine::give_back::GivenBack { failed: unconfirmed, unsure: Vec::new() };
+        resend.spawn(self.runtime.as_ref(), given, until);
     }
 
     /// The release on one store; wakes the next local waiter once its answer frees the lock for it (early, while
@@ -1120,6 +1098,12 @@ impl Renewable for GuardState {
 /// `lost_signal`, `is_lost`, `valid_until` and `extend`, documented for `$what` ("permit", "hold").
 macro_rules! guard_accessors {
     ($what:literal) => {
+        #[doc = concat!("The owner token of this ", $what, ": a capability (whoever has it can release or extend the")]
+        /// hold), so it is never shown in `Debug` output or logs.
+        pub fn token(&self) -> &$crate::Token {
+            self.guard.token()
+        }
+
         /// A cloneable lost signal.
         pub fn lost_signal(&self) -> $crate::LostSignal {
             self.guard.lost_signal()

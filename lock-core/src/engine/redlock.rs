@@ -61,7 +61,8 @@ use std::time::Duration;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::engine::lock::{Instances, Lock};
+use crate::engine::instances::Instances;
+use crate::engine::lock::Lock;
 use crate::error::{LockError, Result};
 use crate::seam::store::LockStore;
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::future::{select, Either};
 
-use crate::engine::inflight::InFlight;
+use crate::engine::give_back::{InFlight, TokenScope};
 use crate::engine::lock::{Guard, Lock};
 use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::engine::wait::{Attempt, Watches};
@@ -244,6 +244,7 @@ pub(crate) async fn until_granted(
         lock.instances().clone(),
         target.clone(),
         token.clone(),
+        TokenScope::Waiter,
         options.ttl(),
         lock.call_timeout(options.ttl()),
     );
