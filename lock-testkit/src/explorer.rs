@@ -8,6 +8,10 @@
 //!   lock, an injected fault or the timeout it caused, a missed quorum), never `WrongType`, `InvalidArgument`,
 //!   `NoRuntime` or a `Backend`/`Auth` error nobody injected;
 //! - **mutual exclusion and fencing**: no two holds overlap, fencing tokens increase ([`Checker`]);
+//! - **no guard believes in a lock the servers no longer keep**: while a lock's (or a writer's) guard is neither
+//!   lost nor past its validity, and no extension of it is on its way, a quorum of servers hold its key under its
+//!   token (checked every few ms, so a give-back or resend that deleted a live grant is caught whether or not
+//!   another actor took the lock meanwhile);
 //! - **no key left behind**: once every guard is gone, every lock key is released promptly (its TTL is far
 //!   longer than the bound), unless the schedule made a release of that very token fail before it applied;
 //! - **no renewal left running**: no extension reaches a server after the actors finished;
@@ -25,6 +29,12 @@
 //! Of the mutex schedules on one instance, four in ten queue their waiters ([`LockOptions::with_fair_queue`]), and a
 //! quarter of their holders' pauses last 100–250 ms, past the lease a release grants its queue's head (the waiter
 //! TTL, 150 ms): the checks add no place left in the queue, and queue keys that always expire.
+//!
+//! A quarter of the schedules (a stream of their own) get **late replies and resets**: three in ten acquires are
+//! applied at once and answered 15–39 ms later (within the call bound, past the validity of the 20–40 ms TTLs most
+//! of their sessions take), and each release of a token whose acquire replied late fails before it applies with
+//! probability 0.6, as a connection reset would, so give-backs are resent in the background; most of these
+//! schedules' waiters retry on the library's default backoff, so a waiter's next try races its last try's resends.
 //!
 //! One schedule in ten runs on servers that refuse every subscription (as an ACL without the lock's channels would):
 //! no waiter hears a release, so each must poll on its backoff rather than trust its safety poll (the loose bound).
@@ -199,12 +209,24 @@ struct Faults {
     /// A draw of a token on demand held up for 5–35 ms before it reaches the server: a holder paused (say, by a
     /// garbage collector) after deciding to draw, so the draw may arrive after the lock expired and was taken.
     pause_draw: f64,
+    /// An acquire applied at once whose reply is held back 15–39 ms (within the call bound): past the validity of
+    /// the short TTLs (20–40 ms) these schedules give most sessions, so the grant arrives too late to use and is
+    /// given back (or, for a queued try, kept for the waiter's next try).
+    late_reply: f64,
+    /// After a late reply: each release of that token fails before it reaches the server, as a connection reset
+    /// right after the late reply would, so the give-back is sent again in the background (10 ms, 20 ms … later; on
+    /// a store that does not order commands, a give-back that found nothing is checked again a call bound later).
+    reset_after_late: f64,
 }
 
 impl Faults {
     /// Whether a waiter may legitimately sleep its backoff while the lock is free.
     fn can_hide_wakeups(&self) -> bool {
-        self.fail_before > 0.0 || self.fail_after > 0.0 || self.hang > 0.0 || self.loses_notes()
+        self.fail_before > 0.0
+            || self.fail_after > 0.0
+            || self.hang > 0.0
+            || self.late_reply > 0.0
+            || self.loses_notes()
     }
 
     /// Whether a listening waiter may legitimately sleep its safety poll while the lock is free.
@@ -237,6 +259,10 @@ pub struct Schedule {
     deaf: bool,
     /// A mutex schedule on one primitive beside the lock: the multi-lock, the election or the job lock.
     other: Other,
+    /// With late replies and resets ([`Faults::late_reply`]): its waiters retry on the library's default backoff
+    /// (5–100 ms) instead of the explorer's slow one, so a waiter tries again while a give-back of its last try may
+    /// still be resent.
+    quick_retry: bool,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -293,6 +319,8 @@ impl Schedule {
                 drop_note: 0.2,
                 delay_note: 0.2,
                 pause_draw: 0.0,
+                late_reply: 0.0,
+                reset_after_late: 0.0,
             },
         };
         let mut faults = faults;
@@ -397,7 +425,35 @@ impl Schedule {
             // Tokens on demand are drawn through a lock's guard only.
             session.draw = None;
         }
-        Schedule { seed, instances, processes, ordered, fencing, on_demand, faults, actors, rw, sem, fair, deaf, other }
+        // Late replies and resets, from a seventh stream: a seed that does not draw them keeps its schedule.
+        let mut lates = StdRng::seed_from_u64(seed ^ 0x006c_6174_6572);
+        let late = chance(&mut lates, 0.25);
+        if late {
+            faults.late_reply = 0.3;
+            faults.reset_after_late = 0.6;
+            for session in actors.iter_mut().flat_map(|a| a.sessions.iter_mut()) {
+                if chance(&mut lates, 0.6) {
+                    session.ttl = Duration::from_millis(lates.random_range(20..=40));
+                }
+            }
+        }
+        let quick_retry = late && chance(&mut lates, 0.7);
+        Schedule {
+            seed,
+            instances,
+            processes,
+            ordered,
+            fencing,
+            on_demand,
+            faults,
+            actors,
+            rw,
+            sem,
+            fair,
+            deaf,
+            other,
+            quick_retry,
+        }
     }
 
     /// The primitive the schedule exercises, named as in the metrics' `primitive` label (`lock`, `fair_lock`,
@@ -626,6 +682,40 @@ struct World {
     other_checker: Checker,
     /// A job schedule: each tick whose work started, and who started it.
     ticks: Mutex<Vec<(u64, String)>>,
+    /// The exclusive holds the actors believe in right now, by id (see [`Belief`]).
+    beliefs: Mutex<BTreeMap<usize, Belief>>,
+    next_belief: AtomicUsize,
+}
+
+/// An exclusive hold an actor believes in (a lock's, a writer's): while its guard is neither lost nor past its
+/// validity, and no extension of it is on its way (one may shorten it), a quorum of servers hold its key under its
+/// token. A give-back or a resend that deleted it leaves a guard that believes it holds a lock anyone can take: the
+/// monitor reports that at once, whether or not another actor happened to take the lock meanwhile.
+struct Belief {
+    keys: LockKeys,
+    token: String,
+    signal: LostSignal,
+    changing: Arc<AtomicBool>,
+}
+
+/// A [`Belief`] registered for as long as this lives.
+struct Believed<'a> {
+    world: &'a World,
+    id: usize,
+    changing: Arc<AtomicBool>,
+}
+
+impl Believed<'_> {
+    /// Set while an extension is on its way.
+    fn changing(&self) -> &AtomicBool {
+        &self.changing
+    }
+}
+
+impl Drop for Believed<'_> {
+    fn drop(&mut self) {
+        self.world.beliefs.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 /// One read or write hold of a read-write schedule, as its actor believed it.
@@ -644,6 +734,47 @@ struct RwHold {
 const RW_WAITER_TTL: Duration = Duration::from_millis(150);
 
 impl World {
+    /// Registers the hold of `token` on `keys`, watched through `signal`, until the returned value is dropped.
+    fn believe(&self, keys: &LockKeys, token: &lock_core::Token, signal: LostSignal) -> Believed<'_> {
+        let id = self.next_belief.fetch_add(1, Ordering::SeqCst);
+        let changing = Arc::new(AtomicBool::new(false));
+        let belief =
+            Belief { keys: keys.clone(), token: token.as_str().to_owned(), signal, changing: changing.clone() };
+        self.beliefs.lock().unwrap_or_else(|p| p.into_inner()).insert(id, belief);
+        Believed { world: self, id, changing }
+    }
+
+    /// A hold an actor believes in that a quorum of servers no longer keep under its token, if any (see
+    /// [`Belief`]).
+    fn broken_belief(&self) -> Option<String> {
+        let quorum = self.processes.first().map_or(1, |(_, lock)| lock.quorum());
+        let beliefs = self.beliefs.lock().unwrap_or_else(|p| p.into_inner());
+        for belief in beliefs.values() {
+            let trusted = || {
+                !belief.signal.is_lost()
+                    && !belief.changing.load(Ordering::SeqCst)
+                    && Instant::now() < belief.signal.valid_until()
+            };
+            if !trusted() {
+                continue;
+            }
+            let holders: Vec<Option<lock_core::Token>> =
+                self.servers.iter().map(|server| server.memory().holder(&belief.keys)).collect();
+            let kept = holders.iter().flatten().filter(|token| token.as_str() == belief.token).count();
+            // Trusted again after the servers were read: a key read while its guard was still valid would have
+            // outlived that validity, so a missing one was deleted.
+            if kept < quorum && trusted() {
+                let left = belief.signal.valid_until().saturating_duration_since(Instant::now());
+                return Some(format!(
+                    "a guard of {} believes it holds {} (valid for {left:?} more) while the servers hold {holders:?}",
+                    &belief.token[..8.min(belief.token.len())],
+                    belief.keys.lock()
+                ));
+            }
+        }
+        None
+    }
+
     fn free(&self) -> bool {
         if self.schedule.sem {
             return self.servers.iter().all(|s| live_members(s.memory(), &self.sem_key("exp")) == 0);
@@ -791,7 +922,23 @@ fn build(schedule: Schedule) -> World {
         server.refuse_subscriptions(schedule.deaf);
         let faults = schedule.faults;
         let mut rng = StdRng::seed_from_u64(schedule.seed ^ (0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1)));
+        // Late replies and the resets after them draw from their own stream, so the other faults of a schedule
+        // stay what they were.
+        let mut lates = StdRng::seed_from_u64(schedule.seed.rotate_left(29) ^ i as u64);
+        let mut late_tokens: BTreeSet<String> = BTreeSet::new();
         server.rule(move |call| {
+            if faults.late_reply > 0.0 {
+                if call.op == Op::Acquire && lates.random_bool(faults.late_reply) {
+                    late_tokens.insert(call.token.as_str().to_owned());
+                    return Some(Fault::DelayReply(Duration::from_micros(lates.random_range(15_000..39_000))));
+                }
+                if call.op == Op::Release
+                    && late_tokens.contains(call.token.as_str())
+                    && lates.random_bool(faults.reset_after_late)
+                {
+                    return Some(Fault::FailBefore(Injected::Unavailable));
+                }
+            }
             if call.op == Op::Fence && rng.random_bool(faults.pause_draw) {
                 return Some(Fault::Delay(Duration::from_micros(rng.random_range(5_000..35_000))));
             }
@@ -897,6 +1044,8 @@ fn build(schedule: Schedule) -> World {
         other_keys,
         other_checker: Checker::new(),
         ticks: Mutex::new(Vec::new()),
+        beliefs: Mutex::new(BTreeMap::new()),
+        next_belief: AtomicUsize::new(0),
     }
 }
 
@@ -927,7 +1076,8 @@ fn explained(err: &LockError, world: &World) -> bool {
         LockError::Contended { .. } | LockError::Lost { .. } => true,
         // A hung call times out at the engine's bound; a delayed grant can come too late.
         LockError::Timeout { .. } | LockError::ValidityExhausted { .. } => {
-            world.schedule.faults.hang > 0.0 || world.schedule.faults.delay > 0.0
+            let faults = &world.schedule.faults;
+            faults.hang > 0.0 || faults.delay > 0.0 || faults.late_reply > 0.0
         }
         LockError::Quorum { .. } => world.schedule.instances > 1,
         _ => false,
@@ -962,10 +1112,13 @@ impl Drop for Waiting<'_> {
     }
 }
 
-fn options(session: &Session, fencing: Fencing) -> LockOptions {
-    let retry =
-        RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY).with_safety_poll(SAFETY_POLL);
-    let opts = LockOptions::new(session.ttl).with_fencing_mode(fencing).with_retry(retry);
+fn options(session: &Session, schedule: &Schedule) -> LockOptions {
+    let retry = match schedule.quick_retry {
+        true => RetryPolicy::default(),
+        false => RetryPolicy::default().with_min_delay(MIN_DELAY).with_max_delay(MAX_DELAY),
+    };
+    let retry = retry.with_safety_poll(SAFETY_POLL);
+    let opts = LockOptions::new(session.ttl).with_fencing_mode(schedule.fencing_mode()).with_retry(retry);
     match session.take {
         Take::Try => opts.with_wait(Duration::ZERO),
         Take::Wait { budget_ms } => opts.with_wait(Duration::from_millis(budget_ms)),
@@ -1008,7 +1161,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
                 continue;
             }
         }
-        let mut opts = options(session, world.schedule.fencing_mode());
+        let mut opts = options(session, &world.schedule);
         if world.schedule.fair {
             opts = opts.with_fair_queue(RW_WAITER_TTL);
         }
@@ -1045,8 +1198,10 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         seen.acquired += 1;
         let start = Instant::now();
         draw(&guard, session, DrawAt::BeforeWork, &world, &mut seen).await;
-        hold_for(&session.work, &world, &mut seen, |ttl| guard.extend(ttl)).await;
+        let believed = world.believe(&world.keys, guard.token(), guard.lost_signal());
+        hold_for(&session.work, &world, &mut seen, Some(&believed), |ttl| guard.extend(ttl)).await;
         draw(&guard, session, DrawAt::AfterWork, &world, &mut seen).await;
+        drop(believed);
         world.checker.record(Hold::of(&guard, start));
         match session.end {
             End::Drop => drop(guard),
@@ -1079,7 +1234,7 @@ async fn draw(guard: &Guard, session: &Session, at: DrawAt, world: &World, seen:
 async fn act_sem(world: &World, process: usize, session: &Session, permits: u32, owner: String, seen: &mut Seen) {
     let Some(sem) = world.sems.get(process) else { return };
     let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
-    let opts = options(session, world.schedule.fencing_mode());
+    let opts = options(session, &world.schedule);
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));
     let taken = if waits {
@@ -1102,7 +1257,7 @@ async fn act_sem(world: &World, process: usize, session: &Session, permits: u32,
     };
     seen.acquired += 1;
     let start = Instant::now();
-    hold_for(&session.work, world, seen, |ttl| permit.extend(ttl)).await;
+    hold_for(&session.work, world, seen, None, |ttl| permit.extend(ttl)).await;
     let end = Instant::now().min(permit.valid_until());
     let fence = permit.fencing_token().map(|f| f.get());
     for slot in permit.slots() {
@@ -1127,7 +1282,7 @@ async fn act_sem(world: &World, process: usize, session: &Session, permits: u32,
 /// One session of a multi-lock schedule: take [`RESOURCE`] and [`OTHER`] together (try or wait, cut off at its
 /// cancel point), work, end; the hold is recorded on both names' checkers.
 async fn act_multi(world: &World, lock: &Lock, session: &Session, other_first: bool, seen: &mut Seen) {
-    let opts = options(session, world.schedule.fencing_mode());
+    let opts = options(session, &world.schedule);
     let names = if other_first { [OTHER, RESOURCE] } else { [RESOURCE, OTHER] };
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));
@@ -1151,7 +1306,7 @@ async fn act_multi(world: &World, lock: &Lock, session: &Session, other_first: b
     };
     seen.acquired += 1;
     let start = Instant::now();
-    hold_for(&session.work, world, seen, |ttl| guard.extend(ttl)).await;
+    hold_for(&session.work, world, seen, None, |ttl| guard.extend(ttl)).await;
     let end = Instant::now().min(guard.valid_until());
     let owner = guard.token().to_string();
     for (name, checker) in [(RESOURCE, &world.checker), (OTHER, &world.other_checker)] {
@@ -1324,7 +1479,7 @@ impl RwHeld {
 async fn act_rw(world: &World, process: usize, session: &Session, owner: String, seen: &mut Seen) {
     let Some(rw) = world.rw.get(process) else { return };
     let note = |seen: &mut Seen, what: &str, err: &LockError| seen.note(what, err, world);
-    let opts = options(session, world.schedule.fencing_mode());
+    let opts = options(session, &world.schedule);
     let write = matches!(session.role, Role::Write { .. });
     let waits = !matches!(session.take, Take::Try);
     let waiting = waits.then(|| Waiting::new(&world.waiting));
@@ -1349,7 +1504,12 @@ async fn act_rw(world: &World, process: usize, session: &Session, owner: String,
     };
     seen.acquired += 1;
     let mut start = Instant::now();
-    hold_for(&session.work, world, seen, |ttl| held.extend(ttl)).await;
+    let believed = match &held {
+        RwHeld::Write(w) => Some(world.believe(&world.rw_keys, w.token(), w.lost_signal())),
+        RwHeld::Read(_) => None,
+    };
+    hold_for(&session.work, world, seen, believed.as_ref(), |ttl| held.extend(ttl)).await;
+    drop(believed);
     let record = |held: &RwHeld, start: Instant, write: bool| {
         let hold = RwHold {
             write,
@@ -1411,7 +1571,7 @@ fn rw_violations(world: &World) -> Vec<String> {
 }
 
 /// A session's work while it holds: sleeps, and extensions through `extend` (an error is noted in `seen`).
-async fn hold_for<F, Fut>(work: &[Work], world: &World, seen: &mut Seen, mut extend: F)
+async fn hold_for<F, Fut>(work: &[Work], world: &World, seen: &mut Seen, belief: Option<&Believed<'_>>, mut extend: F)
 where
     F: FnMut(Duration) -> Fut,
     Fut: std::future::Future<Output = Result<Instant, LockError>>,
@@ -1420,7 +1580,11 @@ where
         match step {
             Work::Sleep { micros } => sleep(Duration::from_micros(*micros)).await,
             Work::Extend { ttl_ms } => {
-                if let Err(err) = extend(Duration::from_millis(*ttl_ms)).await {
+                let changing = belief.map(Believed::changing);
+                changing.inspect(|c| c.store(true, Ordering::SeqCst));
+                let extended = extend(Duration::from_millis(*ttl_ms)).await;
+                changing.inspect(|c| c.store(false, Ordering::SeqCst));
+                if let Err(err) = extended {
                     seen.note("extend", &err, world);
                 }
             }
@@ -1456,6 +1620,9 @@ async fn monitor(world: Arc<World>, done: Arc<AtomicBool>) -> Option<String> {
             free_for = Some(stretch);
         } else {
             free_for = None;
+        }
+        if let Some(what) = world.broken_belief() {
+            return Some(what);
         }
         if let Some(what) = subscription_mismatch(&world) {
             let stretch = mismatch_for.map_or(Duration::ZERO, |d| d + tick);
