@@ -249,12 +249,7 @@ impl LockKeys {
     /// (token → `fence;slots`) and its limit.
     pub(crate) fn semaphore(&self) -> [String; 4] {
         let base = self.lock();
-        [
-            format!("{base}:sem:exp"),
-            format!("{base}:sem:slot"),
-            format!("{base}:sem:grant"),
-            format!("{base}:sem:limit"),
-        ]
+        [format!("{base}:permits"), format!("{base}:slots"), format!("{base}:grants"), format!("{base}:limit")]
     }
 
     /// The process an election's hand-over promised the election to.

@@ -772,8 +772,8 @@ pub async fn every_primitive_bounds_the_wait_of_its_last_waiter(s: &Subject) {
     serves_every_waiter("fair lock", &got_in, waiter, lined_up, async { ok(held.release().await, "release") }).await;
 
     let r = fresh("order-semaphore");
-    let keys = ok(lock_core::LockKeys::new(lock.key_prefix(), &r), "LockKeys");
     let pool = ok(Semaphore::new(lock.clone(), &r, 1), "Semaphore::new");
+    let keys = pool.keys().clone();
     let permit = ok(pool.acquire(1, &long).await, "permit");
     let waiter = |i: usize| -> Waiter<'_> {
         let (pool, waiting, served) = (&pool, &waiting, &served);

@@ -777,7 +777,7 @@ impl World {
 
     fn free(&self) -> bool {
         if self.schedule.sem {
-            return self.servers.iter().all(|s| live_members(s.memory(), &self.sem_key("exp")) == 0);
+            return self.servers.iter().all(|s| live_members(s.memory(), &self.sem_key("permits")) == 0);
         }
         if self.schedule.rw {
             return self.servers.iter().all(|s| {
@@ -825,7 +825,7 @@ impl World {
 
     /// The key of the semaphore's `part` (`exp`, `slot`, `grant`, `limit`).
     fn sem_key(&self, part: &str) -> String {
-        format!("{}:sem:{part}", self.keys.lock())
+        format!("{DEFAULT_PREFIX}sem:{{{RESOURCE}}}:{part}")
     }
 
     /// The semaphore's permits still on `server` (members, slots or grants) that the schedule does not excuse.
@@ -833,13 +833,13 @@ impl World {
         let memory = server.memory();
         // A permit past its expiry holds nothing (as a read hold, see `rw_left`), its slot and grant entries
         // neither, until a script purges them (seed 1592595329, beside two CPU burners).
-        let exp = self.sem_key("exp");
+        let exp = self.sem_key("permits");
         let mut left = unexpired_members(memory, &exp);
         let expired: Vec<String> = members(memory, &exp).into_iter().filter(|m| !left.contains(m)).collect();
-        for hash in ["slot", "grant"] {
+        for hash in ["slots", "grants"] {
             if let Some(lock_core::Reply::Array(items)) = memory.command(&["HGETALL", &self.sem_key(hash)]) {
-                // `slot` maps slot → token, `grant` token → grant: keep the tokens.
-                let tokens = items.chunks(2).filter_map(|pair| pair.get(usize::from(hash == "slot"))?.as_text());
+                // `slots` maps slot → token, `grants` token → grant: keep the tokens.
+                let tokens = items.chunks(2).filter_map(|pair| pair.get(usize::from(hash == "slots"))?.as_text());
                 left.extend(tokens.map(str::to_owned).filter(|token| !expired.contains(token)));
             }
         }
@@ -1668,8 +1668,13 @@ fn call_story(world: &World, free_since: Option<Instant>) -> String {
 /// A channel a hub keeps subscribed (it has waiters, or lingers idle) but its server has not subscribed (or the
 /// reverse), if any; and a hub with waiters on a channel it does not keep.
 fn subscription_mismatch(world: &World) -> Option<String> {
-    // The semaphore announces on the lock's channel of its name.
-    let channel = if world.schedule.rw { world.rw_keys.channel() } else { world.keys.channel() };
+    // A read-write lock and a semaphore announce on channels of their own.
+    let sem_keys = LockKeys::new(&format!("{DEFAULT_PREFIX}sem:"), RESOURCE).ok();
+    let channel = match (world.schedule.rw, world.schedule.sem, &sem_keys) {
+        (true, _, _) => world.rw_keys.channel(),
+        (_, true, Some(keys)) => keys.channel(),
+        _ => world.keys.channel(),
+    };
     for (process, (clients, _)) in world.processes.iter().enumerate() {
         for (instance, client) in clients.iter().enumerate() {
             let Some(hub) = client.hub() else { continue };

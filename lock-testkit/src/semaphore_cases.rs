@@ -169,12 +169,12 @@ pub async fn a_paused_holder_never_frees_twice(connect: &UrlFactory) {
 pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let server = RedisServer::start().or_panic();
     let store = connect(server.url()).await.or_panic();
-    let base = format!("lock:{{{NAME}}}");
+    let base = format!("lock:sem:{{{NAME}}}");
     let keys = [
-        format!("{base}:sem:exp"),
-        format!("{base}:sem:slot"),
-        format!("{base}:sem:grant"),
-        format!("{base}:sem:limit"),
+        format!("{base}:permits"),
+        format!("{base}:slots"),
+        format!("{base}:grants"),
+        format!("{base}:limit"),
         format!("{base}:fence"),
         format!("{base}:awaited"),
     ];

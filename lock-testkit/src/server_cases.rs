@@ -697,3 +697,126 @@ pub async fn a_waiter_told_it_cannot_subscribe_polls_on_its_backoff(connect: &Ur
     let waited = deaf_waiter_takes_a_released_lock(connect, ms(20_000)).await;
     assert!(waited < ms(1_000), "a waiter that knows it cannot hear releases slept {waited:?}");
 }
+
+/// A waiter that only a wake-up can hand a lock in time: its backoff and safety poll are 20 s.
+fn woken_only(ttl_ms: u64) -> LockOptions {
+    let patient = lock_core::RetryPolicy::default().with_min_delay(ms(20_000)).with_max_delay(ms(20_000));
+    LockOptions::new(ms(ttl_ms)).with_wait(ms(30_000)).with_retry(patient.with_safety_poll(ms(20_000)))
+}
+
+/// Waits until `hub` has `n` waiters registered on `keys`' channel (they have tried, found the lock held, and listen).
+async fn listening(lock: &Lock, keys: &LockKeys, n: usize) {
+    let hub = lock.stores()[0].release_hub().or_panic().clone();
+    let t0 = Instant::now();
+    while hub.waiters(keys.channel()) < n {
+        assert!(t0.elapsed() < ms(10_000), "{n} waiters never listened on {}", keys.channel());
+        crate::runtime::sleep(ms(5)).await;
+    }
+    // Their tries are answered and they sleep (a registration precedes the try that finds the lock held).
+    crate::runtime::sleep(ms(100)).await;
+}
+
+/// Review 4, finding 3: a woken waiter whose try fails for another reason than the lock its wake-up was for (a
+/// multi-lock blocked by its other resource) passes the wake-up on: to the next waiter of its process, or, with none
+/// left, to the next waiting process. A lock and a semaphore named alike no longer share a release channel, so the
+/// release of one never wakes the other's waiter. Each hand-off comes within a round trip (the waiters' backoff and
+/// safety poll are 20 s; before the fix, the lock waiter slept to its safety poll in every case).
+pub async fn a_woken_waiter_blocked_by_something_else_passes_the_wake_up_on(connect: &UrlFactory) {
+    let server = start();
+    let process = || async { Lock::from_arc(connect(server.url()).await.or_panic()) };
+    let long = LockOptions::new(ms(60_000));
+    let (one, two, three) = (process().await, process().await, process().await);
+    let x = LockKeys::new(lock_core::DEFAULT_PREFIX, "pass-x").or_panic();
+    let mut handoffs = Vec::new();
+
+    // One process: the multi-lock (x and y) waits longest, then a lock waiter for x; y stays held.
+    let _y = three.try_acquire("pass-y", &long).await.or_panic().or_panic();
+    let held = three.try_acquire("pass-x", &long).await.or_panic().or_panic();
+    let multi = async {
+        let both = one.acquire_all(&["pass-x", "pass-y"], &woken_only(60_000)).await;
+        both.map(|_| ())
+    };
+    let lock_waiter = async {
+        listening(&one, &x, 1).await;
+        one.acquire("pass-x", &woken_only(60_000)).await.or_panic()
+    };
+    let release = async {
+        listening(&one, &x, 2).await;
+        (Instant::now(), held.release().await.or_panic())
+    };
+    let watched = futures_util::future::join(lock_waiter, release);
+    let raced = futures_util::future::select(Box::pin(multi), Box::pin(watched)).await;
+    let futures_util::future::Either::Right(((guard, (released, _)), multi)) = raced else {
+        panic!("the multi-lock got both resources while the other was held");
+    };
+    handoffs.push(("one process: multi-lock woken, lock waiter served", released.elapsed()));
+    drop(multi);
+
+    // Two processes: the first holds a multi-lock waiter only, lined up by a lock waiter of its own that has left;
+    // the release (by a third process) names it, its multi-lock is woken and blocked by y, and the wake-up goes to
+    // the second process.
+    guard.release().await.or_panic();
+    let held = three.try_acquire("pass-x", &long).await.or_panic().or_panic();
+    let multi = async { one.acquire_all(&["pass-x", "pass-y"], &woken_only(60_000)).await.map(|_| ()) };
+    let left = async {
+        listening(&one, &x, 1).await;
+        let waiting = woken_only(60_000).with_wait(ms(400));
+        assert!(one.acquire("pass-x", &waiting).await.is_err(), "x was free");
+    };
+    let other = async {
+        left.await;
+        two.acquire("pass-x", &woken_only(60_000)).await.or_panic()
+    };
+    let release = async {
+        listening(&two, &x, 1).await;
+        (Instant::now(), held.release().await.or_panic())
+    };
+    let watched = futures_util::future::join(other, release);
+    let raced = futures_util::future::select(Box::pin(multi), Box::pin(watched)).await;
+    let futures_util::future::Either::Right(((guard, (released, _)), multi)) = raced else {
+        panic!("the multi-lock got both resources while the other was held");
+    };
+    handoffs.push(("two processes: passed on to the next process", released.elapsed()));
+    drop(multi);
+    guard.release().await.or_panic();
+
+    // A lock and a semaphore named alike, their waiters in one process (the semaphore's waiting longer): the release of
+    // either wakes its own waiter, not the other's.
+    let sem = lock_core::Semaphore::new(one.clone(), "pass-x", 1).or_panic();
+    let permit = sem.try_acquire(1, &long).await.or_panic().or_panic();
+    let held = three.try_acquire("pass-x", &long).await.or_panic().or_panic();
+    let sem_waiter = async { sem.acquire(1, &woken_only(60_000)).await.or_panic() };
+    let lock_waiter = async {
+        crate::runtime::sleep(ms(300)).await;
+        one.acquire("pass-x", &woken_only(60_000)).await.or_panic()
+    };
+    let releases = async {
+        crate::runtime::sleep(ms(800)).await;
+        let lock_released = Instant::now();
+        held.release().await.or_panic();
+        crate::runtime::sleep(ms(300)).await;
+        let permit_released = Instant::now();
+        permit.release().await.or_panic();
+        (lock_released, permit_released)
+    };
+    let timed_lock = async {
+        let g = lock_waiter.await;
+        (g, Instant::now())
+    };
+    let timed_sem = async {
+        let p = sem_waiter.await;
+        (p, Instant::now())
+    };
+    let ((g, lock_at), (p, sem_at), (lock_released, permit_released)) =
+        futures_util::future::join3(timed_lock, timed_sem, releases).await;
+    handoffs.push(("lock and semaphore alike: the lock's release", lock_at.saturating_duration_since(lock_released)));
+    handoffs
+        .push(("lock and semaphore alike: the permit's release", sem_at.saturating_duration_since(permit_released)));
+    assert!(sem_at > permit_released, "the semaphore waiter got a permit before one was released");
+    g.release().await.or_panic();
+    p.release().await.or_panic();
+    for (case, took) in &handoffs {
+        assert!(*took < ms(2_000), "{case}: the hand-off took {took:?}: a wake-up was swallowed");
+    }
+    tracing::info!(?handoffs, "hand-offs");
+}

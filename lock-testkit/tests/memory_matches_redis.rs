@@ -128,7 +128,8 @@ fn random_step(rng: &mut StdRng) -> Step {
     let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
     let grants = format!("lock:{{r{r}}}:grants");
     let readers = format!("lock:{{r{r}}}:readers");
-    let sem: Vec<String> = ["exp", "slot", "grant", "limit"].iter().map(|k| format!("lock:{{r{r}}}:sem:{k}")).collect();
+    let sem: Vec<String> =
+        ["permits", "slots", "grants", "limit"].iter().map(|k| format!("lock:sem:{{r{r}}}:{k}")).collect();
     match rng.random_range(0..215) {
         195..=201 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };

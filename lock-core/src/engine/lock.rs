@@ -560,6 +560,8 @@ struct Tally {
     holder: Option<String>,
     /// Our place in a fair lock's queue.
     place: Option<u64>,
+    /// Which resource (index into the target's resources) the first "held" reply named.
+    blocked: Option<usize>,
     errors: Vec<LockError>,
 }
 
@@ -570,6 +572,7 @@ impl Tally {
             Ok(Grant::Held { index, ttl, holder, place }) => {
                 self.holder = self.holder.take().or(holder);
                 self.place = self.place.or(place);
+                self.blocked = self.blocked.or(Some(index));
                 // Which resource of a set blocked it (always 0 for a single lock).
                 tracing::trace!(instance, blocked_by = index, "held by another owner");
                 self.held += 1;
@@ -586,10 +589,15 @@ impl Tally {
     }
 
     /// Why an attempt without quorum failed: contention (retry later), or errors.
+    /// The "held" answer these replies add up to.
+    fn held<G>(self) -> Attempt<G> {
+        Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place, blocked: self.blocked }
+    }
+
     fn failure<G>(mut self, resource: &str, quorum: usize, n: usize, answered: usize) -> Result<Attempt<G>> {
         if self.held > n - quorum {
             tracing::debug!(resource, holder_ttl = ?self.holder_ttl, "lock held by another owner");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place });
+            return Ok(self.held());
         }
         if n == 1 {
             if let Some(err) = self.errors.pop() {
@@ -605,7 +613,7 @@ impl Tally {
             // contention, to wait out with notifications, not an outage. (The attempt stops as soon as the quorum
             // is out of reach, so the instances left unasked may well say "held" too.)
             tracing::trace!(resource, held = self.held, errors = self.errors.len(), "lock held; others unreachable");
-            return Ok(Attempt::Held { holder_ttl: self.holder_ttl, holder: self.holder, place: self.place });
+            return Ok(self.held());
         }
         tracing::debug!(resource, granted = self.granted.len(), answered, quorum, "no quorum");
         Err(LockError::Quorum { granted: self.granted.len(), required: quorum, total: n })

@@ -132,6 +132,20 @@ impl Channel {
             self.event.notify(1.additional());
         }
     }
+
+    /// Passes the current wake-up on to another local waiter, within the sweep the wake-up allowed; `false` when
+    /// no other waiter is registered or every one had its try (the wake-up then leaves the process). Kept for the
+    /// next newcomer when nobody listens at this instant.
+    fn pass_to_another(&mut self) -> bool {
+        if self.watchers < 2 || self.sweep == 0 {
+            return false;
+        }
+        self.sweep -= 1;
+        if self.event.notify(1.additional()) == 0 {
+            self.stored = true;
+        }
+        true
+    }
 }
 
 /// A fair-lock waiter of this process (see [`ReleaseHub::watch_as`]).
@@ -442,6 +456,17 @@ impl ReleaseHub {
         let state = self.channels().get(channel).cloned();
         if let Some(state) = state {
             lock(&state).pass_room_on();
+        }
+    }
+
+    /// A waiter woken for a release on `channel` could not use it (its try was blocked by another resource): the
+    /// wake-up goes to another local waiter that has not tried since it came, or, with none, to the next waiting
+    /// process ([`PASS_ON`](crate::scripts::PASS_ON), which wakes it only if the lock is free).
+    pub(crate) fn pass_wake_on(&self, channel: &str) {
+        let state = self.channels().get(channel).cloned();
+        let passed = state.is_some_and(|state| lock(&state).pass_to_another());
+        if !passed {
+            self.pass_on(channel);
         }
     }
 

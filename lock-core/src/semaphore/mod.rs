@@ -22,8 +22,14 @@
 //! ```
 //!
 //! # How it works
-//! Each permit is a member of a sorted set scored by its own expiry on the server's clock (`prefix{name}:sem:exp`),
-//! and holds numbered slots (`:sem:slot`, slot → token; `:sem:grant`, token → fence and slots). Every script starts by
+//! A semaphore's keys live under its own prefix, the lock's followed by `sem:` (as a read-write lock's follow `rw:`):
+//! it is another object than a lock of the same name, with a release channel, release mark and fencing counter of its
+//! own, so the release of one never wakes the other's waiters (review 4: a lock's release woke a semaphore waiter,
+//! which could not use it, and the lock's waiter slept to its safety poll).
+//!
+//! Each permit is a member of a sorted set scored by its own expiry on the server's clock
+//! (`prefix sem:{name}:permits`), and holds numbered slots (`:slots`, slot → token; `:grants`, token → fence and
+//! slots). Every script starts by
 //! purging the members whose expiry has passed, so nothing leaks and nobody renews anyone else's permit (Redisson's
 //! `RPermitExpirableSemaphore` model, with the server's clock instead of the client's). The keys themselves expire a
 //! second after the last permit. A retried acquire with the same token returns the same grant. Waiting, cancel
@@ -109,7 +115,7 @@ impl Semaphore {
         if limit == 0 || limit > MAX_PERMITS {
             return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
         }
-        let keys = LockKeys::new(lock.key_prefix(), name)?;
+        let keys = LockKeys::new(&format!("{}sem:", lock.key_prefix()), name)?;
         let names = Arc::new(keys.semaphore());
         Ok(Semaphore { lock, keys, names, limit })
     }
@@ -117,6 +123,12 @@ impl Semaphore {
     /// The semaphore's name.
     pub fn name(&self) -> &str {
         self.keys.resource()
+    }
+
+    /// The keys: its release channel, release mark and fencing counter (the permits' keys are named after
+    /// [`LockKeys::lock`]: `:permits`, `:slots`, `:grants`, `:limit`), under the lock's prefix followed by `sem:`.
+    pub fn keys(&self) -> &LockKeys {
+        &self.keys
     }
 
     /// The limit.
@@ -247,7 +259,7 @@ impl Semaphore {
 #[derive(Debug)]
 pub(crate) struct PermitTarget {
     keys: [LockKeys; 1],
-    /// Expiries, slots, grants, limit (`prefix{name}:sem:…`).
+    /// Expiries, slots, grants, limit (`prefix sem:{name}:…`).
     names: Arc<[String; 4]>,
     limit: String,
     /// How many slots this permit takes.

@@ -335,7 +335,7 @@ fn scan_pattern(prefix: &str) -> String {
 /// The name whose holder `key` records: a lock key (a lock's, a fair lock's, a job's, an election's, a read-write
 /// lock's writer), a semaphore's permits, a read-write lock's readers; `None` for the other keys of a name.
 fn name_of(prefix: &str, key: &str) -> Option<String> {
-    [Some(key), key.strip_suffix(":sem:exp"), key.strip_suffix(":readers")]
+    [Some(key), key.strip_suffix(":permits"), key.strip_suffix(":readers")]
         .into_iter()
         .flatten()
         .find_map(|candidate| LockKeys::resource_of(prefix, candidate))
