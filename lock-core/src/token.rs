@@ -134,15 +134,29 @@ pub(crate) fn random_u128() -> u128 {
     (u128::from(halves[0]) << 64) | u128::from(halves[1])
 }
 
+/// Shows the owner id (the first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) hex digits, what `lockctl inspect` shows)
+/// and the label, never the whole token: the token is a capability (whoever has it can release or extend the lock),
+/// and a guard or error printed into a log must not hand it out. [`as_str`](Token::as_str) is the value itself.
+///
+/// ```
+/// let token = lock_core::Token::generate();
+/// let shown = format!("{token} {token:?}");
+/// assert!(!shown.contains(token.as_str()));
+/// assert!(shown.contains(&token.as_str()[..8]));
+/// ```
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        let owner = self.hex_str().get(..crate::OWNER_ID_LEN).unwrap_or_default();
+        match self.as_str().split_once(' ') {
+            Some((_, label)) => write!(f, "{owner}… {label}"),
+            None => write!(f, "{owner}…"),
+        }
     }
 }
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Token({})", self.as_str())
+        write!(f, "Token({self})")
     }
 }
 

@@ -250,8 +250,12 @@ pub async fn election_refuses_bad_input_before_io(s: &Subject) {
     invalid(e.campaign("", "").await.map(drop), "an empty id");
     invalid(e.try_campaign("line\nbreak", "").await.map(drop), "a control character in the id");
     invalid(e.campaign("ok", &"v".repeat(MAX_LEADER_VALUE + 1)).await.map(drop), "a value over the limit");
+    // Review 4, finding 5: a value `"10.0.0.7:9000\nstate     free"` forged `lockctl inspect`'s lines.
+    invalid(e.try_campaign("ok", "10.0.0.7:9000\nstate     free").await.map(drop), "a control character in the value");
+    invalid(e.try_campaign("ok", "\u{1b}[8m").await.map(drop), "an escape sequence in the value");
     let leader = ok(e.campaign("ok", "").await, "campaign");
     invalid(leader.proclaim(&"v".repeat(MAX_LEADER_VALUE + 1)).await, "a proclaimed value over the limit");
+    invalid(leader.proclaim("a\tb").await, "a proclaimed value with a control character");
     ok(leader.resign().await, "resign");
 }
 

@@ -222,6 +222,9 @@ pub async fn job_bad_options_are_rejected(s: &Subject) {
         JobOptions::new(Duration::ZERO),
         JobOptions::new(ms(1_000)).with_holder(""),
         JobOptions::new(ms(1_000)).with_holder("x".repeat(MAX_HOLDER_LABEL + 1)),
+        // Review 4, finding 5: a label with control characters forged `lockctl inspect`'s lines.
+        JobOptions::new(ms(1_000)).with_holder("cron\nstate     free"),
+        JobOptions::new(ms(1_000)).with_holder("cron \u{1b}[8m"),
         JobOptions::new(ms(1_000)).with_tick_retention(ms(10)),
     ];
     for opts in &bad {

@@ -693,6 +693,7 @@ macro_rules! server_tests {
             every_server_error_kind_is_typed,
             a_fenced_write_the_acl_refuses_is_auth_and_writes_nothing,
             a_woken_waiter_blocked_by_something_else_passes_the_wake_up_on,
+            announcements_and_debug_output_never_show_a_token,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

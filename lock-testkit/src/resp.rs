@@ -84,6 +84,14 @@ impl Connection {
         self.reader.get_mut().write_all(&out)?;
         read_reply(&mut self.reader)
     }
+
+    /// Reads the next reply the server sends unasked (a message on a channel this connection subscribed to).
+    ///
+    /// # Errors
+    /// I/O errors, including a timeout (nothing came within the connection's bound), and malformed replies.
+    pub fn read(&mut self) -> io::Result<Reply> {
+        read_reply(&mut self.reader)
+    }
 }
 
 fn bad(what: &str) -> io::Error {

@@ -820,3 +820,70 @@ pub async fn a_woken_waiter_blocked_by_something_else_passes_the_wake_up_on(conn
     }
     tracing::info!(?handoffs, "hand-offs");
 }
+
+/// Review 4, finding 6: no owner token is published or printed. A token is a capability (whoever has it can release
+/// or extend the hold), yet fair-lock and read-write lock announcements named the waiter by its token, a forced
+/// release named the queue's head by its token, and a guard's `Debug` printed its token whole. Here a subscriber
+/// reads every announcement of a fair hand-over, a read-write lock's hand-over to a waiting writer and a forced
+/// release with a queued head: none carries a token, and the waiters were still woken (each hand-over is prompt).
+pub async fn announcements_and_debug_output_never_show_a_token(connect: &UrlFactory) {
+    let server = start();
+    let process = || async { Lock::from_arc(connect(server.url()).await.or_panic()) };
+    let (one, two) = (process().await, process().await);
+    let fair = |wait: u64| LockOptions::new(ms(30_000)).with_wait(ms(wait)).with_fair_queue(ms(30_000));
+    let rw_one = lock_core::RwLock::new(one.clone(), "shown-rw").or_panic();
+    let rw_two = lock_core::RwLock::new(two.clone(), "shown-rw").or_panic();
+    let fair_keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "shown-fair").or_panic();
+    let mut subscriber = crate::resp::Connection::open(server.addr(), ms(200)).or_panic();
+    for channel in [fair_keys.channel(), rw_one.keys().channel()] {
+        subscriber.command(&["SUBSCRIBE", channel]).or_panic();
+    }
+    let mut tokens: Vec<String> = Vec::new();
+
+    // A fair hand-over: the release grants the queued head and announces it.
+    let holder = one.try_acquire("shown-fair", &fair(0)).await.or_panic().or_panic();
+    tokens.push(holder.token().as_str().to_owned());
+    assert!(!format!("{holder:?}").contains(holder.token().as_str()), "a guard's Debug shows its token: {holder:?}");
+    let waiter = async { two.acquire("shown-fair", &fair(10_000)).await.or_panic() };
+    let release = async {
+        listening(&two, &fair_keys, 1).await;
+        holder.release().await.or_panic();
+    };
+    let (granted, ()) = futures_util::future::join(waiter, release).await;
+    tokens.push(granted.token().as_str().to_owned());
+
+    // A forced release while a waiter is queued: it names the head.
+    let queued = async { one.acquire("shown-fair", &fair(10_000)).await.or_panic() };
+    let forced = async {
+        listening(&one, &fair_keys, 1).await;
+        one.force_release("shown-fair").await.or_panic();
+    };
+    let (next, ()) = futures_util::future::join(queued, forced).await;
+    tokens.push(next.token().as_str().to_owned());
+    next.release().await.or_panic();
+    drop(granted);
+
+    // A read-write lock: the last reader's release names the waiting writer.
+    let reader = rw_one.read(&LockOptions::new(ms(30_000))).await.or_panic();
+    tokens.push(reader.token().as_str().to_owned());
+    let writer = async { rw_two.write(&LockOptions::new(ms(30_000)).with_wait(ms(10_000))).await.or_panic() };
+    let release = async {
+        listening(&two, rw_one.keys(), 1).await;
+        reader.release().await.or_panic();
+    };
+    let (writer, ()) = futures_util::future::join(writer, release).await;
+    tokens.push(writer.token().as_str().to_owned());
+    assert!(!format!("{writer:?}").contains(writer.token().as_str()), "a write guard's Debug shows its token");
+    writer.release().await.or_panic();
+
+    let mut messages = Vec::new();
+    while let Ok(Reply::Array(parts)) = subscriber.read() {
+        messages.push(parts.iter().filter_map(Reply::as_text).collect::<Vec<_>>().join(" "));
+    }
+    let announced = messages.iter().filter(|m| m.starts_with("message ")).count();
+    assert!(announced >= 3, "the hand-overs were not announced: {messages:?}");
+    for token in &tokens {
+        let hex = &token[..32];
+        assert!(!messages.iter().any(|m| m.contains(hex)), "a token was published: {hex} in {messages:?}");
+    }
+}

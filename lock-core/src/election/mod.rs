@@ -295,7 +295,8 @@ impl Election {
     /// [`LockError::Contended`]; [`lead`](Self::lead) campaigns for ever.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for an empty or too long id or value (before any I/O); the lock's errors
+    /// [`LockError::InvalidArgument`] for an empty or too long id, a too long value, or either with control
+    /// characters (before any I/O); the lock's errors
     /// (`Unavailable`, `Timeout`, `WrongType`, `Auth`, `Quorum` …) when the servers fail.
     ///
     /// # Cancel safety
@@ -586,6 +587,10 @@ fn check_value(value: &str) -> Result<()> {
     if value.len() > MAX_LEADER_VALUE {
         return Err(LockError::invalid(format!("a leader's value is at most {MAX_LEADER_VALUE} bytes")));
     }
+    // Operators read it in `lockctl inspect` and in logs: a newline would forge lines, an escape sequence hide them.
+    if value.chars().any(char::is_control) {
+        return Err(LockError::invalid("a leader's value must not contain control characters"));
+    }
     Ok(())
 }
 
@@ -717,8 +722,8 @@ impl Leadership {
     ///
     /// # Errors
     /// [`LockError::NotLeader`] when the leadership is lost (then its lost signal fires too);
-    /// [`LockError::InvalidArgument`] for a value over [`MAX_LEADER_VALUE`]; the store's errors otherwise (over
-    /// Redlock, [`LockError::Quorum`] when too few instances answered).
+    /// [`LockError::InvalidArgument`] for a value over [`MAX_LEADER_VALUE`] or with control characters; the store's
+    /// errors otherwise (over Redlock, [`LockError::Quorum`] when too few instances answered).
     ///
     /// # Cancel safety
     /// The value may have been replaced on some instances; proclaim again.

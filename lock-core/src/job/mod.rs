@@ -139,17 +139,19 @@ impl JobOptions {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for an `at_most_for` outside the TTL range, an `at_least_for` longer than
-    /// `at_most_for`, an empty or too long holder label, a tick retention shorter than `at_most_for` or longer than
+    /// `at_most_for`, an empty or too long holder label or one with control characters, a tick retention shorter than `at_most_for` or longer than
     /// [`MAX_TTL`], or an invalid keep-alive policy.
     pub fn validate(&self) -> Result<()> {
         validate_ttl(self.at_most_for)?;
         if self.at_least_for > self.at_most_for {
             return Err(LockError::invalid("at_least_for must not exceed at_most_for"));
         }
-        let holder = self.holder();
-        if holder.is_empty() || holder.len() > MAX_HOLDER_LABEL {
-            return Err(LockError::invalid(format!("the holder label must be 1 to {MAX_HOLDER_LABEL} bytes")));
-        }
+        // The rule of every holder label (see `HolderLabel::new`): it is shown to operators.
+        crate::HolderLabel::new(self.holder()).map_err(|_| {
+            LockError::invalid(format!(
+                "the holder label must be 1 to {MAX_HOLDER_LABEL} bytes without control characters"
+            ))
+        })?;
         let retention = self.tick_retention();
         if retention < self.at_most_for || retention > MAX_TTL {
             return Err(LockError::invalid("the tick retention must be in [at_most_for, MAX_TTL]"));

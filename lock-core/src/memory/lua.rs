@@ -1,5 +1,5 @@
 //! The in-memory store's script engine: lock-core's Lua scripts run as Redis runs them (Lua 5.1, `KEYS`, `ARGV`,
-//! `redis.call`, `redis.pcall`, `redis.error_reply`, `redis.status_reply`, Redis's conversion rules), over a
+//! `redis.call`, `redis.pcall`, `redis.error_reply`, `redis.status_reply`, `redis.sha1hex`, Redis's conversion rules), over a
 //! [`Keyspace`] instead of a server. A new primitive's scripts therefore need no in-memory twin.
 
 use std::collections::HashMap;
@@ -145,6 +145,12 @@ impl Engine {
             })?,
         )?;
         redis.set("error_reply", lua.create_function(|lua, msg: String| error_table(lua, &msg))?)?;
+        redis.set(
+            "sha1hex",
+            lua.create_function(|_, text: mlua::LuaString| {
+                Ok(sha1_smol::Sha1::from(text.as_bytes()).digest().to_string())
+            })?,
+        )?;
         redis.set(
             "status_reply",
             lua.create_function(|lua, msg: String| {

@@ -46,7 +46,7 @@ if (outcome == 1 or outcome == 2) and not writer then
   if first then
     local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
     if not (last[2] and tonumber(last[2]) > now) then
-      redis.call(publish, KEYS[5], ARGV[2] .. ' ' .. first)
+      redis.call(publish, KEYS[5], ARGV[2] .. ' ' .. waiter_id(first))
     end
   elseif redis.call('DEL', KEYS[6]) > 0 then
     redis.call(publish, KEYS[5], ARGV[2])

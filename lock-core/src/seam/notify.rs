@@ -81,6 +81,8 @@ struct Channel {
     stored: bool,
     /// Fair-lock waiters by token: a release names the head of the queue, and only that waiter is woken.
     tokens: HashMap<String, Place>,
+    /// The same waiters' tokens by the id announcements name them by ([`waiter_id`]).
+    ids: HashMap<String, String>,
     /// The backend was asked to subscribe (and not since to unsubscribe).
     subscribed: bool,
     /// The last subscription request failed (refused by the ACL, no connection): releases are not heard here, so
@@ -109,6 +111,7 @@ impl Channel {
             completion: Event::new(),
             stored: false,
             tokens: HashMap::new(),
+            ids: HashMap::new(),
             any: Event::new(),
             sweep: 0,
             subscribed: false,
@@ -346,6 +349,7 @@ impl ReleaseHub {
                         granted: None,
                     };
                     ch.tokens.insert(token.to_owned(), place);
+                    ch.ids.insert(waiter_id(token), token.to_owned());
                 }
                 let kept = std::mem::replace(&mut ch.subscribed, true);
                 !kept || (ch.watchers == 1 && self.control.renew_on_reuse())
@@ -416,8 +420,9 @@ impl ReleaseHub {
         let mut ch = lock(&state);
         ch.any.notify(usize::MAX);
         if let Some(space) = payload.iter().position(|b| *b == b' ') {
-            let (head, token) = (&payload[..space], std::str::from_utf8(&payload[space + 1..]).ok());
-            if let Some(place) = token.and_then(|token| ch.tokens.get_mut(token)) {
+            let (head, id) = (&payload[..space], std::str::from_utf8(&payload[space + 1..]).ok());
+            let token = id.and_then(|id| ch.ids.get(id)).cloned();
+            if let Some(place) = token.and_then(|token| ch.tokens.get_mut(&token)) {
                 if let Some(plus) = head.iter().position(|b| *b == b'+') {
                     // A fence that does not parse makes the grant unusable from here: the waiter's try returns it.
                     let fence = std::str::from_utf8(&head[plus + 1..]).ok().map(str::parse::<u64>);
@@ -504,6 +509,15 @@ impl ReleaseHub {
     pub fn watched_channels(&self) -> Vec<String> {
         self.channels().keys().cloned().collect()
     }
+}
+
+/// The id a fair queue's announcements name the waiter holding `token` by: the first 16 hex digits of the SHA-1 of
+/// the token as the server holds it (see `waiter_id.lua`, beside the scripts). Only this id is published, never the
+/// token: anyone who may `SUBSCRIBE` could otherwise release or extend the waiter's lock once granted.
+pub(crate) fn waiter_id(token: &str) -> String {
+    let mut id = sha1_smol::Sha1::from(token.as_bytes()).digest().to_string();
+    id.truncate(16);
+    id
 }
 
 fn lock(ch: &Mutex<Channel>) -> MutexGuard<'_, Channel> {
@@ -689,6 +703,7 @@ impl Drop for ReleaseWatch {
             self.hub.watching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(token) = &self.token {
                 ch.tokens.remove(token);
+                ch.ids.remove(&waiter_id(token));
             }
             let last = ch.watchers == 0;
             (last, last && std::mem::take(&mut ch.stored))

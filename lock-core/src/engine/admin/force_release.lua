@@ -68,7 +68,7 @@ redis.call('DEL', KEYS[3])
 local publish = ARGV[2] == '1' and 'SPUBLISH' or 'PUBLISH'
 local head = redis.pcall('ZRANGE', KEYS[4], 0, 0)
 if type(head) == 'table' and head[1] then
-  redis.call(publish, KEYS[2], ARGV[1] .. ' ' .. head[1])
+  redis.call(publish, KEYS[2], ARGV[1] .. ' ' .. waiter_id(head[1]))
 else
   redis.call(publish, KEYS[2], ARGV[1])
 end

@@ -84,7 +84,7 @@ if not busy and (not first or first == token) then
 end
 local tell = not busy and first and first ~= before
 local function announce()
-  redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. first)
+  redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7] .. ' ' .. waiter_id(first))
 end
 local pttl = -2
 if holder then

@@ -80,13 +80,13 @@ if head and live then
       -- Formatted as an integer: Lua prints a number past 14 digits (a token above the time floor) in exponent form.
       fence = string.format('%d', advance(KEYS[6], current, tonumber(t[1]) * 1000000 + tonumber(t[2])))
     end
-    redis.call(publish, KEYS[4], ARGV[2] .. '+' .. fence .. ' ' .. head)
+    redis.call(publish, KEYS[4], ARGV[2] .. '+' .. fence .. ' ' .. waiter_id(head))
     return outcome
   end
 end
 local marked = outcome == 1 and redis.call('DEL', KEYS[1], KEYS[5]) > 1
 if head then
-  redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. head)
+  redis.call(publish, KEYS[4], ARGV[2] .. ' ' .. waiter_id(head))
 elseif marked then
   redis.call(publish, KEYS[4], ARGV[2])
 end

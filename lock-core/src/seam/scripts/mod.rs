@@ -249,10 +249,12 @@ pub static JOB_START: Script =
 pub static JOB_FINISH: Script = Script::new("job-finish", include_str!("../../job/finish.lua"));
 
 /// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
-/// type gets our message; anything else, an ACL refusal say, goes back as it came).
+/// type gets our message; anything else, an ACL refusal say, goes back as it came); and `waiter_id`, the id an
+/// announcement names a queued waiter by (the first 16 hex digits of the SHA-1 of its token: the token itself is
+/// never published).
 macro_rules! fair_prelude {
     () => {
-        include_str!("fair.lua")
+        concat!(include_str!("fair.lua"), include_str!("waiter_id.lua"))
     };
 }
 
@@ -373,6 +375,7 @@ pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
     concat!(
         lock_prelude!(),
+        include_str!("waiter_id.lua"),
         include_str!("../../engine/admin/shared.lua"),
         include_str!("../../engine/admin/force_release.lua")
     ),
@@ -539,8 +542,10 @@ pub static RW_READ: Script = Script::new(
 /// `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]` `"1"` for `SPUBLISH`. Reply: `1` released (a hold, or a waiting
 /// writer's place), `2` a read hold released after its expiry had passed (not purged yet), `0` nothing of ours held,
 /// `-1` another writer holds.
-pub static RW_RELEASE: Script =
-    Script::new("rw-release", concat!(rw_prelude!(), lock_prelude!(), include_str!("../../rwlock/release.lua")));
+pub static RW_RELEASE: Script = Script::new(
+    "rw-release",
+    concat!(rw_prelude!(), lock_prelude!(), include_str!("waiter_id.lua"), include_str!("../../rwlock/release.lua")),
+);
 
 /// Read-write lock extend, and the writer's atomic downgrade: pushes the token's own expiry (the writer key's PTTL,
 /// or its reader expiry while that lies ahead); never recreates a hold that is gone. With `ARGV[3]` `"1"`, a writer
