@@ -319,8 +319,9 @@ async fn watch_whose_subscription_drops_polls_on_its_interval() {
     tokio::time::sleep(ms(1_500)).await;
     let ran = scripts() - before;
     let elapsed = window.elapsed();
-    // One inspection per 200 ms interval (plus a few around a resubscription); a spin runs thousands.
-    let bound = 10 + 2 * (elapsed.as_millis() as u64 / 200);
+    // One inspection (a script in each of the three spaces) per 200 ms interval, plus a few around a
+    // resubscription; a spin runs thousands.
+    let bound = 10 + 3 * 2 * (elapsed.as_millis() as u64 / 200);
     assert!(ran <= bound, "{ran} inspections in {elapsed:?} after the subscription dropped (at most {bound})");
     let t0 = Instant::now();
     while subscribers() == 0 {
@@ -379,13 +380,26 @@ async fn every_primitive_is_listed_inspected_and_freed() {
     let rw = lock_core::RwLock::new(lock.clone(), "config").unwrap();
     let reader = rw.read(&long).await.unwrap();
 
+    // Review 4, finding 9: every primitive is listed without flags, with its type.
     let listed = json(&run(&url, &["list", "--json"]));
-    let names: Vec<&str> = listed.as_array().unwrap().iter().map(|row| row["resource"].as_str().unwrap()).collect();
-    assert_eq!(names, ["gpus", "leader", "plain"], "{listed}");
+    let rows: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["resource"].as_str().unwrap(), row["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        rows,
+        [("leader", "election"), ("plain", "lock"), ("config", "rwlock"), ("gpus", "semaphore")],
+        "{listed}"
+    );
     let text = stdout(&run(&url, &["list"]));
-    assert!(text.contains("2 permits"), "the semaphore's row: {text}");
+    assert!(text.contains("2 permits") && text.contains("semaphore"), "the semaphore's row: {text}");
+    assert!(text.lines().next().unwrap().contains("TYPE"), "{text}");
     let readers = json(&run(&url, &["--rwlock", "list", "--json"]));
     assert_eq!(readers[0]["resource"], "config", "{readers}");
+    let config = json(&run(&url, &["inspect", "config", "--json"]));
+    assert_eq!((&config["held"], &config["type"]), (&json!(true), &json!("rwlock")), "{config}");
 
     let seen = json(&run(&url, &["inspect", "gpus", "--json"]));
     assert_eq!(seen["held"], true, "{seen}");
@@ -411,10 +425,10 @@ async fn every_primitive_is_listed_inspected_and_freed() {
     assert!(pool.try_acquire(1, &long).await.unwrap().is_none(), "more than the freed slot came free");
     assert!(one.extend(ms(60_000)).await.is_err(), "the freed permit extended");
 
-    let seen = json(&run(&url, &["--rwlock", "inspect", "config", "--json"]));
+    let seen = json(&run(&url, &["inspect", "config", "--json"]));
     assert_eq!(seen["shared"][0]["role"], "reader", "{seen}");
     let owner = seen["shared"][0]["owner"].as_str().unwrap().to_owned();
-    let freed = run(&url, &["--rwlock", "force-release", "config", "--yes", "--owner", &owner]);
+    let freed = run(&url, &["force-release", "config", "--yes", "--owner", &owner]);
     assert_eq!(freed.status.code(), Some(0), "{freed:?}");
     let writer = rw.try_write(&long).await.unwrap().expect("no reader left: the writer gets in");
 
@@ -448,4 +462,214 @@ async fn every_primitive_is_listed_inspected_and_freed() {
     writer.release().await.unwrap();
     next_leader.resign().await.unwrap();
     drop((reader, leader));
+}
+
+/// `lockctl` on a pseudo-terminal: its stdin and stderr are the terminal (it asks there), its stdout a pipe. The
+/// returned writer answers the prompt; the reader reads what it printed on the terminal.
+struct OnTerminal {
+    child: std::process::Child,
+    terminal: std::fs::File,
+}
+
+impl OnTerminal {
+    fn spawn(url: &str, args: &[&str]) -> Self {
+        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
+        grantpt(&master).expect("grantpt");
+        unlockpt(&master).expect("unlockpt");
+        let name = ptsname(&master, Vec::new()).expect("ptsname");
+        let path = std::path::PathBuf::from(name.to_string_lossy().into_owned());
+        let open = || std::fs::OpenOptions::new().read(true).write(true).open(&path).expect("the terminal");
+        let child = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+            .arg("-u")
+            .arg(url)
+            .args(args)
+            .env_remove("REDIS_URL")
+            .stdin(open())
+            .stderr(open())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn lockctl");
+        OnTerminal { child, terminal: std::fs::File::from(master) }
+    }
+
+    /// Reads from the terminal until `text` shows (bounded).
+    fn wait_for(&mut self, text: &str) -> String {
+        use std::io::Read;
+        let mut seen = Vec::new();
+        let t0 = Instant::now();
+        let reader = self.terminal.try_clone().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = reader;
+            let mut buf = [0u8; 512];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        while !String::from_utf8_lossy(&seen).contains(text) {
+            assert!(t0.elapsed() < ms(10_000), "never showed {text:?}: {}", String::from_utf8_lossy(&seen));
+            if let Ok(chunk) = rx.recv_timeout(ms(100)) {
+                seen.extend(chunk);
+            }
+        }
+        String::from_utf8_lossy(&seen).into_owned()
+    }
+
+    fn answer(&mut self, line: &str) {
+        use std::io::Write;
+        self.terminal.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+
+    fn finish(self) -> Output {
+        self.child.wait_with_output().unwrap()
+    }
+}
+
+/// Review 4, finding 2: a forced release of a name several hold deletes exactly the holders the prompt listed. Two
+/// permits are shown; a third is taken while the prompt is open; after "y" the two are freed and the third is left
+/// alone, reported, and the semaphore is not free (exit 6, `"free": false`). Before, the prompt mapped two or more
+/// shown holders to "anyone" and deleted the third too, exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_deletes_only_the_holders_the_prompt_listed() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let long = labelled("shown", 60_000);
+    let pool = lock_core::Semaphore::new(lock.clone(), "gpus", 3).unwrap();
+    let (a, b) = (pool.acquire(1, &long).await.unwrap(), pool.acquire(1, &long).await.unwrap());
+
+    let mut cli = OnTerminal::spawn(&url, &["force-release", "gpus", "--json"]);
+    let asked = cli.wait_for("[y/N]");
+    assert_eq!(asked.matches("permit (slots").count(), 2, "the prompt lists each holder: {asked}");
+    let late = pool.acquire(1, &labelled("late", 60_000)).await.unwrap();
+    cli.answer("y");
+    let out = cli.finish();
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let doc = json(&out);
+    assert_eq!(
+        (doc["free"].as_bool(), doc["released_holders"].as_array().map(Vec::len)),
+        (Some(false), Some(2)),
+        "{doc}"
+    );
+    assert_eq!(doc["kept_holders"][0]["label"], "late", "{doc}");
+    assert!(a.extend(ms(60_000)).await.is_err() && b.extend(ms(60_000)).await.is_err(), "a shown permit was kept");
+    late.extend(ms(60_000)).await.expect("the permit taken after the prompt was deleted");
+    late.release().await.unwrap();
+
+    // A lock key held beside a read-write lock's readers of the same name: every holder shown is freed.
+    let plain = lock.acquire("both", &labelled("plain", 60_000)).await.unwrap();
+    let rw = lock_core::RwLock::new(lock.clone(), "both").unwrap();
+    let reader = rw.read(&long).await.unwrap();
+    let mut cli = OnTerminal::spawn(&url, &["force-release", "both"]);
+    let asked = cli.wait_for("[y/N]");
+    assert!(asked.contains("lock held by plain") && asked.contains("rwlock read by shown"), "{asked}");
+    cli.answer("y");
+    let out = cli.finish();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(plain.extend(ms(60_000)).await.is_err() && reader.extend(ms(60_000)).await.is_err());
+}
+
+/// Review 4, finding 5: what a server holds is printed as data. An election's value and a holder label planted by
+/// another client with a newline and an escape sequence are escaped: they forge no line and drive no terminal.
+#[tokio::test]
+async fn server_strings_are_escaped_in_text_output() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let forged = "0123456789abcdef0123456789abcdef web\nstate     free\u{1b}[8m";
+    assert!(!server.command(&["SET", "lock:{planted}", forged, "PX", "60000"]).unwrap().is_error());
+    let record = ["HSET", "lock:{planted}:info", "id", "n1", "value", "10.0.0.7:9000\nstate     free", "term", "3"];
+    assert!(!server.command(&record).unwrap().is_error());
+    for args in [&["inspect", "planted"][..], &["list"], &["watch", "planted", "--changes", "1"]] {
+        let out = run(&url, args);
+        let text = stdout(&out);
+        assert!(!text.contains('\u{1b}'), "{args:?}: an escape sequence reached the terminal: {text:?}");
+        assert!(!text.lines().any(|l| l.starts_with("state     free")), "{args:?}: a forged line: {text}");
+        assert!(text.contains("\\n"), "{args:?}: the newline is shown escaped: {text}");
+    }
+}
+
+/// Review 4, finding 7: over a Redlock, one instance down neither hides a lock held on a quorum nor stops the
+/// others: `inspect` exits 0 and names the instance that failed, `force-release` frees the quorum, and `list`
+/// takes the union over the instances (a lock held on the second and third only is listed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_with_an_instance_down_is_inspected_listed_and_freed() {
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let down = {
+        let gone = RedisServer::start().expect("redis-server");
+        gone.url()
+    };
+    let holder = "0123456789abcdef0123456789abcdef quorum";
+    for server in &servers {
+        assert!(!server.command(&["SET", "lock:{batch}", holder, "PX", "60000"]).unwrap().is_error());
+    }
+    let args = |extra: &[&str]| {
+        let mut all = vec!["-u".to_owned(), down.clone()];
+        for server in &servers {
+            all.extend(["-u".to_owned(), server.url()]);
+        }
+        all.extend(["--timeout-ms".to_owned(), "500".to_owned()]);
+        all.extend(extra.iter().map(|s| (*s).to_owned()));
+        all
+    };
+    let exec = |args: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_lockctl")).args(args).env_remove("REDIS_URL").output().expect("lockctl")
+    };
+    let out = exec(args(&["inspect", "batch"]));
+    assert_eq!(out.status.code(), Some(0), "held on a quorum: {out:?}");
+    let text = stdout(&out);
+    let port = down.rsplit(':').next().unwrap();
+    assert!(text.contains("instance 0  error") && text.contains(port), "the failed instance is named: {text}");
+    let listed: Value = serde_json::from_slice(&exec(args(&["list", "--json"])).stdout).unwrap();
+    assert_eq!(listed[0]["resource"], "batch", "{listed}");
+    let out = exec(args(&["force-release", "batch", "--yes", "--json"]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    for server in &servers {
+        assert_eq!(server.command(&["EXISTS", "lock:{batch}"]).unwrap(), lock_testkit::Reply::Int(0));
+    }
+}
+
+/// Review 4, finding 8: `watch` shows a semaphore's permits and a read-write lock's readers (it printed "free"),
+/// and a change in who shares the name is a change. Finding 10: a `--for-secs` too far to count is no bound, not a
+/// panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_shared_holders_and_takes_any_bound() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let pool = lock_core::Semaphore::new(lock.clone(), "pool", 2).unwrap();
+    let first = pool.acquire(1, &labelled("first", 60_000)).await.unwrap();
+    let watcher = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            run(
+                &url,
+                &[
+                    "watch",
+                    "pool",
+                    "--json",
+                    "--changes",
+                    "2",
+                    "--interval-ms",
+                    "50",
+                    "--for-secs",
+                    "18446744073709551615",
+                ],
+            )
+        }
+    });
+    tokio::time::sleep(ms(500)).await;
+    let second = pool.acquire(1, &labelled("second", 60_000)).await.unwrap();
+    let out = watcher.await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let lines: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().all(|l| l["held"] == json!(true) && l["type"] == json!("semaphore")), "{lines:?}");
+    assert_eq!(lines[1]["shared"].as_array().map(Vec::len), Some(2), "the second permit is a change: {lines:?}");
+    let text = stdout(&run(&url, &["watch", "pool", "--changes", "1"]));
+    assert!(text.contains("semaphore: permit") && !text.contains(": free"), "{text}");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
 }

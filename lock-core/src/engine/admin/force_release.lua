@@ -13,13 +13,31 @@ local readers, permits, refused_shared = shared_holders()
 if refused_shared then
   return refused_shared
 end
+-- ARGV[3]: '*' anyone, '' nobody, else the owner ids an operator was shown, separated by spaces: each the first
+-- hex digits of one of our tokens, or '~' and the first hex digits of the SHA-1 of a value another client wrote.
 local expect = ARGV[3] or '*'
-local function expected(token)
-  return expect == '*' or (expect ~= '' and string.sub(token, 1, #expect) == expect)
+local ids = {}
+for id in string.gmatch(expect, '%S+') do
+  table.insert(ids, id)
+end
+local function expected(value)
+  if expect == '*' then
+    return true
+  end
+  for _, id in ipairs(ids) do
+    if string.sub(id, 1, 1) == '~' then
+      if string.sub(redis.sha1hex(value), 1, #id - 1) == string.sub(id, 2) then
+        return true
+      end
+    elseif string.sub(value, 1, #id) == id then
+      return true
+    end
+  end
+  return false
 end
 -- Each holder found as four items: 'x' (the lock key's holder), 'r' (a reader) or 'p' (a permit), its value, its
--- time left, its slots.
-local deleted, kept = {}, nil
+-- time left, its slots; those deleted, then those kept (not expected: taken since the operator looked).
+local deleted, kept = {}, {}
 local function found(list, kind, holder, pttl, slots)
   for _, item in ipairs({kind, holder, pttl, slots}) do
     table.insert(list, item)
@@ -31,15 +49,15 @@ if value then
     redis.call('DEL', KEYS[1])
     found(deleted, 'x', value, pttl, '')
   else
-    kept = {'x', value, pttl, ''}
+    found(kept, 'x', value, pttl, '')
   end
 end
 for _, reader in ipairs(readers) do
   if expected(reader[1]) then
     redis.call('ZREM', KEYS[5], reader[1])
     found(deleted, 'r', reader[1], reader[2], '')
-  elseif not kept then
-    kept = {'r', reader[1], reader[2], ''}
+  else
+    found(kept, 'r', reader[1], reader[2], '')
   end
 end
 for _, permit in ipairs(permits) do
@@ -54,12 +72,21 @@ for _, permit in ipairs(permits) do
     redis.call('HDEL', KEYS[7], token)
     redis.call('ZREM', KEYS[6], token)
     found(deleted, 'p', token, permit[2], slots)
-  elseif not kept then
-    kept = {'p', token, permit[2], slots}
+  else
+    found(kept, 'p', token, permit[2], slots)
   end
 end
-if #deleted == 0 and kept then
-  return {2, kept[1], kept[2], kept[3], kept[4]}
+local function reply(code)
+  local out = {code, #deleted / 4}
+  for _, list in ipairs({deleted, kept}) do
+    for _, item in ipairs(list) do
+      table.insert(out, item)
+    end
+  end
+  return out
+end
+if #deleted == 0 and #kept > 0 then
+  return reply(2)
 end
 if redis.call('ZCARD', KEYS[6]) == 0 then
   redis.call('DEL', KEYS[6], KEYS[7], KEYS[8], KEYS[9])
@@ -73,7 +100,6 @@ else
   redis.call(publish, KEYS[2], ARGV[1])
 end
 if #deleted == 0 then
-  return {0}
+  return reply(0)
 end
-table.insert(deleted, 1, 1)
-return deleted
+return reply(1)

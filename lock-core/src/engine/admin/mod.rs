@@ -25,10 +25,14 @@ use crate::token::Token;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// The first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) hex digits of the owner token: tells one acquisition from
-    /// the next (and two instances held by one acquisition from two held by different ones), and is far too short
-    /// to release or extend the lock with. `None` when the key holds a value this library did not write.
+    /// An id naming this holder, far too short to release or extend the lock with: the first
+    /// [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) hex digits of the owner token; for a value this library did not write
+    /// (another library's token), `~` and the first hex digits of the value's SHA-1 ([`foreign`](Self::foreign)).
+    /// It tells one acquisition from the next (and two instances held by one acquisition from two held by
+    /// different ones), and a forced release deletes only the holders whose ids it is given.
     pub owner: Option<String>,
+    /// Whether the value was written by another client than this library (another language's lock, say).
+    pub foreign: bool,
     /// The label the holder stored ([`LockOptions::with_holder_label`](crate::LockOptions::with_holder_label)).
     pub label: Option<String>,
     /// The lock's remaining time-to-live on the server's clock; `None` when the key has no TTL (set by another
@@ -177,59 +181,76 @@ impl Inspection {
     }
 }
 
-/// Whose lock a forced release may delete ([`Lock::force_release_expecting`]): the holder the operator was shown,
-/// so that a lock that changed hands while the operator read the prompt is left alone (compare-and-delete).
+/// Whose lock a forced release may delete ([`Lock::force_release_expecting`]): the holders the operator was shown,
+/// so that a lock that changed hands while the operator read the prompt, or a share (a permit, a reader) taken
+/// meanwhile, is left alone (compare-and-delete, per holder).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ExpectedHolder {
     /// Whoever holds it ([`Lock::force_release`]).
     Anyone,
-    /// Only the holder whose owner id ([`Holder::owner`]: the first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) or more
-    /// hex digits of its token) is this one.
+    /// Only the holder whose owner id ([`Holder::owner`]) is this one.
     Owner(String),
+    /// Only the holders whose owner ids are these: every holder an operator was shown (a lock key's holder and the
+    /// shares of a semaphore or read-write lock, on every instance); any other is kept.
+    Owners(Vec<String>),
     /// Nobody: the operator saw the lock free and only wants its waiters told to try again; a lock someone took
     /// meanwhile is left alone.
     Nobody,
 }
 
 impl ExpectedHolder {
-    /// The script's argument for it, after checking an owner id (before any I/O).
+    /// The script's argument for it, after checking every owner id (before any I/O).
     fn argument(&self) -> Result<String> {
         match self {
             ExpectedHolder::Anyone => Ok("*".to_owned()),
             ExpectedHolder::Nobody => Ok(String::new()),
-            ExpectedHolder::Owner(id) => {
-                let id = id.to_ascii_lowercase();
-                let hex = id.bytes().all(|b| b.is_ascii_hexdigit());
-                if !hex || id.len() < crate::OWNER_ID_LEN || id.len() > TOKEN_HEX_DIGITS {
-                    return Err(LockError::invalid(format!(
-                        "an owner id is {} to {} hex digits (as inspect shows it), not {id:?}",
-                        crate::OWNER_ID_LEN,
-                        TOKEN_HEX_DIGITS
-                    )));
-                }
-                Ok(id)
-            }
+            ExpectedHolder::Owner(id) => owner_id(id),
+            ExpectedHolder::Owners(ids) if ids.is_empty() => Ok(String::new()),
+            ExpectedHolder::Owners(ids) => Ok(ids.iter().map(|id| owner_id(id)).collect::<Result<Vec<_>>>()?.join(" ")),
         }
     }
 }
 
+/// An owner id as a forced release compares it: 8 to 32 hex digits (a token's first), or `~` and 8 to 40 (a foreign
+/// value's SHA-1's first), lowercased.
+fn owner_id(id: &str) -> Result<String> {
+    let id = id.to_ascii_lowercase();
+    let (digits, most) = match id.strip_prefix('~') {
+        Some(digits) => (digits, SHA1_HEX_DIGITS),
+        None => (id.as_str(), TOKEN_HEX_DIGITS),
+    };
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) || digits.len() < crate::OWNER_ID_LEN || digits.len() > most {
+        return Err(LockError::invalid(format!(
+            "an owner id is {} to {TOKEN_HEX_DIGITS} hex digits, or ~ and {} to {SHA1_HEX_DIGITS} (as inspect shows it), not {id:?}",
+            crate::OWNER_ID_LEN,
+            crate::OWNER_ID_LEN,
+        )));
+    }
+    Ok(id)
+}
+
 /// How many hex digits an owner token has (an owner id is a prefix of them).
 const TOKEN_HEX_DIGITS: usize = 32;
+/// How many hex digits a SHA-1 has (a foreign holder's id is `~` and a prefix of its value's).
+const SHA1_HEX_DIGITS: usize = 40;
 
-/// What a forced release found on one instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a forced release found on one instance: the holders it deleted and those it left alone (not expected: taken
+/// since the operator looked). Both empty: the name was free.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Forced {
-    /// This holder's lock was deleted.
-    Deleted(Holder),
-    /// These holders' shares (and, first, the lock key's holder, if it was one of them) were deleted: a forced
-    /// release of anyone from a name several hold (readers, permits).
-    DeletedSeveral(Vec<Holder>),
-    /// The lock was free; nothing to delete.
-    Free,
-    /// Someone other than the expected holder holds it; nothing was deleted.
-    Kept(Holder),
+pub struct Forced {
+    /// The holders deleted (the lock key's holder first, then shares).
+    pub deleted: Vec<Holder>,
+    /// The holders left alone: they still hold the name here.
+    pub kept: Vec<Holder>,
+}
+
+impl Forced {
+    /// Whether nothing holds the name on this instance now.
+    pub fn is_free(&self) -> bool {
+        self.kept.is_empty()
+    }
 }
 
 /// What [`Lock::force_release`] did.
@@ -251,30 +272,21 @@ impl ForcedRelease {
         self.is_free() && self.previous().next().is_some()
     }
 
-    /// Whether the lock is free on a quorum of instances now (deleted there, or found free).
+    /// Whether the name is free on a quorum of instances now: nothing left holding it there (deleted, or found
+    /// free). A share left alone (a permit taken since the operator looked) means not free.
     pub fn is_free(&self) -> bool {
-        let free = self
-            .instances
-            .iter()
-            .filter(|outcome| matches!(outcome, Ok(Forced::Deleted(_) | Forced::DeletedSeveral(_) | Forced::Free)));
+        let free = self.instances.iter().filter(|outcome| outcome.as_ref().is_ok_and(Forced::is_free));
         free.count() >= self.quorum
     }
 
     /// The holders whose locks were deleted.
     pub fn previous(&self) -> impl Iterator<Item = &Holder> {
-        self.instances.iter().flat_map(|outcome| match outcome {
-            Ok(Forced::Deleted(holder)) => std::slice::from_ref(holder),
-            Ok(Forced::DeletedSeveral(holders)) => holders.as_slice(),
-            _ => &[],
-        })
+        self.instances.iter().flat_map(|outcome| outcome.as_ref().map(|f| f.deleted.as_slice()).unwrap_or_default())
     }
 
-    /// The holders other than the expected one, left in place.
+    /// The holders other than the expected ones, left in place.
     pub fn kept(&self) -> impl Iterator<Item = &Holder> {
-        self.instances.iter().filter_map(|outcome| match outcome {
-            Ok(Forced::Kept(holder)) => Some(holder),
-            _ => None,
-        })
+        self.instances.iter().flat_map(|outcome| outcome.as_ref().map(|f| f.kept.as_slice()).unwrap_or_default())
     }
 
     /// Whether the lock changed hands: someone other than the expected holder holds it on some instance, and
@@ -487,7 +499,16 @@ fn millis(pttl: i64) -> Option<Duration> {
 
 fn holder(value: &str, pttl: i64) -> Holder {
     let stored = StoredValue::parse(value);
-    Holder { owner: stored.owner, label: stored.label, ttl: millis(pttl), role: HolderRole::Exclusive, slots: vec![] }
+    let foreign = stored.owner.is_none();
+    let owner = stored.owner.or_else(|| Some(foreign_id(value)));
+    Holder { owner, foreign, label: stored.label, ttl: millis(pttl), role: HolderRole::Exclusive, slots: vec![] }
+}
+
+/// The id of a holder whose value another client wrote: `~` and the first [`OWNER_ID_LEN`](crate::OWNER_ID_LEN) hex
+/// digits of the value's SHA-1 (the value itself, that client's token, is never shown).
+fn foreign_id(value: &str) -> String {
+    let digest = sha1_smol::Sha1::from(value.as_bytes()).digest().to_string();
+    format!("~{}", digest.get(..crate::OWNER_ID_LEN).unwrap_or_default())
 }
 
 /// The holders of a reply's tail: four items each (`'x'`, `'r'` or `'p'`; value; time left in ms; slots).
@@ -551,13 +572,13 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
 fn parse_forced(reply: &Reply) -> Result<Forced> {
     let Reply::Array(items) = reply else { return Err(unexpected("force-release", reply)) };
     let unexpected = || unexpected("force-release", reply);
-    let (flag, tail) = items.split_first().ok_or_else(unexpected)?;
-    let mut found = holders(tail).ok_or_else(unexpected)?;
-    match (flag.as_int(), found.len()) {
-        (Some(0), 0) => Ok(Forced::Free),
-        (Some(1), 1) => Ok(Forced::Deleted(found.remove(0))),
-        (Some(1), 2..) => Ok(Forced::DeletedSeveral(found)),
-        (Some(2), 1) => Ok(Forced::Kept(found.remove(0))),
+    let [code, deleted, tail @ ..] = items.as_slice() else { return Err(unexpected()) };
+    let mut kept = holders(tail).ok_or_else(unexpected)?;
+    let deleted = deleted.as_int().and_then(|n| usize::try_from(n).ok()).filter(|n| *n <= kept.len());
+    let deleted = deleted.ok_or_else(unexpected)?;
+    let forced = Forced { deleted: kept.drain(..deleted).collect(), kept };
+    match (code.as_int(), forced.deleted.is_empty(), forced.kept.is_empty()) {
+        (Some(0), true, true) | (Some(1), false, _) | (Some(2), true, false) => Ok(forced),
         _ => Err(unexpected()),
     }
 }
@@ -600,6 +621,10 @@ mod tests {
             StoredValue { owner: Some("01234567".into()), label: Some("web 7 pid 12".into()) }
         );
         assert_eq!(StoredValue::parse("set-by-someone-else"), StoredValue { owner: None, label: None });
+        let foreign = holder("set-by-someone-else", 5);
+        assert!(foreign.foreign, "{foreign:?}");
+        let digest = sha1_smol::Sha1::from("set-by-someone-else").digest().to_string();
+        assert_eq!(foreign.owner, Some(format!("~{}", &digest[..8])), "a foreign holder's id is its value's SHA-1's");
         assert_eq!(StoredValue::parse("0123456789ABCDEF0123456789ABCDEF").owner, None);
     }
 
@@ -672,15 +697,23 @@ mod tests {
     #[test]
     fn a_forced_release_is_parsed_and_counts_a_quorum() {
         let value = bulk("0123456789abcdef0123456789abcdef ops");
-        assert_eq!(parse_forced(&Reply::Array(vec![Reply::Int(0)])).unwrap(), Forced::Free);
-        let one = |flag: i64| Reply::Array(vec![Reply::Int(flag), bulk("x"), value.clone(), Reply::Int(5), bulk("")]);
-        let deleted = parse_forced(&one(1)).unwrap();
-        assert!(matches!(&deleted, Forced::Deleted(h) if h.owner.as_deref() == Some("01234567")), "{deleted:?}");
-        let kept = parse_forced(&one(2)).unwrap();
-        assert!(matches!(kept, Forced::Kept(_)), "{kept:?}");
-        assert!(parse_forced(&one(3)).is_err());
+        let free = parse_forced(&Reply::Array(vec![Reply::Int(0), Reply::Int(0)])).unwrap();
+        assert!(free.is_free() && free.deleted.is_empty());
+        let one = |code: i64, deleted: i64| {
+            Reply::Array(vec![Reply::Int(code), Reply::Int(deleted), bulk("x"), value.clone(), Reply::Int(5), bulk("")])
+        };
+        let deleted = parse_forced(&one(1, 1)).unwrap();
+        assert_eq!(deleted.deleted.len(), 1, "{deleted:?}");
+        assert_eq!(deleted.deleted[0].owner.as_deref(), Some("01234567"));
+        let kept = parse_forced(&one(2, 0)).unwrap();
+        assert!(kept.deleted.is_empty() && kept.kept.len() == 1 && !kept.is_free(), "{kept:?}");
+        assert!(parse_forced(&one(3, 0)).is_err());
+        assert!(parse_forced(&one(1, 0)).is_err(), "code 1 deletes something");
+        assert!(parse_forced(&one(1, 2)).is_err(), "more deleted than listed");
+        // Two permits shown and freed, a third taken since then and kept: the semaphore is not free.
         let permits = Reply::Array(vec![
             Reply::Int(1),
+            Reply::Int(2),
             bulk("p"),
             bulk("0123456789abcdef0123456789abcdef"),
             Reply::Int(9),
@@ -689,40 +722,53 @@ mod tests {
             bulk("fedcba9876543210fedcba9876543210"),
             Reply::Int(7),
             bulk("1"),
+            bulk("p"),
+            bulk("aaaaaaaa76543210fedcba9876543210"),
+            Reply::Int(8),
+            bulk("3"),
         ]);
-        let Forced::DeletedSeveral(freed) = parse_forced(&permits).unwrap() else { panic!("two permits freed") };
+        let forced = parse_forced(&permits).unwrap();
         assert_eq!(
-            freed.iter().map(|h| (h.role, h.slots.clone())).collect::<Vec<_>>(),
+            forced.deleted.iter().map(|h| (h.role, h.slots.clone())).collect::<Vec<_>>(),
             [(HolderRole::Permit, vec![0, 2]), (HolderRole::Permit, vec![1])]
         );
+        assert_eq!(forced.kept.iter().map(|h| h.slots.clone()).collect::<Vec<_>>(), [vec![3]]);
+        let report = ForcedRelease { resource: "r".into(), instances: vec![Ok(forced)], quorum: 1 };
+        assert!(!report.is_free() && !report.released() && !report.holder_changed(), "{report:?}");
 
         let holder = Holder {
             owner: Some("01234567".into()),
+            foreign: false,
             label: None,
             ttl: None,
             role: HolderRole::Exclusive,
             slots: vec![],
         };
+        let gone = Forced { deleted: vec![holder.clone()], kept: vec![] };
         let minority = ForcedRelease {
             resource: "r".into(),
-            instances: vec![
-                Ok(Forced::Deleted(holder.clone())),
-                Err(LockError::backend("refused")),
-                Err(LockError::backend("refused")),
-            ],
+            instances: vec![Ok(gone), Err(LockError::backend("refused")), Err(LockError::backend("refused"))],
             quorum: 2,
         };
         assert!(!minority.released() && !minority.is_free() && !minority.holder_changed(), "{minority:?}");
-        let changed = ForcedRelease { resource: "r".into(), instances: vec![Ok(Forced::Kept(holder))], quorum: 1 };
+        let taken = Forced { deleted: vec![], kept: vec![holder] };
+        let changed = ForcedRelease { resource: "r".into(), instances: vec![Ok(taken)], quorum: 1 };
         assert!(changed.holder_changed() && !changed.released());
     }
 
     #[test]
     fn an_owner_id_is_checked_before_any_io() {
         assert_eq!(ExpectedHolder::Owner("0123ABCD".into()).argument().unwrap(), "0123abcd");
-        for bad in ["", "0123abc", "0123abcg", "0123abcd 1", &"a".repeat(33)] {
+        assert_eq!(ExpectedHolder::Owner("~0123ABCD".into()).argument().unwrap(), "~0123abcd");
+        for bad in
+            ["", "0123abc", "0123abcg", "0123abcd 1", &"a".repeat(33), "~0123abc", &format!("~{}", "a".repeat(41))]
+        {
             assert!(ExpectedHolder::Owner(bad.into()).argument().is_err(), "{bad:?}");
         }
+        let shown = ExpectedHolder::Owners(vec!["0123abcd".into(), "~89abcdef".into()]);
+        assert_eq!(shown.argument().unwrap(), "0123abcd ~89abcdef");
+        assert!(ExpectedHolder::Owners(vec!["0123abcd".into(), "x".into()]).argument().is_err());
+        assert_eq!(ExpectedHolder::Owners(vec![]).argument().unwrap(), "", "nobody shown: nobody expected");
         assert_eq!(ExpectedHolder::Anyone.argument().unwrap(), "*");
         assert_eq!(ExpectedHolder::Nobody.argument().unwrap(), "");
     }
@@ -733,6 +779,7 @@ mod tests {
             Ok(LockState {
                 holder: Some(Holder {
                     owner: Some(owner.into()),
+                    foreign: false,
                     label: None,
                     ttl: None,
                     role: HolderRole::Exclusive,

@@ -367,10 +367,12 @@ pub static INSPECT: Script = Script::new(
 /// `KEYS[5]` a read-write lock's readers, `KEYS[6..9]` a semaphore's permits, grants, slots and limit; `ARGV[1]`
 /// the announcement's origin (one no store uses, so every process's subscriber wakes a waiter), `ARGV[2]` `"1"` to
 /// announce with `SPUBLISH`, `ARGV[3]` whom to expect: `*` (or absent) anyone, `""` nobody (the operator saw the
-/// name free), else an owner id, the first hex digits of a holder's token. Reply: `{1, …}` and four items per
-/// holder deleted (`'x'` the lock key's holder, `'r'` a reader or `'p'` a permit; its value; its time left; a
-/// permit's slots), `{0}` when nobody held it, `{2, kind, value, pttl, slots}` when only others than expected
-/// hold it (nothing deleted, nothing announced). A key of another type is `WRONGTYPE` and kept.
+/// name free), else the owner ids the operator was shown, separated by spaces: each the first hex digits of a
+/// holder's token, or `~` and the first hex digits of the SHA-1 of a value another client wrote. Reply: `{code,
+/// deleted, …}`, then four items per holder (`'x'` the lock key's holder, `'r'` a reader or `'p'` a permit; its
+/// value; its time left; a permit's slots), first the `deleted` holders deleted, then those kept (not expected);
+/// `code` is `1` when something was deleted, `0` when nobody held the name, `2` when only others than expected hold
+/// it (nothing deleted, nothing announced). A key of another type is `WRONGTYPE` and kept.
 pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
     concat!(
