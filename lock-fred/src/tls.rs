@@ -10,8 +10,14 @@ use lock_core::{LockError, Result};
 /// Whether this build can connect over TLS (a feature of this crate's turned fred's TLS on).
 pub(crate) const BUILT_WITH_TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
 
-/// The URL schemes that ask for TLS.
-const TLS_SCHEMES: [&str; 3] = ["rediss://", "rediss-cluster://", "rediss-sentinel://"];
+/// Whether `url` asks for TLS, decided as fred decides it (`fred::utils::url_uses_tls`, private to fred: a scheme
+/// that starts with `rediss` or `valkeys`, so `valkeys-cluster://` and `rediss+unix://` too; the scheme compared in
+/// lower case, as the URL parser fred uses stores it). A narrower list here let `valkeys://` through (review 4).
+fn asks_for_tls(url: &str) -> bool {
+    let url = url.trim_start();
+    let scheme = url.find("://").and_then(|at| url.get(..at)).unwrap_or_default().to_ascii_lowercase();
+    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
+}
 
 /// Refuses a URL that asks for TLS when the build has none (`tls_built` false). Without its TLS features fred
 /// parses such a URL, logs a warning (which an application that only listens to `tracing` never sees), and connects
@@ -20,8 +26,9 @@ const TLS_SCHEMES: [&str; 3] = ["rediss://", "rediss-cluster://", "rediss-sentin
 /// # Errors
 /// [`LockError::InvalidArgument`] naming the features to enable.
 pub(crate) fn refuse_tls_url_without_tls(url: &str, tls_built: bool) -> Result<()> {
-    let scheme = url.trim_start().get(..url.trim_start().find("://").map_or(0, |at| at + 3)).unwrap_or_default();
-    if !tls_built && TLS_SCHEMES.iter().any(|tls| scheme.eq_ignore_ascii_case(tls)) {
+    let trimmed = url.trim_start();
+    let scheme = trimmed.get(..trimmed.find("://").map_or(0, |at| at + 3)).unwrap_or_default();
+    if !tls_built && asks_for_tls(url) {
         return Err(LockError::invalid(format!(
             "{scheme} asks for TLS, and this build of lock-fred has none: enable its feature tls-rustls or \
              tls-native-tls (without it the password would be sent in clear)"
@@ -156,8 +163,8 @@ impl TlsOptions {
         if self.is_set() {
             if config.tls.is_none() {
                 return Err(LockError::invalid(
-                    "TLS certificates were given, but the URL does not ask for TLS: use a rediss:// (or \
-                     rediss-cluster://, rediss-sentinel://) URL, set Config::tls, or drop the certificates",
+                    "TLS certificates were given, but the URL does not ask for TLS: use a rediss:// or valkeys:// \
+                     (or -cluster, -sentinel) URL, set Config::tls, or drop the certificates",
                 ));
             }
             config.tls = Some(self.connector()?);
@@ -193,13 +200,32 @@ mod tests {
 
     #[test]
     fn tls_urls_are_refused_by_a_build_without_tls() {
-        for url in ["rediss://:pw@host:6380", "REDISS://host", "rediss-cluster://h:1", " rediss-sentinel://h:1/svc"] {
+        let tls = [
+            "rediss://:pw@host:6380",
+            "REDISS://host",
+            "rediss-cluster://h:1",
+            " rediss-sentinel://h:1/svc",
+            "valkeys://:pw@host:6380",
+            "Valkeys://host",
+            "valkeys-cluster://h:1",
+            "valkeys-sentinel://h:1/svc",
+            "rediss+unix:///tmp/r.sock",
+        ];
+        for url in tls {
             let err = refuse_tls_url_without_tls(url, false).expect_err(url);
             assert!(matches!(err, LockError::InvalidArgument(_)), "{url}: {err:?}");
             assert!(err.to_string().contains("tls-rustls") && !err.to_string().contains("pw"), "{err}");
             assert!(refuse_tls_url_without_tls(url, true).is_ok(), "{url} refused by a TLS build");
         }
-        for url in ["redis://:pw@host", "redis-cluster://h:1", "redis-sentinel://h:1/svc", "unix:///tmp/r.sock", ""] {
+        let plain = [
+            "redis://:pw@host",
+            "redis-cluster://h:1",
+            "redis-sentinel://h:1/svc",
+            "valkey://h",
+            "unix:///tmp/r.sock",
+            "",
+        ];
+        for url in plain {
             assert!(refuse_tls_url_without_tls(url, false).is_ok(), "{url}");
         }
     }

@@ -538,8 +538,11 @@ async fn a_tls_url_never_sends_its_password_in_clear() {
         let _ = tokio::time::timeout(ms(3_000), record).await;
         seen
     });
-    for scheme in ["rediss", "rediss-cluster"] {
-        let url = format!("{scheme}://:hunter2secret@127.0.0.1:{port}");
+    // Every scheme fred reads as TLS (its `url_uses_tls`: a scheme starting with `rediss` or `valkeys`). Review 4,
+    // finding 4: `valkeys://` went out in plain text, with its password, from a build without TLS.
+    for scheme in ["rediss", "rediss-cluster", "valkeys", "valkeys-cluster", "VALKEYS", "valkeys-sentinel"] {
+        let query = if scheme.ends_with("sentinel") { "?sentinelServiceName=s" } else { "" };
+        let url = format!("{scheme}://:hunter2secret@127.0.0.1:{port}{query}");
         let connected = tokio::time::timeout(ms(5_000), async {
             FredStoreBuilder::from_url(&url)?.with_command_timeout(ms(500)).connect().await
         })

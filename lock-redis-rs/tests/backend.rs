@@ -658,3 +658,39 @@ async fn calls_queued_behind_a_failing_connect_keep_the_stores_bound() {
     }
     println!("eight calls through a silent network returned after {:?}", results.iter().map(|r| r.1).max());
 }
+
+/// Review 4, finding 4 (the same rule on both backends): every scheme the client library reads as TLS
+/// (`rediss://` and `valkeys://` for redis-rs) either makes a TLS handshake (this build has TLS) or is refused
+/// before any I/O (it has none): the password never reaches the "server", a listener that records what it gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_url_never_sends_its_password_in_clear() {
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let recorder = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let record = async {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else { return };
+                let mut buf = [0u8; 4096];
+                while let Ok(Ok(n @ 1..)) = tokio::time::timeout(ms(300), conn.read(&mut buf)).await {
+                    seen.extend_from_slice(&buf[..n]);
+                }
+            }
+        };
+        let _ = tokio::time::timeout(ms(3_000), record).await;
+        seen
+    });
+    for scheme in ["rediss", "valkeys", "VALKEYS"] {
+        let url = format!("{scheme}://:hunter2secret@127.0.0.1:{port}");
+        let builder = RedisStoreBuilder::new(&url).with_connect_timeout(ms(500)).with_command_timeout(ms(500));
+        let connected = tokio::time::timeout(ms(5_000), builder.connect()).await;
+        assert!(!matches!(connected, Ok(Ok(_))), "{scheme}: connected to a listener that never answers");
+    }
+    let seen = recorder.await.expect("recorder");
+    let text = String::from_utf8_lossy(&seen);
+    assert!(!text.contains("hunter2secret"), "the password went out in clear: {text:?}");
+    if cfg!(any(feature = "tls-rustls", feature = "tls-native-tls")) {
+        assert!(!seen.is_empty(), "no TLS handshake reached the listener, though this build has TLS");
+    }
+}
