@@ -85,6 +85,14 @@ impl Accounts {
     /// [`LockError::StaleFence`] when a newer holder has touched the row; [`LockError::InvalidArgument`] for an
     /// unknown account or a fence above `i64::MAX`; [`LockError::Backend`] when SQLite fails.
     pub fn read(&self, fence: FencingToken, id: &str) -> Result<i64> {
+        let result = self.read_unrecorded(fence, id);
+        // One call: a refusal is a `warn` event naming both fences, and every outcome is counted
+        // (`lock_fenced_writes_total`), as `FencedResource` records its own.
+        lock_core::telemetry::fenced_write("accounts", "sql_read", &result);
+        result
+    }
+
+    fn read_unrecorded(&self, fence: FencingToken, id: &str) -> Result<i64> {
         let f = column(fence)?;
         let read = self
             .db
@@ -103,6 +111,12 @@ impl Accounts {
     /// # Errors
     /// As [`read`](Self::read).
     pub fn write(&self, fence: FencingToken, id: &str, balance: i64) -> Result<()> {
+        let result = self.write_unrecorded(fence, id, balance);
+        lock_core::telemetry::fenced_write("accounts", "sql_update", &result);
+        result
+    }
+
+    fn write_unrecorded(&self, fence: FencingToken, id: &str, balance: i64) -> Result<()> {
         let f = column(fence)?;
         let updated = self
             .db

@@ -216,6 +216,22 @@ impl std::fmt::Display for PlainTextServer {
 
 impl std::error::Error for PlainTextServer {}
 
+/// The source of a [`LockError::Backend`] when the server a store connected to answered with something that is not
+/// the Redis protocol (an HTTP server, say, on the wrong port): one line, not the client's parse error.
+#[derive(Debug)]
+pub struct NotRedis {
+    /// The server's `host:port`.
+    pub server: String,
+}
+
+impl std::fmt::Display for NotRedis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server at {} does not speak the Redis protocol (is it the right port?)", self.server)
+    }
+}
+
+impl std::error::Error for NotRedis {}
+
 /// An error with its causes on one line, each said once ([`LockError::report`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Report<'a>(&'a (dyn std::error::Error + 'static));

@@ -114,13 +114,13 @@ pub mod telemetry;
 mod token;
 
 pub use engine::redlock;
-pub use seam::{scripts, server_error, transport};
+pub use seam::{scripts, server_error, server_url, transport};
 
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use engine::admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
 pub use engine::lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
-pub use error::{AclRefusal, BoxError, LockError, PlainTextServer, Report, Result};
+pub use error::{AclRefusal, BoxError, LockError, NotRedis, PlainTextServer, Report, Result};
 pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};

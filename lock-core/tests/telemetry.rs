@@ -34,6 +34,8 @@ struct SpanSeen {
     name: &'static str,
     fields: BTreeMap<String, String>,
     parent: Option<&'static str>,
+    /// How many times each field was recorded after the span was created.
+    records: BTreeMap<String, usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -84,7 +86,13 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Recording {
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
         let mut log = self.0.lock().unwrap();
         let Some(place) = log.live.get(&id.into_u64()).copied() else { return };
-        values.record(&mut Fields(&mut log.spans[place].fields));
+        let mut recorded = BTreeMap::new();
+        values.record(&mut Fields(&mut recorded));
+        let span = &mut log.spans[place];
+        for (field, value) in recorded {
+            *span.records.entry(field.clone()).or_default() += 1;
+            span.fields.insert(field, value);
+        }
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
@@ -269,6 +277,64 @@ fn scoped_work_and_redlock_are_traced_with_their_deployment() {
     assert_eq!(seen.span_with("lock.try_acquire", "resource", "shared").fields["deployment"], "redlock");
 }
 
+/// Review 4, finding 12: a lock deleted from under its holder (here by a forced release) is reported as such when
+/// the holder releases, not as a holder that overran its TTL; and a multi-lock's release span records its outcome
+/// once (finding 13), a lock's fence is a number in its span.
+#[test]
+fn a_lock_deleted_while_held_is_reported_as_such_not_as_an_overrun() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let lock = Lock::new(MemoryStore::new());
+            let guard = lock.acquire("ledger-3", &LockOptions::new(ms(30_000))).await.unwrap();
+            assert!(lock.force_release("ledger-3").await.unwrap().released());
+            assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
+            let both = lock.acquire_all(&["a-1", "a-2"], &LockOptions::new(ms(30_000))).await.unwrap();
+            assert!(both.release().await.unwrap().all_released());
+        })
+    });
+    let deleted = seen.events(Level::WARN, "lock deleted while held");
+    assert_eq!(deleted.len(), 1, "{:?}", seen.events(Level::WARN, ""));
+    assert_eq!(deleted[0].fields["resource"], "ledger-3");
+    assert!(seen.events(Level::WARN, "lock held past its TTL").is_empty(), "reported as an overrun");
+    assert_eq!(seen.span_with("lock.release", "resource", "ledger-3").fields["outcome"], "deleted_while_held");
+    let multi = seen.span_with("lock.release", "resource", "a-1, a-2");
+    assert_eq!((multi.fields["outcome"].as_str(), multi.records["outcome"]), ("released", 1), "{multi:?}");
+    let held = seen.span_with("lock.held", "resource", "ledger-3");
+    assert!(held.fields["fence"].parse::<u64>().is_ok(), "the fence is not a number: {held:?}");
+    for span in seen.0.lock().unwrap().spans.iter() {
+        if let Some(deployment) = span.fields.get("deployment") {
+            assert!(!deployment.contains('"'), "{}: deployment {deployment} is quoted", span.name);
+        }
+    }
+}
+
+/// Review 4, finding 11: a fenced write refused as stale is a `warn` event naming the guard and both fences (it
+/// was counted as an ordinary `ok`, silently), also through the one call a resource of one's own (SQL) makes.
+#[test]
+fn a_stale_fenced_write_warns_naming_both_fences() {
+    let seen = Recording::default();
+    seen.capture(|| {
+        run(async {
+            let resource = lock_core::FencedResource::new(MemoryStore::new(), "fence:{ledger}").unwrap();
+            let (old, new) = (lock_core::FencingToken::new(7), lock_core::FencingToken::new(9));
+            resource.set(new, "{ledger}:balance", "10").await.unwrap();
+            let refused = resource.set(old, "{ledger}:balance", "0").await;
+            assert!(matches!(refused, Err(lock_core::LockError::StaleFence { presented: 7, current: 9 })));
+            let sql: Result<()> = Err(lock_core::LockError::StaleFence { presented: 3, current: 4 });
+            lock_core::telemetry::fenced_write("accounts", "sql_update", &sql);
+        })
+    });
+    let refused = seen.events(Level::WARN, "fenced write refused");
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    let fields = |i: usize, f: &str| refused[i].fields[f].clone();
+    assert_eq!(
+        (fields(0, "guard"), fields(0, "presented"), fields(0, "current")),
+        ("fence:{ledger}".into(), "7".into(), "9".into())
+    );
+    assert_eq!((fields(1, "guard"), fields(1, "operation")), ("accounts".into(), "sql_update".into()));
+}
+
 /// A store whose replies take `delay` (the grant arrives after its validity).
 #[derive(Debug)]
 struct Slow {
@@ -357,8 +423,23 @@ mod metrics_recorded {
                 let slow = Lock::new(Slow { inner: MemoryStore::new(), delay: ms(40) });
                 let late = slow.try_acquire("m", &LockOptions::new(ms(20))).await;
                 assert!(matches!(late, Err(lock_core::LockError::ValidityExhausted { .. })), "{late:?}");
+
+                let fenced = lock_core::FencedResource::new(MemoryStore::new(), "fence:{m}").unwrap();
+                fenced.set(lock_core::FencingToken::new(9), "{m}:v", "1").await.unwrap();
+                assert!(fenced.set(lock_core::FencingToken::new(8), "{m}:v", "0").await.is_err());
+                let taken = lock.acquire("m", &LockOptions::new(ms(30_000))).await.unwrap();
+                assert!(lock.force_release("m").await.unwrap().released());
+                assert_eq!(taken.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
+                lock_core::telemetry::describe_metrics();
             })
         });
+        assert_eq!(counter(&snap, "lock_fenced_writes_total", &[("operation", "set"), ("outcome", "written")]), 1);
+        assert_eq!(counter(&snap, "lock_fenced_writes_total", &[("operation", "set"), ("outcome", "stale_fence")]), 1);
+        assert_eq!(counter(&snap, "lock_releases_total", &[("outcome", "deleted_while_held")]), 1);
+        // Review 4, finding 13: every metric has its HELP text.
+        let undescribed: Vec<&str> =
+            snap.iter().filter(|(.., help, _)| help.is_none()).map(|(key, ..)| key.key().name()).collect();
+        assert!(undescribed.is_empty(), "metrics without a description: {undescribed:?}");
         let memory = ("deployment", "memory");
         let tried = |outcome| {
             samples(
@@ -376,11 +457,11 @@ mod metrics_recorded {
         assert!(samples(&snap, "lock_acquire_wait_seconds", &[])[0] >= 0.02, "the wait was at least the 30 ms hold");
         assert_eq!(counter(&snap, "lock_releases_total", &[("outcome", "released"), memory]), 2);
         assert_eq!(counter(&snap, "lock_releases_total", &[("outcome", "already_expired")]), 2);
-        assert_eq!(samples(&snap, "lock_hold_duration_seconds", &[memory]).len(), 4);
+        assert_eq!(samples(&snap, "lock_hold_duration_seconds", &[memory]).len(), 5);
         assert_eq!(counter(&snap, "lock_lost_total", &[("reason", "expired")]), 1);
         assert_eq!(counter(&snap, "lock_lost_total", &[("reason", "not_held")]), 1);
         assert!(counter(&snap, "lock_renewals_total", &[("outcome", "renewed")]) >= 1);
-        assert_eq!(counter(&snap, "lock_force_releases_total", &[("freed", "true")]), 1);
+        assert_eq!(counter(&snap, "lock_force_releases_total", &[("freed", "true")]), 2);
         assert_eq!(counter(&snap, "lock_force_releases_total", &[("freed", "false")]), 1);
         assert_eq!(counter(&snap, "lock_validity_exhausted_total", &[]), 1);
         let acquires = samples(

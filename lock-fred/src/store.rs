@@ -495,6 +495,9 @@ impl FredStoreBuilder {
     /// `rediss-cluster://`, `rediss-sentinel://`) in a build without the `tls-rustls` or `tls-native-tls` feature:
     /// fred would connect over plain TCP and send the URL's password in clear.
     pub fn from_url(url: &str) -> Result<Self> {
+        // Checked first: fred names an internal kind (`RelativeUrlWithoutBase`, `InvalidPort`), and takes a scheme it
+        // does not know (`http://`) as plain TCP.
+        lock_core::server_url::check(url, &crate::tls::SCHEMES)?;
         crate::tls::refuse_tls_url_without_tls(url, crate::tls::BUILT_WITH_TLS)?;
         let config = Config::from_url(url).map_err(|err| error::from_fred(err, "connect", DEFAULT_COMMAND_TIMEOUT))?;
         Ok(Self::from_config(config))
@@ -611,12 +614,16 @@ impl FredStoreBuilder {
             ));
         }
         let mut tls_endpoint = None;
+        let mut server = None;
         let mut builder = match source {
             Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
             Source::Builder(builder) => *builder,
             Source::Config(mut config) => {
                 tls.apply(&mut config)?;
                 tls_endpoint = crate::tls::tls_endpoint(&config);
+                if let ServerConfig::Centralized { server: one } = &config.server {
+                    server = Some(format!("{}:{}", one.host, one.port));
+                }
                 let clustered = matches!(config.server, ServerConfig::Clustered { .. });
                 let mut builder = Builder::from_config(*config);
                 builder.set_policy(default_policy()).with_connection_config(|c| {
@@ -636,7 +643,13 @@ impl FredStoreBuilder {
             Ok(connection) => start(pool, true, vec![connection], timeout).await,
             Err(err) => {
                 let _ = tokio::time::timeout(timeout, pool.quit()).await;
-                Err(error::from_fred(err, "connect", timeout))
+                // A reply fred cannot decode as the Redis protocol: the server on that port speaks another.
+                match (err.kind(), server) {
+                    (fred::error::ErrorKind::Protocol, Some(server)) => {
+                        Err(LockError::backend(lock_core::NotRedis { server }))
+                    }
+                    _ => Err(error::from_fred(err, "connect", timeout)),
+                }
             }
         };
         match (connected, tls_endpoint) {

@@ -100,7 +100,7 @@ pub(crate) async fn apply_subscriptions(
             },
             event = reconnects.recv() => match event {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
-                    lock_core::telemetry::subscriber_reconnected("fred");
+                    lock_core::telemetry::subscriber_reconnected::<crate::FredStore>();
                     // A new connection starts with no subscriptions.
                     for channel in &wanted {
                         if let Err(err) = subscribe(&subscriber, sharded, channel.clone()).await {

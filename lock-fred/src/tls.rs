@@ -10,6 +10,26 @@ use lock_core::{LockError, Result};
 /// Whether this build can connect over TLS (a feature of this crate's turned fred's TLS on).
 pub(crate) const BUILT_WITH_TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
 
+/// Every scheme fred reads: redis, rediss, valkey or valkeys, alone or with `-cluster`, `-sentinel` or `+unix`.
+pub(crate) const SCHEMES: [&str; 16] = [
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "redis-cluster",
+    "rediss-cluster",
+    "valkey-cluster",
+    "valkeys-cluster",
+    "redis-sentinel",
+    "rediss-sentinel",
+    "valkey-sentinel",
+    "valkeys-sentinel",
+    "redis+unix",
+    "rediss+unix",
+    "valkey+unix",
+    "valkeys+unix",
+];
+
 /// Whether `url` asks for TLS, decided as fred decides it (`fred::utils::url_uses_tls`, private to fred: a scheme
 /// that starts with `rediss` or `valkeys`, so `valkeys-cluster://` and `rediss+unix://` too; the scheme compared in
 /// lower case, as the URL parser fred uses stores it). A narrower list here let `valkeys://` through (review 4).

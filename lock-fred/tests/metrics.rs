@@ -9,6 +9,5 @@ use lock_testkit::RedisServer;
 async fn subscriber_reconnects_and_commands_are_counted() {
     let server = RedisServer::start().expect("redis-server");
     let lock = Lock::new(FredStore::connect(&server.url()).await.expect("connect"));
-    lock_testkit::metrics_cases::subscriber_reconnects_and_commands_are_counted(&lock, &server, "fred", "FredStore")
-        .await;
+    lock_testkit::metrics_cases::subscriber_reconnects_and_commands_are_counted(&lock, &server, "FredStore").await;
 }

@@ -67,6 +67,14 @@ pub(crate) fn from_redis(
     LockError::Backend { source: Box::new(err) }
 }
 
+/// The error to report instead of `err` when the first command to the server at `addr` could not read the reply
+/// as the Redis protocol (an HTTP server, say, on that port): one line naming the server, not redis-rs's parse error.
+pub(crate) fn not_redis(err: &LockError, addr: &redis::ConnectionAddr) -> Option<LockError> {
+    let LockError::Backend { source } = err else { return None };
+    let redis = source.downcast_ref::<RedisError>()?;
+    (redis.kind() == ErrorKind::Parse).then(|| LockError::backend(lock_core::NotRedis { server: addr.to_string() }))
+}
+
 /// Whether the error is a failed TLS handshake (a certificate the client or the server refused), rather than a
 /// transport failure that may heal. The TLS libraries report it as an I/O error whose text names the certificate.
 fn is_tls_failure(err: &RedisError) -> bool {

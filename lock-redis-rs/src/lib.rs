@@ -86,7 +86,7 @@
 //! + [`command_timeout`](RedisStoreBuilder::with_command_timeout).
 //!
 //! Build a store from a URL ([`RedisStore::connect`], [`RedisStoreBuilder`]) or over a `deadpool_redis::Pool` you
-//! already have ([`RedisStore::from_pool`]); such a pool checks every connection out exclusively and checks it with
+//! already have (`RedisStore::from_pool`, feature `deadpool-redis`); such a pool checks every connection out exclusively and checks it with
 //! `UNWATCH` + `PING`, which costs one more round trip per command.
 //!
 //! # Redis Sentinel

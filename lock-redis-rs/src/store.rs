@@ -13,7 +13,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, IntoConnectionInfo,
-    RedisError, RedisResult, ServerErrorKind, TlsMode,
+    RedisError, ServerErrorKind, TlsMode,
 };
 
 use crate::error::{self, Deadlines};
@@ -80,13 +80,13 @@ pub struct RedisStoreBuilder {
 #[derive(Clone, Debug)]
 enum Target {
     /// One server.
-    Server(std::result::Result<ConnectionInfo, RedisError>),
+    Server(std::result::Result<ConnectionInfo, UrlError>),
     /// One server, through a client the caller built.
     Client(Box<Client>),
     /// A Redis Cluster, through these seed nodes.
-    Cluster(std::result::Result<Vec<ConnectionInfo>, RedisError>),
+    Cluster(std::result::Result<Vec<ConnectionInfo>, UrlError>),
     /// The primary Sentinels monitor as `service`.
-    Sentinel { service: String, sentinels: std::result::Result<Vec<ConnectionInfo>, RedisError> },
+    Sentinel { service: String, sentinels: std::result::Result<Vec<ConnectionInfo>, UrlError> },
 }
 
 /// How a Sentinel store reaches the data nodes: credentials, TLS and database of the primary.
@@ -109,14 +109,47 @@ impl fmt::Debug for PrimaryAccess {
     }
 }
 
-fn parse_all<I, S>(urls: I, none: &'static str) -> std::result::Result<Vec<ConnectionInfo>, RedisError>
+/// The URL schemes redis-rs reads (`redis::IntoConnectionInfo` for `&str`).
+const SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys", "redis+unix", "valkey+unix", "unix"];
+
+/// A URL redis-rs did not parse: its error, and the part that is wrong when [`server_url::check`] can name it
+/// (redis-rs says only "did not parse").
+///
+/// [`server_url::check`]: lock_core::server_url::check
+#[derive(Clone, Debug)]
+struct UrlError {
+    client: RedisError,
+    part: Option<String>,
+}
+
+impl UrlError {
+    fn into_lock_error(self, d: Deadlines) -> LockError {
+        match self.part {
+            Some(part) => LockError::invalid(part),
+            None => error::from_redis(self.client, "connect", None, d.connect),
+        }
+    }
+}
+
+/// `url` as redis-rs reads it; a URL it refuses is explained by its part when that can be named.
+fn parse(url: &str) -> std::result::Result<ConnectionInfo, UrlError> {
+    url.into_connection_info().map_err(|client| {
+        let part = match lock_core::server_url::check(url, SCHEMES) {
+            Err(LockError::InvalidArgument(part)) => Some(part.into_owned()),
+            _ => None,
+        };
+        UrlError { client, part }
+    })
+}
+
+fn parse_all<I, S>(urls: I, none: &'static str) -> std::result::Result<Vec<ConnectionInfo>, UrlError>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let nodes = urls.into_iter().map(|url| url.as_ref().into_connection_info()).collect::<RedisResult<Vec<_>>>()?;
+    let nodes = urls.into_iter().map(|url| parse(url.as_ref())).collect::<std::result::Result<Vec<_>, _>>()?;
     if nodes.is_empty() {
-        return Err(RedisError::from((ErrorKind::InvalidClientConfig, none)));
+        return Err(UrlError { client: RedisError::from((ErrorKind::InvalidClientConfig, none)), part: None });
     }
     Ok(nodes)
 }
@@ -125,7 +158,7 @@ impl RedisStoreBuilder {
     /// Settings for the server at `url` (`redis://[user:password@]host[:port][/db]`, `rediss://` for TLS,
     /// `unix://`; see [`redis::Client::open`]). A malformed URL is reported by [`connect`](Self::connect).
     pub fn new(url: &str) -> Self {
-        Self::with_target(Target::Server(url.into_connection_info()))
+        Self::with_target(Target::Server(parse(url)))
     }
 
     /// Settings for the server `client` points at (with the TLS settings of that client; the store's own
@@ -281,9 +314,9 @@ impl RedisStoreBuilder {
     }
 
     /// A client for one server, with the TLS settings.
-    fn server_client(&self, info: &std::result::Result<ConnectionInfo, RedisError>) -> Result<Client> {
+    fn server_client(&self, info: &std::result::Result<ConnectionInfo, UrlError>) -> Result<Client> {
         let d = self.deadlines;
-        let info = info.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+        let info = info.clone().map_err(|err| err.into_lock_error(d))?;
         tls::check_tls_intent(&self.tls, &[tls::is_tls(info.addr())])?;
         let client = match self.tls.certificates()? {
             #[cfg(any(feature = "tls-rustls", feature = "smol-tls-rustls", feature = "tls-native-tls"))]
@@ -316,7 +349,7 @@ impl RedisStoreBuilder {
         let d = self.deadlines;
         let endpoint = match &self.target {
             Target::Cluster(seeds) => {
-                let seeds = seeds.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                let seeds = seeds.clone().map_err(|err| err.into_lock_error(d))?;
                 let nodes = ClusterNodes::new(seeds, self.tls.clone());
                 let cluster = nodes
                     .builder()?
@@ -348,7 +381,7 @@ impl RedisStoreBuilder {
                 Endpoint::server((**client).clone())
             }
             Target::Sentinel { service, sentinels } => {
-                let sentinels = sentinels.clone().map_err(|err| error::from_redis(err, "connect", None, d.connect))?;
+                let sentinels = sentinels.clone().map_err(|err| err.into_lock_error(d))?;
                 let client = self.sentinel_client(service, &sentinels)?;
                 Endpoint::Sentinel(Arc::new(Sentinels::new(client, service.clone(), d.connect)))
             }
@@ -370,6 +403,9 @@ impl RedisStoreBuilder {
     /// probe finds a Redis server there.
     async fn explain_failed_tls(&self, err: LockError) -> LockError {
         let Target::Server(Ok(info)) = &self.target else { return err };
+        if let Some(not_redis) = error::not_redis(&err, info.addr()) {
+            return not_redis;
+        }
         if !matches!(err, LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::Backend { .. }) {
             return err;
         }

@@ -170,7 +170,7 @@ async fn run(endpoint: Endpoint, hub: Weak<ReleaseHub>, mut requests: mpsc::Unbo
             Ok((sink, messages)) => {
                 backoff = RECONNECT_MIN;
                 if reconnecting {
-                    lock_core::telemetry::subscriber_reconnected("redis-rs");
+                    lock_core::telemetry::subscriber_reconnected::<crate::RedisStore>();
                 }
                 reconnecting = true;
                 match serve(sink, messages, &hub, &mut requests, d).await {

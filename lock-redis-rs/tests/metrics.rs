@@ -10,11 +10,5 @@ use lock_testkit::RedisServer;
 async fn subscriber_reconnects_and_commands_are_counted() {
     let server = RedisServer::start().expect("redis-server");
     let lock = Lock::new(RedisStore::connect(&server.url()).await.expect("connect"));
-    lock_testkit::metrics_cases::subscriber_reconnects_and_commands_are_counted(
-        &lock,
-        &server,
-        "redis-rs",
-        "RedisStore",
-    )
-    .await;
+    lock_testkit::metrics_cases::subscriber_reconnects_and_commands_are_counted(&lock, &server, "RedisStore").await;
 }

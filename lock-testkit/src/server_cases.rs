@@ -887,3 +887,35 @@ pub async fn announcements_and_debug_output_never_show_a_token(connect: &UrlFact
         assert!(!messages.iter().any(|m| m.contains(hex)), "a token was published: {hex} in {messages:?}");
     }
 }
+
+/// Review 4, finding 14: a malformed URL is refused naming the part that is wrong (scheme, host, port), not "did not
+/// parse" or a parser's internal kind, and never with its password; a server that does not speak RESP (an HTTP
+/// server on that port) is one line naming it, not a multi-line parse error.
+pub async fn a_bad_url_names_its_part_and_a_server_that_is_not_redis_says_so(connect: &UrlFactory) {
+    for (url, part) in [
+        ("redis//localhost", "scheme"),
+        ("http://localhost", "scheme \"http\""),
+        ("redis://localhost:notaport", "port notaport"),
+        ("redis://:hunter2@:6379", "host is missing"),
+        ("redis://h:99999", "port 99999"),
+        ("redis://[::1", "host"),
+    ] {
+        let err = connect(url.to_owned()).await.err();
+        let message = err.as_ref().map(|e| e.report().to_string()).unwrap_or_default();
+        assert!(matches!(err, Some(LockError::InvalidArgument(_))), "{url}: {err:?}");
+        assert!(message.contains(part), "{url}: the message does not name the {part}: {message}");
+        assert!(!message.contains("hunter2") && !message.contains("did not parse"), "{url}: {message}");
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
+    let server = listener.local_addr().or_panic().to_string();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            use std::io::Write;
+            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let err = connect(format!("redis://{server}")).await.err();
+    let message = err.as_ref().map(|e| e.report().to_string()).unwrap_or_default();
+    assert!(message.contains(&format!("the server at {server} does not speak the Redis protocol")), "{message}");
+    assert_eq!(message.lines().count(), 1, "{message}");
+}

@@ -307,7 +307,7 @@ impl Election {
         let (target, options) = self.prepare(id, value, MAX_WAIT)?;
         let span = tracing::debug_span!("election.campaign", election = self.name(), id);
         let guard = Box::pin(self.lock.take(&target, &options)).instrument(span).await?;
-        tracing::info!(election = self.name(), id, term = ?guard.fencing_token(), "elected");
+        tracing::info!(election = self.name(), id, term = guard.fencing_token().map(|t| t.get()), "elected");
         Ok(Leadership { guard, election: self.clone() })
     }
 

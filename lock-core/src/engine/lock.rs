@@ -33,6 +33,10 @@ use crate::seam::transport::Call;
 use crate::token::{FencingToken, Token};
 use crate::{rt, telemetry};
 
+/// The `outcome` of a release that found its lock gone or taken while the guard still held it (within its validity):
+/// deleted from under it, not overrun.
+const DELETED_WHILE_HELD: &str = "deleted_while_held";
+
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -373,7 +377,7 @@ impl Lock {
         }
         let token = inflight.disarm();
         let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
-        tracing::debug!(resource = target.label(), ?fences, instances = ?held_on, "lock acquired");
+        tracing::debug!(resource = target.label(), fence = fences.first().copied().flatten(), instances = ?held_on, "lock acquired");
         let fences = fences.into_iter().map(|f| f.map(FencingToken::new)).collect();
         let renew_at = options.auto_renew().map(|policy| started + policy.interval(ttl));
         let held = Held { token, fences, on_demand, held_on, valid_until, call_timeout, started, renew_at };
@@ -417,7 +421,8 @@ impl Lock {
             _ if lease < ttl => Some(now),
             _ => None,
         };
-        tracing::debug!(resource = target.label(), fence = ?fences.first(), ?lease, "lock granted by a release");
+        let fence = fences.first().copied().flatten().map(FencingToken::get);
+        tracing::debug!(resource = target.label(), fence, ?lease, "lock granted by a release");
         let call_timeout = self.call_timeout(ttl);
         let held = Held {
             token: token.clone(),
@@ -438,7 +443,8 @@ impl Lock {
         let deployment = self.deployment();
         // The guard's own span: the watchdog runs in it, and it lives as long as the guard, so it is not a child of
         // the acquire's span (which would then stay open) but follows from it.
-        let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence = ?held.fences.first().copied().flatten());
+        let fence = held.fences.first().copied().flatten().map(FencingToken::get);
+        let span = tracing::debug_span!(parent: None, "lock.held", resource = target.label(), deployment, fence);
         span.follows_from(tracing::Span::current());
         let state = Arc::new(GuardState {
             granted_at: now,
@@ -916,23 +922,47 @@ impl GuardState {
             outcome = tracing::field::Empty,
         );
         let held = self.granted_at.elapsed();
+        // Whether this guard still believed it held when its release left: not lost before (`stop` marked it
+        // released, which a loss found earlier keeps), and within its validity. A release that then finds the lock
+        // gone was deleted from under it, not overrun (review 4: a forced release was reported as a holder that
+        // overran its TTL).
+        let believed = self.lost.reason() == Some(LostReason::Released) && Instant::now() < self.lost.valid_until();
         let result = self.release_now().instrument(span.clone()).await;
         let quorum = self.instances.quorum;
         match &result {
             Ok(reports) => {
+                // One outcome for the span, however many resources: the first that was not released, else released.
+                let mut spanned: Option<&'static str> = None;
                 for (keys, report) in self.target.resources().iter().zip(reports) {
                     let outcome = report.outcome(quorum);
-                    let name = outcome.label();
-                    span.record("outcome", name);
+                    let name = match outcome {
+                        ReleaseOutcome::Released => outcome.label(),
+                        _ if believed => DELETED_WHILE_HELD,
+                        _ => outcome.label(),
+                    };
+                    if spanned.is_none_or(|s| s == ReleaseOutcome::Released.label()) {
+                        spanned = Some(name);
+                    }
                     telemetry::release(name, self.target.kind().as_str(), self.deployment, keys.resource(), held);
-                    if outcome != ReleaseOutcome::Released {
-                        tracing::warn!(
+                    match (outcome, believed) {
+                        (ReleaseOutcome::Released, _) => {}
+                        (_, true) => tracing::warn!(
+                            resource = keys.resource(),
+                            outcome = name,
+                            ?held,
+                            "lock deleted while held: the release found it gone or taken before its validity ended \
+                             (a forced release, another client's delete, or a failover that lost it)"
+                        ),
+                        (_, false) => tracing::warn!(
                             resource = keys.resource(),
                             outcome = name,
                             ?held,
                             "lock held past its TTL: the release found it expired or taken by another owner"
-                        );
+                        ),
                     }
+                }
+                if let Some(outcome) = spanned {
+                    span.record("outcome", outcome);
                 }
             }
             Err(err) => {

@@ -63,9 +63,14 @@
 //! per slot: the permits of different slots are meant to write side by side), a write lock's, an election's term,
 //! a job run's. Fences of one lock only: a guard compares numbers, and another lock's are unrelated to them.
 //!
+//! # Observe right after acquiring
+//! A new holder's first step should be [`observe`](FencedResource::observe) (or a read through
+//! [`get`](FencedResource::get)): it records the new fence at once, so an older holder that paused is refused from
+//! that moment rather than only from the new holder's first write, which may come much later.
+//!
 //! # Outside Redis
 //! The same rule works in any store that can compare and write in one step. SQL:
-//! `UPDATE accounts SET balance = $2, fence = $3 WHERE id = $1 AND fence <= $3`, where zero rows updated means a
+//! `UPDATE accounts SET balance = $3, fence = $2 WHERE id = $1 AND fence <= $2`, where zero rows updated means a
 //! newer holder has written (the `examples` crate runs this against SQLite). An object store: write only if the
 //! fence in the object's metadata is not above yours, with the store's conditional put.
 //!
@@ -327,6 +332,13 @@ impl FencedResource {
     }
 
     async fn apply(&self, fence: FencingToken, write: Write<'_>) -> Result<Reply> {
+        let operation = write.name;
+        let result = self.apply_unrecorded(fence, write).await;
+        crate::telemetry::fenced_write(&self.guard, operation, &result);
+        result
+    }
+
+    async fn apply_unrecorded(&self, fence: FencingToken, write: Write<'_>) -> Result<Reply> {
         for key in write.keys {
             check_key(key)?;
             if *key == &*self.guard {

@@ -10,5 +10,6 @@ pub(crate) mod mutex_calls;
 pub(crate) mod notify;
 pub mod scripts;
 pub mod server_error;
+pub mod server_url;
 pub(crate) mod store;
 pub mod transport;

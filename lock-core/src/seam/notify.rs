@@ -871,22 +871,27 @@ mod tests {
         head.first_try(later);
         head.renewed(later, &[]);
         let listener = head.listen_token().unwrap();
+        // Announcements name a waiter by the SHA-1 of its token, never the token (a capability): the token itself
+        // names nobody.
+        let (id, peer_id) = (waiter_id(&tok), waiter_id(&peer));
         hub.deliver("c", format!("{}+1766000000000001 {tok}", "f".repeat(16)).as_bytes());
+        assert_eq!(head.take_grant(), None, "an announcement naming the token itself was taken");
+        hub.deliver("c", format!("{}+1766000000000001 {id}", "f".repeat(16)).as_bytes());
         assert!(tokio::time::timeout(Duration::from_millis(100), listener).await.is_ok(), "the grantee is woken");
         assert_eq!(head.take_grant(), Some(Granted { fence: Some(1_766_000_000_000_001), since: Some(first) }));
         assert_eq!(head.take_grant(), None, "a grant is taken once");
         assert_eq!(other.take_grant(), None, "a grant is for its token only");
         // Without a token; and a fence that does not parse, which makes the grant unusable from the announcement.
-        hub.deliver("c", format!("o+ {tok}").as_bytes());
+        hub.deliver("c", format!("o+ {id}").as_bytes());
         assert_eq!(head.take_grant(), Some(Granted { fence: None, since: Some(first) }));
-        hub.deliver("c", format!("o+1.7e15 {tok}").as_bytes());
+        hub.deliver("c", format!("o+1.7e15 {id}").as_bytes());
         assert_eq!(head.take_grant(), Some(Granted { fence: None, since: None }));
         // A waiter whose first try is not known (a peer's renewals do not tell it) gets no starting point: it tries.
         head.renewed(std::time::Instant::now(), std::slice::from_ref(&peer));
-        hub.deliver("c", format!("o+ {peer}").as_bytes());
+        hub.deliver("c", format!("o+ {peer_id}").as_bytes());
         assert_eq!(other.take_grant(), Some(Granted { fence: None, since: None }));
         // A telling announcement carries no grant.
-        hub.deliver("c", format!("o {tok}").as_bytes());
+        hub.deliver("c", format!("o {id}").as_bytes());
         assert_eq!(head.take_grant(), None);
     }
 

@@ -345,7 +345,7 @@ impl Lock {
         let [permits, _, grants, _] = keys.semaphore();
         let record = format!("{}:info", keys.lock());
         let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants, &record];
-        let span = tracing::debug_span!("lock.inspect", resource, deployment = %self.deployment());
+        let span = tracing::debug_span!("lock.inspect", resource, deployment = self.deployment());
         let calls = self.stores().iter().map(|store| {
             let call = Call::script("inspect", &scripts::INSPECT, &call_keys, &[]);
             async move { parse_state(&self.call_bounded(store.as_ref(), call).await?) }
@@ -434,7 +434,7 @@ impl Lock {
         let [permits, slots, grants, limit] = keys.semaphore();
         let call_keys =
             [keys.lock(), keys.channel(), keys.awaited(), &queue, &readers, &permits, &grants, &slots, &limit];
-        let span = tracing::debug_span!("lock.force_release", resource, deployment = %self.deployment());
+        let span = tracing::debug_span!("lock.force_release", resource, deployment = self.deployment());
         let calls = self.stores().iter().map(|store| {
             let sharded = if store.topology() == Topology::Cluster { "1" } else { "0" };
             let (call_keys, expect) = (&call_keys, expect.as_str());
