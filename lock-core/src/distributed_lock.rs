@@ -53,12 +53,14 @@ impl Capabilities {
 /// ```
 #[async_trait]
 pub trait DistributedLock: Send + Sync + Debug {
-    /// Tries once, without waiting: `Some(guard)` if the lock was free, `None` if someone holds it.
+    /// Tries once, without waiting: `Some(guard)` if the lock was free, `None` if someone holds it. Whatever sits
+    /// at the lock key holds it: this library's token, another library's (another language's lock on the same key),
+    /// or a key of another type (a Redisson hash).
     ///
     /// # Errors
     /// [`InvalidArgument`](crate::LockError::InvalidArgument) before any I/O for bad input; backend errors
     /// ([`Unavailable`](crate::LockError::Unavailable), [`Timeout`](crate::LockError::Timeout),
-    /// [`WrongType`](crate::LockError::WrongType), …); [`ValidityExhausted`](crate::LockError::ValidityExhausted)
+    /// [`WrongType`](crate::LockError::WrongType) for a fencing counter or mark of another type, …); [`ValidityExhausted`](crate::LockError::ValidityExhausted)
     /// when the grant arrived too late to be valid (it was given back).
     ///
     /// # Cancel safety

@@ -103,8 +103,9 @@ async fn fence_after_restart_exceeds_fence_before() {
     guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
 }
 
-/// A foreign value on the lock key or the fencing counter is `WrongType` naming that key, with fred's error as
-/// source, from acquire, extend, release and raise-fence alike.
+/// A lock key of another type (another library's lock: a Redisson hash) holds the lock: acquire finds it held, and
+/// extend, release and raise-fence find it another owner's, typed, never a backend error (issue 48). A fencing
+/// counter of another type is `WrongType` naming that key, with fred's error as source.
 #[tokio::test]
 async fn wrongtype_is_typed_and_names_the_key() {
     let server = server();
@@ -115,22 +116,20 @@ async fn wrongtype_is_typed_and_names_the_key() {
 
     let hash = keys("hash");
     command(&server, &["HSET", hash.lock(), "field", "value"]);
-    let expect_lock_key = |what: &str, result: Result<(), LockError>| match result {
-        Err(ref err @ LockError::WrongType { ref key, .. }) => {
-            assert_eq!(key, hash.lock(), "{what}");
-            assert!(is_fred_source(err), "{what}: source is not fred's error: {err:?}");
-        }
-        other => panic!("{what}: expected WrongType, got {other:?}"),
-    };
-    expect_lock_key("acquire", lock.try_acquire("hash", &opts).await.map(|_| ()));
-    expect_lock_key("extend", store.extend(&hash, &token, ms(1_000)).await.map(|_| ()));
-    expect_lock_key("release", store.release(&hash, &token).await.map(|_| ()));
-    expect_lock_key("raise_fence", store.raise_fence(&hash, &token, 7).await.map(|_| ()));
+    assert!(lock.try_acquire("hash", &opts).await.expect("acquire over a hash").is_none(), "a hash holds the lock");
+    let extended = store.extend(&hash, &token, ms(1_000)).await.expect("extend over a hash");
+    assert_eq!(extended, lock_core::ExtendReply::OwnedByOther);
+    assert_eq!(store.release(&hash, &token).await.expect("release over a hash"), ReleaseOutcome::OwnedByOther);
+    assert!(!store.raise_fence(&hash, &token, 7).await.expect("raise-fence over a hash"));
+    assert_eq!(command(&server, &["TYPE", hash.lock()]).as_text().as_deref(), Some("hash"), "the hash was touched");
 
     let counter = keys("counter");
     command(&server, &["SET", counter.fence(), "not-a-number"]);
     match lock.try_acquire("counter", &opts).await {
-        Err(LockError::WrongType { key, .. }) => assert_eq!(key, counter.fence()),
+        Err(ref err @ LockError::WrongType { ref key, .. }) => {
+            assert_eq!(key, counter.fence());
+            assert!(is_fred_source(err), "the source is not fred's error: {err:?}");
+        }
         other => panic!("expected WrongType on the fencing counter, got {other:?}"),
     }
     // The check runs before any write: the lock key was not set.

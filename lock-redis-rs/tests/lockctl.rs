@@ -332,8 +332,9 @@ async fn watch_whose_subscription_drops_polls_on_its_interval() {
     let _ = child.wait();
 }
 
-/// Review finding 6: a key of another type under the prefix is skipped and reported; the other locks are listed.
-/// Finding 7: a key planted with a newline in its name forges no row.
+/// Review finding 6: a name whose keys another client broke (a fencing counter that is not a number) is skipped and
+/// reported; the other locks are listed. A lock key of another type is another library's lock (issue 48): listed as
+/// a foreign holder, with no expiry flagged. Finding 7: a key planted with a newline in its name forges no row.
 #[tokio::test]
 async fn list_skips_foreign_keys_and_lists_the_rest() {
     let server = RedisServer::start().expect("redis-server");
@@ -342,18 +343,22 @@ async fn list_skips_foreign_keys_and_lists_the_rest() {
     let _a = lock.acquire("a", &labelled("holder a", 30_000)).await.unwrap();
     let _b = lock.acquire("b", &labelled("holder b", 30_000)).await.unwrap();
     assert!(!server.command(&["HSET", "lock:{foreign}", "f", "v"]).unwrap().is_error());
+    assert!(!server.command(&["SET", "lock:{broken}", "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
+    assert!(!server.command(&["SET", "lock:{broken}:fence", "not a number"]).unwrap().is_error());
     let forged = "lock:{x\nforged-row    holder    00000000}";
     assert!(!server.command(&["SET", forged, "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
 
     let out = run(&url, &["list"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = stdout(&out);
-    assert_eq!(text.lines().count(), 3, "a header and two locks: {text}");
+    assert_eq!(text.lines().count(), 4, "a header and three locks: {text}");
     assert!(text.contains("holder a") && text.contains("holder b") && !text.contains("forged"), "{text}");
+    let foreign = text.lines().find(|l| l.starts_with("foreign")).unwrap_or_else(|| panic!("{text}"));
+    assert!(foreign.contains("no expiry"), "a holder without expiry is flagged: {foreign}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("skipped \"foreign\"") && stderr.lines().count() == 1, "{stderr}");
+    assert!(stderr.contains("skipped \"broken\"") && stderr.lines().count() == 1, "{stderr}");
     let doc = json(&run(&url, &["list", "--json"]));
-    assert_eq!(doc.as_array().map(Vec::len), Some(2), "{doc}");
+    assert_eq!(doc.as_array().map(Vec::len), Some(3), "{doc}");
 
     let newline = run(&url, &["inspect", "a\nb"]);
     assert_eq!(newline.status.code(), Some(2), "a name with a newline is a usage error: {newline:?}");

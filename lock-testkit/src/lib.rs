@@ -57,6 +57,7 @@ pub mod election_conformance;
 pub mod explorer;
 pub mod fair_conformance;
 pub mod fenced_conformance;
+pub mod foreign_conformance;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
@@ -278,6 +279,7 @@ macro_rules! conformance_tests {
         $crate::semaphore_tests!($runtime, $subject);
         $crate::rwlock_tests!($runtime, $subject);
         $crate::fenced_tests!($runtime, $subject);
+        $crate::foreign_tests!($runtime, $subject);
     };
     (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
         $crate::__subject_cases!(conformance; $runtime, $subject; $($case),*);
@@ -463,6 +465,23 @@ macro_rules! rwlock_fault_tests {
             a_retried_acquire_returns_the_same_grant,
             ten_thousand_cancelled_acquires_leave_nothing_behind,
         );
+    };
+}
+
+/// Writes one `#[test]` per case of [`foreign_conformance`] ([`conformance_tests!`] includes them): whatever another
+/// library leaves at a lock's key holds the lock. `foreign_tests!(RUNTIME, SUBJECT)`, as [`conformance_tests!`]; the
+/// subject must wrap a [`lock_core::Lock`] ([`Subject::engine`]).
+#[macro_export]
+macro_rules! foreign_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::foreign_tests!(@cases $runtime, $subject;
+            a_foreign_holder_of_any_type_holds_the_lock,
+            a_waiter_takes_the_lock_when_the_foreign_holder_expires,
+            a_release_or_extension_that_finds_a_foreign_holder_is_typed,
+        );
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $crate::__subject_cases!(foreign_conformance; $runtime, $subject; $($case),*);
     };
 }
 

@@ -302,7 +302,8 @@ pub async fn every_error_says_its_cause_once(connect: &UrlFactory) {
     let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
     let mut errors = Vec::new();
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
-    server.command(&["HSET", "lock:{foreign}", "f", "v"]).or_panic();
+    // A fencing counter of another type (a lock key of another type is another library's lock: it holds).
+    server.command(&["HSET", "lock:{foreign}:fence", "f", "v"]).or_panic();
     errors.push(("wrong type", lock.try_acquire("foreign", &LockOptions::new(ms(5_000))).await.err(), "WRONGTYPE"));
     let limited = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     let refused = limited.try_acquire("no-incrby", &LockOptions::new(ms(5_000))).await.err();

@@ -1,5 +1,9 @@
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+if value ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', KEYS[2], 'value', ARGV[2])

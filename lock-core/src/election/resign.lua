@@ -11,7 +11,10 @@ if KEYS[8] then
     return redis.error_reply('WRONGTYPE election promise ' .. KEYS[8] .. ' holds a value that is not a promise')
   end
 end
-local value = redis.call('GET', KEYS[1])
+local value, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
+end
 if value ~= ARGV[1] and KEYS[6] then
   redis.call('HSET', KEYS[6], ARGV[1], '1')
   if redis.call('PTTL', KEYS[6]) < tonumber(ARGV[4]) then

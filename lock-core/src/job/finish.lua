@@ -13,7 +13,10 @@ local given_back = ARGV[2] == 'given_back'
 if given_back and KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[1] then
   redis.call('DEL', KEYS[4])
 end
-local value = redis.call('GET', KEYS[1])
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
 if value ~= ARGV[1] then
   return value and -1 or 0
 end

@@ -1,10 +1,6 @@
 
 local fencing = ARGV[3] == '1'
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
-kind = redis.call('TYPE', KEYS[3]).ok
+local kind = redis.call('TYPE', KEYS[3]).ok
 if kind ~= 'none' and kind ~= 'hash' then
   return redis.error_reply('WRONGTYPE job record ' .. KEYS[3] .. ' is not a hash')
 end
@@ -22,7 +18,10 @@ if fencing then
     return refused
   end
 end
-local holder = redis.call('GET', KEYS[1])
+local holder, refused_lock = lock_value(KEYS[1])
+if refused_lock then
+  return refused_lock
+end
 if holder == ARGV[1] then
   -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

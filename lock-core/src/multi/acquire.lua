@@ -7,9 +7,9 @@ local fencing = ARGV[3] == '1'
 local values, counters = {}, {}
 for i = 1, n do
   local lock = KEYS[2 * i - 1]
-  local value = redis.pcall('GET', lock)
-  if type(value) == 'table' then
-    return redis.error_reply('WRONGTYPE lock key ' .. lock .. ' holds a value that is not a lock')
+  local value, refused = lock_value(lock)
+  if refused then
+    return refused
   end
   values[i] = value
   if fencing then

@@ -327,7 +327,8 @@ impl Lock {
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name or a bad prefix (before any I/O); when no instance answers,
     /// the first instance's error ([`Unavailable`](LockError::Unavailable), [`Timeout`](LockError::Timeout),
-    /// [`WrongType`](LockError::WrongType) for a key of another type, [`Auth`](LockError::Auth) when an ACL
+    /// [`WrongType`](LockError::WrongType) for a key of another type beside the lock key (a lock key of another type
+    /// is another library's lock, shown as a [foreign](Holder::foreign) holder), [`Auth`](LockError::Auth) when an ACL
     /// refuses, [`Unsupported`](LockError::Unsupported) for a store that runs no scripts). With several instances,
     /// each one's error is in [`Inspection::instances`].
     ///

@@ -56,7 +56,8 @@ macro_rules! next_waiting_prelude {
 }
 
 /// What every script that reads a lock key of any holder starts with: `lock_value(key)` is the key's value (`false`
-/// when absent), or `nil` and a `WRONGTYPE` reply when the key holds another type, checked before any write.
+/// when absent), or `'type:<type>'` when the key holds another type (another library's lock, a Redisson hash say:
+/// it holds the lock, and no token equals that value), or `nil` and the server's refusal (an ACL's).
 macro_rules! lock_prelude {
     () => {
         include_str!("lock.lua")
@@ -71,8 +72,9 @@ macro_rules! lock_prelude {
 /// [`AcquireRequest::fence_floor`](crate::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
 /// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up).
 /// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
-/// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). Errors with `WRONGTYPE` when a key holds a foreign value;
-/// that check runs before any write.
+/// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). A lock key of another
+/// type (another library's lock) is held like any other; the fence, mark or waiting key of another type is refused
+/// with `WRONGTYPE` before any write.
 ///
 /// The fencing counter becomes `max(counter + 1, server time in µs)`. The time floor keeps tokens increasing
 /// when a server restarts without persistence and the counter key is gone: the next token starts above every
@@ -99,7 +101,7 @@ pub static ACQUIRE: Script = Script::new(
 );
 
 /// What holds the lock key, after a plain `SET key token NX PX ttl` (the acquire of a lock without fencing) found
-/// it taken: the holder's remaining TTL, or `WRONGTYPE` when the key is not a lock at all.
+/// it taken: the holder's remaining TTL (a key of another type, another library's lock, holds it too).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` the release mark, `KEYS[3]` the waiting processes; `ARGV[1]` (optional) the
 /// trying process's origin. Reply: the PTTL in ms (the lock is marked as awaited and the process lined up, as by
@@ -138,7 +140,7 @@ pub static HOLDER: Script =
 /// `PUBLISH`, 1–1.7 µs with `SPUBLISH`, and the `PUBLISH` cost grows with the number of nodes. Cluster stores
 /// therefore announce with `SPUBLISH` and listen with `SSUBSCRIBE`; single servers keep `PUBLISH`.
 pub static RELEASE: Script =
-    Script::new("release", concat!(next_waiting_prelude!(), include_str!("mutex/release.lua")));
+    Script::new("release", concat!(lock_prelude!(), next_waiting_prelude!(), include_str!("mutex/release.lua")));
 
 /// Pass on a wake-up: a process that a release (or another pass) woke, but that has no waiter left for the lock
 /// (they gave up, were cancelled, or took the lock another way), leaves the line and wakes the next waiting process
@@ -156,7 +158,7 @@ pub static PASS_ON: Script =
 ///
 /// `KEYS[1]` lock key; `ARGV[1]` token, `ARGV[2]` TTL in ms. Reply: `1` extended, `0` absent, `-1` held by
 /// another token.
-pub static EXTEND: Script = Script::new("extend", include_str!("mutex/extend.lua"));
+pub static EXTEND: Script = Script::new("extend", concat!(lock_prelude!(), include_str!("mutex/extend.lua")));
 
 /// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
 ///
@@ -164,14 +166,15 @@ pub static EXTEND: Script = Script::new("extend", include_str!("mutex/extend.lua
 /// the floor (decimal). Reply: `1` done, `0` not our lock. With a leader record that is this token's, its term
 /// becomes the floor too: the term the leader was elected with is the highest over its quorum, and each instance's
 /// record must name that one, or observers reading a quorum find records that disagree and see no leader.
-pub static RAISE_FENCE: Script = Script::new("raise-fence", include_str!("mutex/raise_fence.lua"));
+pub static RAISE_FENCE: Script =
+    Script::new("raise-fence", concat!(lock_prelude!(), include_str!("mutex/raise_fence.lua")));
 
 /// Draw a fencing token for a lock already held ([`Fencing::OnDemand`](crate::Fencing::OnDemand)): advance the
 /// counter as [`ACQUIRE`] does, only while the lock key holds our token.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token. Reply: the new counter value (≥ 1), `0` when the lock
-/// key is gone, `-1` when it holds another token. Errors with `WRONGTYPE` for a lock key or counter of another type,
-/// before any write.
+/// key is gone, `-1` when it holds another token (or a value of another type). Errors with `WRONGTYPE` for a counter
+/// of another type, before any write.
 ///
 /// The same rule as a token drawn with the grant: the check and the increment are one step, holds of a resource
 /// never overlap on the server, so a token drawn during a hold is above every token drawn during an earlier one
@@ -197,7 +200,13 @@ pub static FENCE: Script =
 /// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
-    concat!(fencing_prelude!(), awaited_prelude!(), waiting_prelude!(), include_str!("../../multi/acquire.lua")),
+    concat!(
+        lock_prelude!(),
+        fencing_prelude!(),
+        awaited_prelude!(),
+        waiting_prelude!(),
+        include_str!("../../multi/acquire.lua")
+    ),
 );
 
 /// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
@@ -233,7 +242,7 @@ pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("../.
 /// The record is `{holder, token, started_ms, at_least_ms, finished_ms, outcome}`; it has no TTL (one small hash per
 /// job, like the fencing counter), so the last run stays readable.
 pub static JOB_START: Script =
-    Script::new("job-start", concat!(fencing_prelude!(), include_str!("../../job/start.lua")));
+    Script::new("job-start", concat!(lock_prelude!(), fencing_prelude!(), include_str!("../../job/start.lua")));
 
 /// Job finish: owner-checked; keeps the lock until `at_least_for` after the start (on the server's clock), else
 /// releases it, and records the outcome.
@@ -246,7 +255,8 @@ pub static JOB_START: Script =
 /// updated only while it is this run's (same token), whatever the lock key holds. A give-back keeps nothing: the
 /// lock is released at once (no `at_least_for`) and the tick, if this start claimed it, is forgotten, so the firing
 /// is not burned by a run that never ran.
-pub static JOB_FINISH: Script = Script::new("job-finish", include_str!("../../job/finish.lua"));
+pub static JOB_FINISH: Script =
+    Script::new("job-finish", concat!(lock_prelude!(), include_str!("../../job/finish.lua")));
 
 /// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
 /// type gets our message; anything else, an ACL refusal say, goes back as it came); and `waiter_id`, the id an
@@ -346,8 +356,8 @@ pub static FAIR_RELEASE: Script = Script::new(
 /// PTTL, the fencing counter (`''` when never advanced), the release mark's PTTL (positive while a try that found
 /// the lock held may still wait) and how many waiters a fair queue holds; then four items per live shared holder
 /// (at most 1000 of each kind): `'r'` or `'p'`, its token, its time left in ms and a permit's slots (comma
-/// separated). A key of another type is `WRONGTYPE`, as in every script; the counter's content is checked by the
-/// client.
+/// separated). A lock key of another type reads as the value `type:<type>` (a foreign holder); any other key of
+/// another type is `WRONGTYPE`, as in every script; the counter's content is checked by the client.
 pub static INSPECT: Script = Script::new(
     "inspect",
     concat!(
@@ -372,7 +382,8 @@ pub static INSPECT: Script = Script::new(
 /// deleted, …}`, then four items per holder (`'x'` the lock key's holder, `'r'` a reader or `'p'` a permit; its
 /// value; its time left; a permit's slots), first the `deleted` holders deleted, then those kept (not expected);
 /// `code` is `1` when something was deleted, `0` when nobody held the name, `2` when only others than expected hold
-/// it (nothing deleted, nothing announced). A key of another type is `WRONGTYPE` and kept.
+/// it (nothing deleted, nothing announced). A lock key of another type is a holder (value `type:<type>`); any other
+/// key of another type is `WRONGTYPE` and kept.
 pub static FORCE_RELEASE: Script = Script::new(
     "force-release",
     concat!(
@@ -421,7 +432,8 @@ pub static ELECT: Script = Script::new(
 /// Renew a leadership: compare-and-`PEXPIRE` of the lock key and the leader record together.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record; `ARGV[1]` token, `ARGV[2]` lease in ms. Reply: as [`EXTEND`].
-pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("../../election/renew.lua"));
+pub static ELECTION_RENEW: Script =
+    Script::new("election-renew", concat!(lock_prelude!(), include_str!("../../election/renew.lua")));
 
 /// Resign: compare-and-delete of the lock key and the leader record; wakes a waiting candidate (only when one
 /// marked the key, as [`RELEASE`]) and always tells observers.
@@ -438,13 +450,14 @@ pub static ELECTION_RENEW: Script = Script::new("election-renew", include_str!("
 /// delayed `ELECT` on another connection, say) notes the token in `KEYS[6]` for one lease: should that `ELECT`
 /// arrive later, [`ELECT`] refuses it, so observers never see a leader that gave its candidacy up.
 pub static RESIGN: Script =
-    Script::new("resign", concat!(next_waiting_prelude!(), include_str!("../../election/resign.lua")));
+    Script::new("resign", concat!(lock_prelude!(), next_waiting_prelude!(), include_str!("../../election/resign.lua")));
 
 /// Proclaim: replace the leader's value, only while the lock key holds our token; tells observers.
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` leader record, `KEYS[3]` leader channel; `ARGV[1]` token, `ARGV[2]` the value,
 /// `ARGV[3]` origin, `ARGV[4]` `"1"` for `SPUBLISH`. Reply: `1` done, `0` not the leader.
-pub static PROCLAIM: Script = Script::new("proclaim", include_str!("../../election/proclaim.lua"));
+pub static PROCLAIM: Script =
+    Script::new("proclaim", concat!(lock_prelude!(), include_str!("../../election/proclaim.lua")));
 
 /// The current leader, read in one step: its record only while the lock key still holds the record's token (a
 /// plain lock on the same name, or a record outliving its leader, is no leader).

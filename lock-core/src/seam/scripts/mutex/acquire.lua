@@ -19,9 +19,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, advance(KEYS[2], current, floor)}
 end
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
+-- Held: by a token, or by a key of another type (another library's lock), which holds it as well.
 local pttl = redis.call('PTTL', KEYS[1])
 local refused = line_up(KEYS[4], KEYS[3], ARGV[5], pttl)
 if refused then

@@ -1,5 +1,8 @@
 
-local value = redis.call('GET', KEYS[1])
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
 if value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1

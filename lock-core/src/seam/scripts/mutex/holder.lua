@@ -1,12 +1,9 @@
 
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind == 'none' then
+-- A key of any type holds the lock (another library's lock may be a hash); a key gone means free.
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
   return -2
 end
-if kind ~= 'string' then
-  return redis.error_reply('WRONGTYPE lock key ' .. KEYS[1] .. ' holds a value that is not a lock')
-end
-local pttl = redis.call('PTTL', KEYS[1])
 local refused = line_up(KEYS[3], KEYS[2], ARGV[1], pttl)
 if refused then
   return refused

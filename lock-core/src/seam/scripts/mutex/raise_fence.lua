@@ -5,7 +5,11 @@ if KEYS[3] then
     return redis.error_reply('WRONGTYPE leader record ' .. KEYS[3] .. ' is not a hash')
   end
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+if value ~= ARGV[1] then
   return 0
 end
 local raw = redis.pcall('GET', KEYS[2])

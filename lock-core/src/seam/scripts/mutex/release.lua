@@ -1,5 +1,8 @@
 
-local value = redis.call('GET', KEYS[1])
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
 if value == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[3]) > 1 then
     local first, others = next_waiting(KEYS[4], ARGV[2])
