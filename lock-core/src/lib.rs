@@ -97,6 +97,7 @@ mod error;
 pub mod fenced;
 mod holder;
 pub mod job;
+pub mod layout;
 pub mod lease;
 mod lost;
 #[cfg(feature = "memory")]
@@ -104,6 +105,7 @@ mod memory;
 pub mod multi;
 mod mutex;
 mod options;
+mod redisson;
 mod resource;
 pub mod rt;
 pub mod rwlock;
@@ -124,6 +126,7 @@ pub use error::{AclRefusal, BoxError, LockError, NotRedis, PlainTextServer, Repo
 pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
+pub use layout::KeyLayout;
 pub use lost::{LostReason, LostSignal};
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;

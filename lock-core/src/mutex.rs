@@ -258,7 +258,13 @@ impl Lock {
     /// The lock on `resource` (a fair lock with a fair-queue option), after checking the options, before any I/O.
     fn prepare(&self, resource: &str, options: &LockOptions) -> Result<Arc<dyn Primitive>> {
         self.check(options)?;
-        let keys = LockKeys::new(self.key_prefix(), resource)?;
+        let keys = self.keys(resource)?;
+        if self.layout().kind == crate::layout::LayoutKind::Redisson {
+            if options.fair_queue().is_some() || self.stores().len() > 1 {
+                return Err(LockError::invalid("Redisson's layout is for a lock on one store, without a fair queue"));
+            }
+            return Ok(Arc::new(crate::redisson::RedissonTarget::new(keys)));
+        }
         Ok(match options.fair_queue() {
             None => Arc::new(MutexTarget::one(keys)),
             Some(_) if self.stores().len() > 1 => {
@@ -266,7 +272,10 @@ impl Lock {
                     "a fair queue needs one instance: over Redlock each instance would order the waiters on its own",
                 ))
             }
-            Some(waiter_ttl) => Arc::new(crate::engine::fair::FairTarget::new(keys, waiter_ttl)),
+            Some(waiter_ttl) => {
+                let keys = self.keys_without_peer_release("a fair lock", resource)?;
+                Arc::new(crate::engine::fair::FairTarget::new(keys, waiter_ttl))
+            }
         })
     }
 

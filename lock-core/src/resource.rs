@@ -44,6 +44,25 @@ pub struct LockKeys {
     text: String,
     /// Where each part of `text` ends: resource, lock, fence, channel, mark (the waiting processes end `text`).
     ends: [usize; 5],
+    /// Under another library's layout: what the keys beside the lock key are named after (the lock key itself when
+    /// it has a hash tag, else `{<lock key>}`, so they share its Cluster slot), and what its releases need. `None`
+    /// under the native layout, where that is the lock key (no allocation on the default path).
+    peer: Option<std::sync::Arc<PeerKeys>>,
+}
+
+/// The parts of a lock's keys another library's layout adds (see [`LockKeys::for_layout`]).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PeerKeys {
+    /// The name the keys beside the lock key are derived from.
+    base: String,
+    /// What a release does for the peer's waiters, and how ours hear the peer.
+    release: crate::layout::Peer,
+}
+
+impl std::hash::Hash for crate::layout::Peer {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (&self.signal, &self.message, self.heard, self.poll).hash(state);
+    }
 }
 
 /// The suffixes of the keys derived from the lock key, in the order `text` holds them.
@@ -95,7 +114,119 @@ impl LockKeys {
                 *end = text.len();
             }
         }
-        Ok(LockKeys { text, ends })
+        Ok(LockKeys { text, ends, peer: None })
+    }
+
+    /// Derives the keys for `resource` under `layout` (see [`KeyLayout`](crate::KeyLayout)); `prefix` applies to the
+    /// native layout only (another library's layout has its own).
+    ///
+    /// ```
+    /// use lock_core::{KeyLayout, LockKeys};
+    /// let keys = LockKeys::for_layout(&KeyLayout::python_redis_lock(), "lock:", "orders/42")?;
+    /// assert_eq!(keys.lock(), "lock:orders/42");
+    /// assert_eq!(keys.fence(), "{lock:orders/42}:fence"); // the lock key's Cluster slot
+    /// let keys = LockKeys::for_layout(&KeyLayout::redisson(), "lock:", "orders")?;
+    /// assert_eq!((keys.lock(), keys.channel()), ("orders", "redisson_lock__channel:{orders}"));
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a name that breaks the rule of [`new`](Self::new), or, for the native
+    /// layout, a bad prefix.
+    pub fn for_layout(layout: &crate::KeyLayout, prefix: &str, resource: &str) -> Result<Self> {
+        use crate::layout::{redisson_prefix_name, LayoutKind, Peer};
+        let raw = match &layout.kind {
+            LayoutKind::Native => return Self::new(prefix, resource),
+            LayoutKind::Raw(raw) => raw,
+            LayoutKind::Redisson => {
+                validate_name(resource)?;
+                let release = Peer { signal: None, message: Some("0".to_owned()), heard: true, poll: None };
+                let base = Self::base_of(resource);
+                let fence = redisson_prefix_name("redisson_lock_token", resource);
+                let channel = redisson_prefix_name("redisson_lock__channel", resource);
+                return Ok(Self::packed(resource, resource, base, &fence, &channel, release));
+            }
+        };
+        validate_name(resource)?;
+        if raw.prefix.chars().any(char::is_control) {
+            return Err(LockError::invalid("key prefix must not contain control characters"));
+        }
+        let lock = format!("{}{resource}", raw.prefix);
+        let base = Self::base_of(&lock);
+        let channel = match &raw.channel {
+            Some(channel) => format!("{channel}{lock}"),
+            None => format!("{base}:released"),
+        };
+        let release = Peer {
+            signal: raw.signal.as_ref().map(|signal| format!("{signal}{resource}")),
+            message: raw.channel.as_ref().map(|_| lock.clone()),
+            heard: raw.channel.is_some(),
+            poll: raw.poll,
+        };
+        let fence = format!("{base}:fence");
+        Ok(Self::packed(resource, &lock, base, &fence, &channel, release))
+    }
+
+    /// The name the keys beside `lock` are derived from, in its Cluster slot: `lock` when it has a hash tag (a suffix
+    /// keeps it), `{lock}` otherwise (whose tag is all of `lock`, which is what `lock` hashes by, unless it
+    /// contains `}`: then nothing shares its slot, and Cluster refuses the script).
+    fn base_of(lock: &str) -> String {
+        if crate::layout::hash_tag(lock).is_some() || lock.contains('}') {
+            lock.to_owned()
+        } else {
+            format!("{{{lock}}}")
+        }
+    }
+
+    fn packed(
+        resource: &str,
+        lock: &str,
+        base: String,
+        fence: &str,
+        channel: &str,
+        release: crate::layout::Peer,
+    ) -> Self {
+        let awaited = format!("{base}:awaited");
+        let waiting = format!("{base}:waiting");
+        let mut text = String::new();
+        let mut ends = [0; 5];
+        for (i, part) in [resource, lock, fence, channel, &awaited, &waiting].iter().enumerate() {
+            text.push_str(part);
+            if let Some(end) = ends.get_mut(i) {
+                *end = text.len();
+            }
+        }
+        LockKeys { text, ends, peer: Some(std::sync::Arc::new(PeerKeys { base, release })) }
+    }
+
+    /// A key beside the lock key, `<base>:<suffix>`, in the lock key's Cluster slot: `<lock key>:<suffix>` under
+    /// the native layout (see [`for_layout`](Self::for_layout) for another library's).
+    pub(crate) fn aux(&self, suffix: &str) -> String {
+        let base = self.peer.as_ref().map_or(self.lock(), |peer| peer.base.as_str());
+        format!("{base}:{suffix}")
+    }
+
+    /// What a release under another library's layout does for that library's waiters (`None`: native).
+    pub(crate) fn peer_release(&self) -> Option<&crate::layout::Peer> {
+        self.peer.as_ref().map(|peer| &peer.release)
+    }
+
+    /// Whether a release must do something for another library's waiters (signal its list, publish its message),
+    /// which only the lock's own release does: the multi-lock's, a fair lock's and a job's do not, and refuse such a
+    /// layout.
+    pub(crate) fn announces_for_a_peer(&self) -> bool {
+        self.peer_release().is_some_and(|peer| peer.signal.is_some() || peer.message.is_some())
+    }
+
+    /// Whether every release of this lock is published where this library's waiters listen: not under a layout
+    /// whose library announces nothing (or signals a list), where waiters poll on their backoff.
+    pub(crate) fn releases_heard(&self) -> bool {
+        self.peer_release().is_none_or(|peer| peer.heard)
+    }
+
+    /// The longest a waiter sleeps between tries under this lock's layout, if it caps it.
+    pub(crate) fn poll(&self) -> Option<std::time::Duration> {
+        self.peer_release().and_then(|peer| peer.poll)
     }
 
     /// The resource whose lock key is `key` under `prefix`, if `key` is one (the inverse of
@@ -203,6 +334,7 @@ impl std::fmt::Debug for LockKeys {
             .field("channel", &self.channel())
             .field("awaited", &self.awaited())
             .field("waiting", &self.waiting())
+            .field("peer", &self.peer)
             .finish()
     }
 }
@@ -242,19 +374,18 @@ fn validate_name(resource: &str) -> Result<()> {
 impl LockKeys {
     /// A read-write lock's readers: token → expiry, server ms.
     pub(crate) fn readers(&self) -> String {
-        format!("{}:readers", self.lock())
+        self.aux("readers")
     }
 
     /// A semaphore's keys: its permits' expiries (token → expiry, server ms), its slots (slot → token), its grants
     /// (token → `fence;slots`) and its limit.
     pub(crate) fn semaphore(&self) -> [String; 4] {
-        let base = self.lock();
-        [format!("{base}:permits"), format!("{base}:slots"), format!("{base}:grants"), format!("{base}:limit")]
+        [self.aux("permits"), self.aux("slots"), self.aux("grants"), self.aux("limit")]
     }
 
     /// The process an election's hand-over promised the election to.
     pub(crate) fn promised(&self) -> String {
-        format!("{}:promised", self.lock())
+        self.aux("promised")
     }
 }
 

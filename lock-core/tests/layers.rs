@@ -8,10 +8,10 @@ use std::path::Path;
 /// Bottom to top. Within a layer modules may use each other; across layers only downwards. The seam and the engine
 /// are one folder each, so a module of theirs is named by its folder.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "rt", "lost", "token", "holder", "resource", "lease", "options", "telemetry"]),
+    ("foundation", &["error", "rt", "lost", "token", "holder", "resource", "layout", "lease", "options", "telemetry"]),
     ("seam", &["seam", "memory"]),
     ("engine", &["engine", "distributed_lock"]),
-    ("primitives", &["mutex", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),
+    ("primitives", &["mutex", "redisson", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),
 ];
 
 /// Each top-level module of `src` and the top-level modules its code (not its comments or unit tests) names as

@@ -237,9 +237,10 @@ impl Election {
     /// [`ElectionOptions::validate`] refuses, before any I/O.
     pub fn new(lock: Lock, name: &str, options: ElectionOptions) -> Result<Self> {
         options.validate()?;
+        lock.native_only("an election")?;
         let keys = LockKeys::new(lock.key_prefix(), name)?;
-        let info = format!("{}:info", keys.lock());
-        let channel = format!("{}:leader", keys.lock());
+        let info = keys.aux("info");
+        let channel = keys.aux("leader");
         Ok(Election { lock, options, keys, info, channel })
     }
 
@@ -274,7 +275,7 @@ impl Election {
             id: id.to_owned(),
             value: value.to_owned(),
             renew_deadline: self.options.renew_deadline,
-            given_back: format!("{}:given-back", self.keys.lock()),
+            given_back: self.keys.aux("given-back"),
             lease_ms: scripts::ttl_millis(self.options.lease).to_string(),
             promised: self.keys.promised(),
             grace_ms: self.hand_over_grace().map(|grace| scripts::ttl_millis(grace).to_string()).unwrap_or_default(),

@@ -66,6 +66,8 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Lock {
     instances: Arc<Instances>,
     prefix: Arc<str>,
+    /// Where its keys live: this library's layout, or another library's (see [`KeyLayout`](crate::KeyLayout)).
+    layout: crate::KeyLayout,
     operation_timeout: Duration,
 }
 
@@ -101,8 +103,55 @@ impl Lock {
         Lock {
             instances: Arc::new(instances),
             prefix: DEFAULT_PREFIX.into(),
+            layout: crate::KeyLayout::native(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
+    }
+
+    /// Keeps this lock's keys where another library keeps its own, so that the two exclude (and, where that library
+    /// announces its releases, wake) each other: see [`KeyLayout`](crate::KeyLayout) for each library's layout.
+    /// The default is this library's own ([`KeyLayout::native`](crate::KeyLayout::native)). A semaphore, a
+    /// read-write lock and an election keep the native layout (their constructors refuse another).
+    ///
+    /// ```
+    /// use lock_core::{KeyLayout, Lock, MemoryStore};
+    /// let shared_with_python = Lock::new(MemoryStore::new()).with_layout(KeyLayout::python_redis_lock());
+    /// # let _ = shared_with_python;
+    /// ```
+    pub fn with_layout(mut self, layout: crate::KeyLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// Where this lock's keys live.
+    pub fn layout(&self) -> &crate::KeyLayout {
+        &self.layout
+    }
+
+    /// The keys of `resource` under this lock's prefix and layout.
+    pub(crate) fn keys(&self, resource: &str) -> Result<LockKeys> {
+        LockKeys::for_layout(&self.layout, &self.prefix, resource)
+    }
+
+    /// The keys of `resource` for `what`, a primitive whose release does nothing for another library's waiters:
+    /// refused under a layout that needs it (see [`LockKeys::announces_for_a_peer`]).
+    pub(crate) fn keys_without_peer_release(&self, what: &str, resource: &str) -> Result<LockKeys> {
+        let keys = self.keys(resource)?;
+        if keys.announces_for_a_peer() {
+            return Err(LockError::invalid(format!(
+                "{what} cannot tell another library's waiters of its releases as this key layout needs: use \
+                 Lock::acquire, or a layout without announcements (plain, pottery, shedlock)"
+            )));
+        }
+        Ok(keys)
+    }
+
+    /// Refuses another library's layout for `what` (a primitive that keeps this library's own).
+    pub(crate) fn native_only(&self, what: &str) -> Result<()> {
+        if self.layout.is_native() {
+            return Ok(());
+        }
+        Err(LockError::invalid(format!("{what} keeps this library's own key layout: use a Lock without with_layout")))
     }
 
     /// Sets the prefix of every key this lock touches. A prefix containing `{` or `}` makes every acquisition fail
@@ -233,7 +282,8 @@ impl Lock {
                     attempts.fetch_add(1, Ordering::Relaxed);
                     self.attempt(target, options)
                 };
-                until_acquired(target.label(), options, stores, &channels, attempt).await?
+                let heard = crate::engine::wait::Heard::of(target.resources());
+                until_acquired(target.label(), options, stores, &channels, heard, attempt).await?
             }
         };
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays

@@ -285,6 +285,24 @@ fn must_pass_on(woken: &str, blocked: Option<&str>) -> bool {
     blocked.is_some_and(|blocked| blocked != woken)
 }
 
+/// Whether every release of the lock a waiter waits for is published where it listens, and the longest it may
+/// sleep between tries: under another library's layout (see [`KeyLayout`](crate::KeyLayout)) that library's
+/// releases may reach nothing a waiter can listen to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Heard {
+    /// Every release is published on the channels (this library's layout, or a peer that publishes there).
+    pub(crate) all: bool,
+    /// The longest pause between tries, when the layout caps it.
+    pub(crate) poll: Option<Duration>,
+}
+
+impl Heard {
+    /// What `keys` say (every one of a multi-lock's).
+    pub(crate) fn of(keys: &[LockKeys]) -> Self {
+        Heard { all: keys.iter().all(LockKeys::releases_heard), poll: keys.iter().filter_map(LockKeys::poll).min() }
+    }
+}
+
 /// Tries `attempt` until it acquires, the wait budget is spent, or the attempt limit is reached. Returns the
 /// guard and, when it had to wait, its registrations on the release channel, for the holder to keep (see
 /// [`Lock::acquire`](crate::Lock::acquire)).
@@ -297,6 +315,7 @@ pub(crate) async fn until_acquired<G, F, Fut>(
     options: &LockOptions,
     stores: &[Arc<dyn LockStore>],
     channels: &[&str],
+    heard: Heard,
     mut attempt: F,
 ) -> Result<(G, Option<Watches>)>
 where
@@ -432,11 +451,15 @@ where
         // Redlock waiter: a quorum can become reachable with nothing to announce it (an instance back up, every
         // contender's minority grant given back after a split vote; a give-back announces nothing to its own
         // process), and the algorithm asks for jittered retries.
-        let hears = stores.len() == 1 && watch.as_ref().is_some_and(Watches::hear);
+        // So does a waiter for a lock another library's clients hold and release without announcing it.
+        let hears = heard.all && stores.len() == 1 && watch.as_ref().is_some_and(Watches::hear);
         let mut pause = match (&listeners, &last_error) {
             (Some(_), None) if hears => policy.safety_poll(),
             _ => delays.next().unwrap_or(Duration::from_millis(100)),
         };
+        if let Some(poll) = heard.poll {
+            pause = pause.min(poll);
+        }
         if let Some(ttl) = holder_ttl {
             // The holder's key is gone by then at the latest.
             pause = pause.min(ttl + Duration::from_millis(1));

@@ -350,11 +350,11 @@ impl JobLock {
         Fut: Future<Output = T>,
     {
         options.validate()?;
-        let keys = LockKeys::new(self.lock.key_prefix(), job)?;
+        let keys = self.lock.keys_without_peer_release("a job lock", job)?;
         let retention = crate::seam::scripts::ttl_millis(options.tick_retention());
         let target = Arc::new(JobTarget {
-            info: format!("{}:info", keys.lock()),
-            tick: tick.map(|t| (format!("{}:tick:{t}", keys.lock()), retention)),
+            info: keys.aux("info"),
+            tick: tick.map(|t| (keys.aux(&format!("tick:{t}")), retention)),
             holder: options.holder(),
             at_least_ms: u64::try_from(options.at_least_for.as_millis()).unwrap_or(u64::MAX),
             // Until the work starts, any end of this run is a give-back of a start that never ran.
@@ -412,8 +412,8 @@ impl JobLock {
     /// # Cancel safety
     /// Cancel-safe: it only reads.
     pub async fn last_run(&self, job: &str) -> Result<Option<LastRun>> {
-        let keys = LockKeys::new(self.lock.key_prefix(), job)?;
-        let info = format!("{}:info", keys.lock());
+        let keys = self.lock.keys_without_peer_release("a job lock", job)?;
+        let info = keys.aux("info");
         let (mut latest, mut answered, mut last_error) = (None::<LastRun>, false, None);
         for store in self.lock.stores() {
             let call_keys = [info.as_str()];

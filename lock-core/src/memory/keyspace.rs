@@ -327,6 +327,26 @@ impl Keyspace {
                 let field = |f: &Vec<u8>| hash.as_ref().and_then(|h| h.get(f)).cloned().map_or(Reply::Nil, Reply::Bulk);
                 Ok(Reply::Array(rest[1..].iter().map(field).collect()))
             }
+            "HEXISTS" => {
+                let field = arg(1)?;
+                let found = self.hash(arg(0)?, now)?.is_some_and(|h| h.contains_key(field));
+                Ok(Reply::Int(i64::from(found)))
+            }
+            // Redisson's layout keeps a hold count in a hash field.
+            "HINCRBY" => {
+                let (key, field, by) = (arg(0)?, arg(1)?.to_vec(), int_arg(arg(2)?)?);
+                if self.hash(key, now)?.is_none() {
+                    self.entries.insert(key.to_vec(), Entry { value: Value::Hash(BTreeMap::new()), expires: None });
+                }
+                let hash = self.hash(key, now)?.ok_or_else(|| arity(&name))?;
+                let current = match hash.get(&field) {
+                    Some(value) => int_arg(value).map_err(|_| "ERR hash value is not an integer".to_owned())?,
+                    None => 0,
+                };
+                let next = current.checked_add(by).ok_or("ERR increment or decrement would overflow")?;
+                hash.insert(field, next.to_string().into_bytes());
+                Ok(Reply::Int(next))
+            }
             "HLEN" => {
                 let len = self.hash(arg(0)?, now)?.map_or(0, |h| h.len());
                 Ok(Reply::Int(i64::try_from(len).unwrap_or(i64::MAX)))
@@ -354,6 +374,21 @@ impl Keyspace {
                 }
                 let list = self.list(key, now)?.ok_or_else(|| arity(&name))?;
                 list.extend(rest[1..].iter().cloned());
+                Ok(Reply::Int(i64::try_from(list.len()).unwrap_or(i64::MAX)))
+            }
+            // python-redis-lock's layout signals its waiters through a list.
+            "LPUSH" => {
+                let key = arg(0)?;
+                if rest.len() < 2 {
+                    return Err(arity(&name));
+                }
+                if self.list(key, now)?.is_none() {
+                    self.entries.insert(key.to_vec(), Entry { value: Value::List(Vec::new()), expires: None });
+                }
+                let list = self.list(key, now)?.ok_or_else(|| arity(&name))?;
+                for value in &rest[1..] {
+                    list.insert(0, value.clone());
+                }
                 Ok(Reply::Int(i64::try_from(list.len()).unwrap_or(i64::MAX)))
             }
             "LLEN" => {

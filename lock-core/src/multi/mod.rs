@@ -44,7 +44,8 @@ impl Lock {
         if options.fair_queue().is_some() {
             return Err(LockError::invalid("a fair queue orders the waiters of one resource; acquire_all has none"));
         }
-        let keys = resources.iter().map(|r| LockKeys::new(self.key_prefix(), r)).collect::<Result<Vec<_>>>()?;
+        let keys = resources.iter().map(|r| self.keys_without_peer_release("a multi-lock", r));
+        let keys = keys.collect::<Result<Vec<_>>>()?;
         let clustered = self.stores().iter().any(|s| s.topology() == Topology::Cluster);
         let topology = if clustered { Topology::Cluster } else { Topology::Single };
         Ok(Arc::new(MutexTarget::all(keys, topology, options.cross_slot())?))

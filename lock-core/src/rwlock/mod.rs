@@ -124,6 +124,7 @@ impl RwLock {
                 "a read-write lock needs one store: over Redlock no majority keeps readers and writers apart",
             ));
         }
+        lock.native_only("a read-write lock")?;
         let keys = LockKeys::new(&format!("{}rw:", lock.key_prefix()), name)?;
         Ok(RwLock { lock, keys, waiter_ttl: DEFAULT_WAITER_TTL })
     }

@@ -89,10 +89,22 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         // cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
-        let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
-        let args = [token.as_str(), origin, sharded];
-        let ran = timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?;
-        scripts::parse_release(int("release", &ran.reply)?)
+        let call = match keys.peer_release() {
+            None => {
+                let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
+                let args = [token.as_str(), origin, sharded];
+                timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?
+            }
+            // Another library's layout: its signal list and its message, as data (see `KeyLayout`).
+            Some(peer) => {
+                let mut call_keys = vec![keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
+                call_keys.extend(peer.signal.as_deref());
+                let mut args = vec![token.as_str(), origin, sharded];
+                args.extend(peer.message.as_deref());
+                timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?
+            }
+        };
+        scripts::parse_release(int("release", &call.reply)?)
     }
 
     async fn extend(&self, keys: &LockKeys, token: &Token, ttl: Duration) -> Result<ExtendReply> {

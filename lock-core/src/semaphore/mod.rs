@@ -115,6 +115,7 @@ impl Semaphore {
         if limit == 0 || limit > MAX_PERMITS {
             return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
         }
+        lock.native_only("a semaphore")?;
         let keys = LockKeys::new(&format!("{}sem:", lock.key_prefix()), name)?;
         let names = Arc::new(keys.semaphore());
         Ok(Semaphore { lock, keys, names, limit })

@@ -335,7 +335,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel-safe: it writes nothing.
     pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
-        self.inspect_keys(&LockKeys::new(self.key_prefix(), resource)?).await
+        self.inspect_keys(&self.keys(resource)?).await
     }
 
     /// [`inspect`](Self::inspect) of the name `keys` are for (a read-write lock's are under a prefix of its own).
@@ -344,7 +344,7 @@ impl Lock {
         let queue = fair::queue_key(keys);
         let readers = keys.readers();
         let [permits, _, grants, _] = keys.semaphore();
-        let record = format!("{}:info", keys.lock());
+        let record = keys.aux("info");
         let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants, &record];
         let span = tracing::debug_span!("lock.inspect", resource, deployment = self.deployment());
         let calls = self.stores().iter().map(|store| {
@@ -423,7 +423,7 @@ impl Lock {
     /// # Cancel safety
     /// As [`force_release`](Self::force_release).
     pub async fn force_release_expecting(&self, resource: &str, expected: &ExpectedHolder) -> Result<ForcedRelease> {
-        self.force_release_keys(&LockKeys::new(self.key_prefix(), resource)?, expected).await
+        self.force_release_keys(&self.keys(resource)?, expected).await
     }
 
     /// [`force_release_expecting`](Self::force_release_expecting) of the name `keys` are for.

@@ -35,18 +35,18 @@ use event_listener::EventListener;
 
 /// The key of `keys`' fair queue: token → ticket.
 pub(crate) fn queue_key(keys: &LockKeys) -> String {
-    format!("{}:queue", keys.lock())
+    keys.aux("queue")
 }
 
 /// The key of `keys`' fair-queue heartbeats: token → expiry of its place, server ms.
 pub(crate) fn heartbeats_key(keys: &LockKeys) -> String {
-    format!("{}:heartbeats", keys.lock())
+    keys.aux("heartbeats")
 }
 
 /// The key of `keys`' fair-queue grants: token → how a release grants it the lock (see
 /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
 pub(crate) fn grants_key(keys: &LockKeys) -> String {
-    format!("{}:grants", keys.lock())
+    keys.aux("grants")
 }
 
 /// The queue of a fair lock (see [`LockOptions::with_fair_queue`]), and a read-write lock's writers' queue.
@@ -446,7 +446,7 @@ impl Lock {
     /// # Cancel safety
     /// Cancel-safe: a read.
     pub async fn fair_queue_len(&self, resource: &str) -> Result<usize> {
-        let queue = queue_key(&LockKeys::new(self.key_prefix(), resource)?);
+        let queue = queue_key(&self.keys(resource)?);
         let store = self.stores().first().ok_or_else(|| LockError::invalid("a lock without a store"))?;
         let call_keys = [queue.as_str()];
         let call = crate::seam::transport::Call::plain("inspect", "ZCARD", &call_keys, &[]);

@@ -118,6 +118,11 @@ pub static HOLDER: Script =
 /// `ARGV[1]` token, `ARGV[2]` the releasing store's origin, `ARGV[3]` `"1"` to announce with `SPUBLISH` (sharded
 /// pub/sub, Redis 7.0+) instead of `PUBLISH`. Reply: `1` released, `0` absent, `-1` held by another token.
 ///
+/// Under another library's [`KeyLayout`](crate::KeyLayout), what its waiters need, as data: `KEYS[5]` (optional) a
+/// list their waiters block on, signalled as that library's release does (`DEL`, `LPUSH 1`, `PEXPIRE 1000`:
+/// python-redis-lock); `ARGV[4]` (optional) the message their waiters listen for on the channel, published on every
+/// release instead of ours (Spring's lock key). Without them (this library's layout) nothing changes.
+///
 /// **One process is woken, not all** (issue 19). A try that found the lock held lined its process up in the waiting
 /// processes (`line_up` in [`ACQUIRE`] and [`HOLDER`]); the release takes the first of them (skipping itself: its
 /// own waiters it wakes locally) and announces `<origin>><first>`, which only that process's hub acts on (it wakes
@@ -257,6 +262,22 @@ pub static JOB_START: Script =
 /// is not burned by a run that never ran.
 pub static JOB_FINISH: Script =
     Script::new("job-finish", concat!(lock_prelude!(), include_str!("../../job/finish.lua")));
+
+/// Acquire under Redisson's layout ([`KeyLayout::redisson`](crate::KeyLayout::redisson)): the hash `KEYS[1]`, field
+/// `ARGV[1]` → hold count, `PEXPIRE` the lease `ARGV[2]` ms, granted only when the key is absent (or our field is
+/// there: a retry, the same grant with its lease from the retry); with fencing (`ARGV[3]` `"1"`) the token is
+/// advanced in `KEYS[2]` as [`ACQUIRE`] does, the counter Redisson's `RFencedLock` increments. Reply: as
+/// [`ACQUIRE`].
+pub static REDISSON_ACQUIRE: Script =
+    Script::new("redisson-acquire", concat!(fencing_prelude!(), include_str!("../../redisson/acquire.lua")));
+
+/// Extend under Redisson's layout: `PEXPIRE KEYS[1] ARGV[2]` while its field `ARGV[1]` is there, as Redisson's
+/// watchdog does. Reply: as [`EXTEND`].
+pub static REDISSON_EXTEND: Script = Script::new("redisson-extend", include_str!("../../redisson/extend.lua"));
+
+/// Release under Redisson's layout: deletes the hash `KEYS[1]` while its field `ARGV[1]` is there and publishes `0`
+/// on `KEYS[2]` (`SPUBLISH` when `ARGV[2]` is `"1"`), as Redisson's unlock does. Reply: as [`RELEASE`].
+pub static REDISSON_RELEASE: Script = Script::new("redisson-release", include_str!("../../redisson/release.lua"));
 
 /// What both fair-lock scripts start with: `refused`, the reply to a read the server refused (a key of another
 /// type gets our message; anything else, an ACL refusal say, goes back as it came); and `waiter_id`, the id an
@@ -600,6 +621,9 @@ pub static ALL: &[&Script] = &[
     &JOB_FINISH,
     &FAIR_ACQUIRE,
     &FAIR_RELEASE,
+    &REDISSON_ACQUIRE,
+    &REDISSON_EXTEND,
+    &REDISSON_RELEASE,
     &INSPECT,
     &FORCE_RELEASE,
     &ELECT,
