@@ -5,7 +5,8 @@
 #   scripts/test.sh --install-only     (installs what is missing, runs nothing)
 #   scripts/test.sh --valkey [...]     (the same on Valkey 8: scripts/valkey.sh finds or fetches valkey-server)
 #
-# redis-server (and OpenSSL's development files, for the native-tls features) come from the system's packages:
+# redis-server (and OpenSSL's development files, for the native-tls features, and Python and Node.js for the other
+# languages' lock packages in tests/interop.rs) come from the system's packages:
 # apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk (Alpine), pacman (Arch), brew (macOS); as root, or
 # through `sudo` when it needs no password. Anywhere else, or when the install fails, it stops at once with what to
 # do. REDIS_SERVER=/path/to/redis-server uses that binary
@@ -85,6 +86,19 @@ install_openssl_headers() {
   have_openssl_headers || fail "OpenSSL's development files were installed but pkg-config does not find them"
 }
 
+# tests/interop.rs runs the other languages' lock packages (interop/setup.sh installs them from PyPI and npm): a
+# Python 3.11+ with venv, Node.js and npm.
+have_interop_tools() {
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 &&
+    python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1
+}
+
+install_interop_tools() {
+  install_packages "Python 3.11+ (with venv) or Node.js" "python3 python3-venv nodejs npm" "python3 nodejs npm" \
+    "python3 py3-pip nodejs npm" "python nodejs npm" "python node"
+  have_interop_tools || fail "Python 3.11+ with venv, Node.js and npm are needed for tests/interop.rs"
+}
+
 # The whole suite on Valkey 8 instead (fetched when none is installed, see scripts/valkey.sh).
 if [ "${1:-}" = "--valkey" ]; then
   shift
@@ -93,6 +107,9 @@ if [ "${1:-}" = "--valkey" ]; then
 fi
 have_redis || install_redis
 have_openssl_headers || install_openssl_headers
+have_interop_tools || install_interop_tools
+# The other languages' lock packages (PyPI, npm) that tests/interop.rs contends with, each in a driver process.
+interop/setup.sh
 if [ "${1:-}" = "--install-only" ]; then
   exit 0
 fi
@@ -136,9 +153,14 @@ run_lane a cargo test "${workspace[@]}" $(targets "${lane_a[@]}") "$@" &
 run_lane b cargo test "${workspace[@]}" $(targets "${lane_b[@]}") "$@" &
 # shellcheck disable=SC2046
 run_lane c lane_c $(targets "${others[@]}") &
+# The drivers' own tests: each adapts its package faithfully (they mostly wait on servers, so a lane of their own).
+lane_d() {
+  interop/python/.venv/bin/python -m pytest -q interop/python/tests && (cd interop/node && node --test test/)
+}
+run_lane d lane_d &
 wait
 failed=0
-for lane in a b c; do
+for lane in a b c d; do
   echo "scripts/test.sh: lane $lane: $(cat "$logs/$lane.status")"
   cat "$logs/$lane.log"
   [ "$(cat "$logs/$lane.status")" = ok ] || failed=1

@@ -18,7 +18,7 @@ pub type Result<T, E = LockError> = std::result::Result<T, E>;
 /// use lock_core::LockError;
 /// use std::time::Duration;
 ///
-/// let err = LockError::Contended { resource: "orders".into(), waited: Duration::from_millis(250) };
+/// let err = LockError::Contended { resource: "orders".into(), waited: Duration::from_millis(250), never_expires: false };
 /// assert!(err.is_retryable());
 /// assert!(!LockError::invalid("ttl must be positive").is_retryable());
 /// ```
@@ -31,12 +31,20 @@ pub enum LockError {
     InvalidArgument(Cow<'static, str>),
 
     /// Another owner held the lock for the whole wait budget.
-    #[error("lock {resource:?} is held by another owner (waited {waited:?})")]
+    #[error("lock {resource:?} is held by another owner (waited {waited:?}){}", if *.never_expires {
+        "; its key has no expiry, so a holder that crashed blocks it until the key is deleted"
+    } else {
+        ""
+    })]
     Contended {
         /// The resource name as the caller gave it.
         resource: String,
         /// How long this call waited before giving up.
         waited: Duration,
+        /// The key still had no expiry when the wait ended: another library's lock taken without a TTL (redis-py's
+        /// and python-redis-lock's default), whose holder, if it crashed, blocks the lock until someone deletes the
+        /// key (`lockctl force-release`). Asked once, when a wait on one resource gives up.
+        never_expires: bool,
     },
 
     /// The server granted the lock, but its validity (`ttl − elapsed − drift`) was used up by the time the reply
@@ -405,7 +413,8 @@ mod tests {
     fn every_variant() -> Vec<LockError> {
         let all = vec![
             LockError::invalid("ttl must be positive"),
-            LockError::Contended { resource: "r".into(), waited: Duration::from_millis(250) },
+            LockError::Contended { resource: "r".into(), waited: Duration::from_millis(250), never_expires: false },
+            LockError::Contended { resource: "r".into(), waited: Duration::from_millis(250), never_expires: true },
             LockError::ValidityExhausted { resource: "r".into(), elapsed: Duration::from_millis(12) },
             LockError::Lost { resource: "r".into(), reason: LostReason::Expired },
             LockError::NotLeader { election: "e".into() },

@@ -10,7 +10,7 @@
 //! | [`KeyLayout::pottery`] | `redlock:N` (over the same masters: [`Lock::redlock`](crate::Lock::redlock) for several) | pottery `Redlock` | — | no: our waiters poll on their backoff |
 //! | [`KeyLayout::spring`] | `<registryKey>:N` | Spring Integration `RedisLockRegistry` | in its `PUB_SUB` mode, publishes the key on `<registryKey>-channel:<key>`, where its waiters listen | in `PUB_SUB` mode, yes (that channel); otherwise by polling |
 //! | [`KeyLayout::shedlock`] | `job-lock:<env>:N` (for a [`JobLock`](crate::JobLock)) | ShedLock's Redis provider, which must run with `safeUpdate=true`: its default unlock is a blind `DEL` | — | a job lock does not wait |
-//! | [`KeyLayout::redisson`] | the hash `N`, field `<token>:1` → hold count | Redisson `RLock` and `RFencedLock` (and node-redisson, for names without `{`) | publishes `0` on `redisson_lock__channel:{N}` (`SPUBLISH` on Cluster) | yes (that channel) |
+//! | [`KeyLayout::redisson`] | the hash `N`, field `<token>:1` → hold count | Redisson `RLock` and `RFencedLock` (and node-redisson, for names that have no `{` or start with one: it names the channel otherwise) | publishes `0` on `redisson_lock__channel:{N}` (`SPUBLISH` on Cluster) | yes (that channel) |
 //!
 //! Under every layout the lock keeps this library's rules: a fresh token per acquisition, compare-and-delete and
 //! compare-and-extend, a TTL on every grant, validity from before the request; whatever sits at the lock key (the

@@ -131,3 +131,25 @@ async fn a_waiter_for_a_silent_library_polls_on_its_backoff() {
     assert!(took < ms(2_000), "the waiter slept {took:?}: it trusted its safety poll for a lock nobody announces");
     guard.release().await.unwrap();
 }
+
+/// redis-py and python-redis-lock lock without expiry by default: a waiter that gives up on such a key says that a
+/// crashed holder blocks it forever; one that gives up on a key with a TTL, or a try that does not wait, does not.
+#[tokio::test]
+async fn a_waiter_that_gives_up_on_a_key_without_expiry_says_so() {
+    let memory = MemoryStore::new();
+    let lock = Lock::new(memory.clone()).with_layout(KeyLayout::plain());
+    let waiting = LockOptions::new(ms(5_000)).with_wait(ms(50));
+    memory.command(&["SET", "invoice-7", "3f2a9c"]);
+    let err = lock.acquire("invoice-7", &waiting).await.unwrap_err();
+    assert!(matches!(err, LockError::Contended { never_expires: true, .. }), "{err:?}");
+    assert!(err.to_string().contains("no expiry"), "{err}");
+    memory.command(&["PEXPIRE", "invoice-7", "60000"]);
+    let err = lock.acquire("invoice-7", &waiting).await.unwrap_err();
+    assert!(matches!(err, LockError::Contended { never_expires: false, .. }), "{err:?}");
+    assert!(!err.to_string().contains("no expiry"), "{err}");
+    memory.command(&["DEL", "invoice-7"]);
+    memory.command(&["SET", "invoice-7", "3f2a9c"]);
+    assert_eq!(memory.command(&["PTTL", "invoice-7"]), Some(Reply::Int(-1)));
+    let err = lock.acquire("invoice-7", &LockOptions::new(ms(5_000)).with_wait(Duration::ZERO)).await.unwrap_err();
+    assert!(matches!(err, LockError::Contended { never_expires: false, .. }), "a try asks nothing more: {err:?}");
+}

@@ -271,10 +271,10 @@ impl Lock {
         // A release notification from any instance, of any of the resources, is a hint to try again; each try polls
         // all of them.
         let stores = &self.instances.stores;
-        let (guard, watch) = match options.fair_queue() {
+        let waited = match options.fair_queue() {
             Some(waiter_ttl) if target.queued() && !options.wait().is_zero() => {
                 // Boxed: the fair wait must not grow every acquire's future (async-std runs tests on small stacks).
-                Box::pin(crate::engine::fair::until_granted(self, target, options, waiter_ttl)).await?
+                Box::pin(crate::engine::fair::until_granted(self, target, options, waiter_ttl)).await
             }
             _ => {
                 let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
@@ -283,14 +283,39 @@ impl Lock {
                     self.attempt(target, options)
                 };
                 let heard = crate::engine::wait::Heard::of(target.resources());
-                until_acquired(target.label(), options, stores, &channels, heard, attempt).await?
+                until_acquired(target.label(), options, stores, &channels, heard, attempt).await
             }
+        };
+        let (guard, watch) = match waited {
+            Err(LockError::Contended { resource, waited, .. }) if !options.wait().is_zero() => {
+                let never_expires = self.never_expires(target, options).await;
+                return Err(LockError::Contended { resource, waited, never_expires });
+            }
+            other => other?,
         };
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
         // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
         // coming straight back, say) queues behind instead of trying a lock that is held.
         *lock_mutex(&guard.state.watch) = watch;
         Ok(guard)
+    }
+
+    /// Whether the one lock key a wait gave up on has no expiry on any instance (another library's holder that took
+    /// it without a TTL, which, crashed, blocks it forever): one `PTTL` per instance, asked only when a wait ends
+    /// in contention, so the error can say so. Any error answers "not known to", as the wait's own error stands.
+    async fn never_expires(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> bool {
+        let [keys] = target.resources() else { return false };
+        let call_keys = [keys.lock()];
+        for store in &self.instances.stores {
+            let call = Call::plain("pttl", "PTTL", &call_keys, &[]);
+            let reply = crate::rt::timeout("pttl", self.call_timeout(options.ttl()), store.call(call)).await;
+            if let Ok(Ok(ran)) = reply {
+                if ran.reply.as_int() == Some(-1) {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// The bound on one call to one instance for a lock with `ttl`.

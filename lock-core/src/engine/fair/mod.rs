@@ -323,6 +323,7 @@ pub(crate) async fn until_granted(
             return Err(last_error.unwrap_or_else(|| LockError::Contended {
                 resource: resource.to_owned(),
                 waited: now.saturating_duration_since(started),
+                never_expires: false,
             }));
         }
         if watch.is_none() && last_error.is_none() {
