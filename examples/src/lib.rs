@@ -4,6 +4,7 @@
 
 pub mod fenced_sql;
 pub mod rustis_store;
+pub mod with_python;
 
 use lock_core::{Lock, MemoryStore};
 use lock_redis_rs::RedisStore;

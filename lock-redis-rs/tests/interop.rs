@@ -53,10 +53,21 @@ struct PeerSpec {
     ttl_unit: u64,
     /// Whether the peer's waiter may give up before its budget (node-redisson: see interop/README.md).
     gives_up: bool,
+    /// Whether the peer's lock has no expiry unless given one (redis-py's `timeout=None`, python-redis-lock's
+    /// `expire=None`).
+    no_expiry_default: bool,
 }
 
 const PEERS: &[PeerSpec] = &[
-    PeerSpec { id: "redis-py", python: true, layout: KeyLayout::plain, prompt: false, ttl_unit: 1, gives_up: false },
+    PeerSpec {
+        id: "redis-py",
+        python: true,
+        layout: KeyLayout::plain,
+        prompt: false,
+        ttl_unit: 1,
+        gives_up: false,
+        no_expiry_default: true,
+    },
     PeerSpec {
         id: "python-redis-lock",
         python: true,
@@ -64,10 +75,35 @@ const PEERS: &[PeerSpec] = &[
         prompt: true,
         ttl_unit: 1_000,
         gives_up: false,
+        no_expiry_default: true,
     },
-    PeerSpec { id: "pottery", python: true, layout: KeyLayout::pottery, prompt: false, ttl_unit: 1, gives_up: false },
-    PeerSpec { id: "redlock", python: false, layout: KeyLayout::plain, prompt: false, ttl_unit: 1, gives_up: false },
-    PeerSpec { id: "sesame", python: false, layout: KeyLayout::plain, prompt: false, ttl_unit: 1, gives_up: false },
+    PeerSpec {
+        id: "pottery",
+        python: true,
+        layout: KeyLayout::pottery,
+        prompt: false,
+        ttl_unit: 1,
+        gives_up: false,
+        no_expiry_default: false,
+    },
+    PeerSpec {
+        id: "redlock",
+        python: false,
+        layout: KeyLayout::plain,
+        prompt: false,
+        ttl_unit: 1,
+        gives_up: false,
+        no_expiry_default: false,
+    },
+    PeerSpec {
+        id: "sesame",
+        python: false,
+        layout: KeyLayout::plain,
+        prompt: false,
+        ttl_unit: 1,
+        gives_up: false,
+        no_expiry_default: false,
+    },
     PeerSpec {
         id: "node-redisson",
         python: false,
@@ -75,6 +111,7 @@ const PEERS: &[PeerSpec] = &[
         prompt: true,
         ttl_unit: 1,
         gives_up: true,
+        no_expiry_default: false,
     },
 ];
 
@@ -283,6 +320,26 @@ async fn typed_after_expiry(spec: &PeerSpec, server: &RedisServer, lock: &Lock, 
     println!("{}: after expiry: ours Lost / OwnedByOther, theirs {error:?}", spec.id);
 }
 
+/// redis-py and python-redis-lock take a lock with no expiry by default: our waiter that gives up on one says that a
+/// crashed holder would block it forever, and not otherwise.
+async fn without_expiry(spec: &PeerSpec, server: &RedisServer, lock: &Lock, name: &str) {
+    let mut driver = Driver::spawn(spec, &server.url());
+    let held = driver.request(json!({"op":"acquire","name":name,"ttl_ms":0,"wait_ms":0}));
+    assert_eq!(held["acquired"], true, "{}: {held}", spec.id);
+    let waited = lock.acquire(name, &LockOptions::new(ms(5_000)).with_wait(ms(200))).await;
+    let Err(error @ LockError::Contended { never_expires: true, .. }) = waited else {
+        panic!("{}: a waiter on a holder without expiry: {waited:?}", spec.id)
+    };
+    assert!(error.to_string().contains("no expiry"), "{}: {error}", spec.id);
+    let freed = driver.request(json!({"op":"release","name":name}));
+    assert_eq!(freed["released"], true, "{}: {freed}", spec.id);
+    let held = driver.request(json!({"op":"acquire","name":name,"ttl_ms":10_000,"wait_ms":0}));
+    assert_eq!(held["acquired"], true, "{}: {held}", spec.id);
+    let waited = lock.acquire(name, &LockOptions::new(ms(5_000)).with_wait(ms(200))).await;
+    assert!(matches!(waited, Err(LockError::Contended { never_expires: false, .. })), "{}: {waited:?}", spec.id);
+    println!("{}: a waiter on its lock without expiry: {error}", spec.id);
+}
+
 async fn exercise(spec: &PeerSpec) {
     let server = RedisServer::start().expect("redis-server");
     let lock = our_lock(spec, &server).await;
@@ -305,6 +362,9 @@ async fn exercise(spec: &PeerSpec) {
         }
     }
     typed_after_expiry(spec, &server, &lock, &format!("{name}-t")).await;
+    if spec.no_expiry_default {
+        without_expiry(spec, &server, &lock, &format!("{name}-n")).await;
+    }
 }
 
 macro_rules! peer_tests {
