@@ -168,6 +168,19 @@ pub enum LockError {
         current: u64,
     },
 
+    /// The keys under this lock's prefix belong to another major version of the wire protocol (see
+    /// [`wire`](crate::wire)): a client of that version wrote its version at `key`. Nothing was written. Run one
+    /// version per prefix (or give the new one its own prefix while the old one drains).
+    #[error("the keys under {key:?} are protocol version {found}; this library speaks {ours} and leaves them alone")]
+    WireVersion {
+        /// The key that holds the version (`<prefix>wire`).
+        key: String,
+        /// The version found there.
+        found: String,
+        /// The version this library speaks ([`wire::VERSION`](crate::wire::VERSION)).
+        ours: &'static str,
+    },
+
     /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
     /// running on this thread.
     #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
@@ -334,6 +347,7 @@ impl LockError {
             LockError::ReplicasShort { .. } => "replicas_short",
             LockError::CrossSlot { .. } => "cross_slot",
             LockError::StaleFence { .. } => "stale_fence",
+            LockError::WireVersion { .. } => "wire_version",
             LockError::NoRuntime(_) => "no_runtime",
             LockError::Backend { .. } => "backend",
         }
@@ -351,6 +365,7 @@ impl LockError {
                 | LockError::Unsupported(_)
                 | LockError::CrossSlot { .. }
                 | LockError::StaleFence { .. }
+                | LockError::WireVersion { .. }
         )
     }
 }
@@ -436,6 +451,7 @@ mod tests {
             LockError::ReplicasShort { acknowledged: 0, required: 1 },
             LockError::CrossSlot { resources: vec!["a".into(), "b".into()], slots: 2 },
             LockError::StaleFence { presented: 7, current: 9 },
+            LockError::WireVersion { key: "lock:wire".into(), found: "2.0".into(), ours: crate::wire::VERSION },
             LockError::NoRuntime("sleep"),
             LockError::backend(client("ERR unknown command")),
         ];
@@ -456,6 +472,7 @@ mod tests {
                 | LockError::ReplicasShort { .. }
                 | LockError::CrossSlot { .. }
                 | LockError::StaleFence { .. }
+                | LockError::WireVersion { .. }
                 | LockError::NoRuntime(_)
                 | LockError::Backend { .. } => {}
             }

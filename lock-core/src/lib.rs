@@ -114,6 +114,7 @@ mod seam;
 pub mod semaphore;
 pub mod telemetry;
 mod token;
+pub mod wire;
 
 pub use engine::redlock;
 pub use seam::{scripts, server_error, server_url, transport};

@@ -8,7 +8,10 @@ use std::path::Path;
 /// Bottom to top. Within a layer modules may use each other; across layers only downwards. The seam and the engine
 /// are one folder each, so a module of theirs is named by its folder.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "rt", "lost", "token", "holder", "resource", "layout", "lease", "options", "telemetry"]),
+    (
+        "foundation",
+        &["error", "rt", "lost", "token", "holder", "resource", "layout", "wire", "lease", "options", "telemetry"],
+    ),
     ("seam", &["seam", "memory"]),
     ("engine", &["engine", "distributed_lock"]),
     ("primitives", &["mutex", "redisson", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),

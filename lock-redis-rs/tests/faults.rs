@@ -53,11 +53,11 @@ fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()
 }
 
-/// Lock keys (not fencing counters) on `server`: (with a TTL, without a TTL).
+/// Lock keys (not fencing counters or the protocol version) on `server`: (with a TTL, without a TTL).
 fn lock_keys(server: &RedisServer) -> (usize, usize) {
     let Ok(Reply::Array(keys)) = server.command(&["KEYS", "lock:*"]) else { return (0, 0) };
     let (mut with_ttl, mut without) = (0, 0);
-    for key in keys.iter().filter_map(Reply::as_text).filter(|k| !k.ends_with(":fence")) {
+    for key in keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)) {
         match server.command(&["PTTL", &key]).ok().and_then(|r| r.as_int()) {
             Some(t) if t > 0 => with_ttl += 1,
             Some(-1) => without += 1,
@@ -1179,7 +1179,7 @@ fn case19_fair_waiters_in_four_processes_are_granted_in_ticket_order() {
     let expected: Vec<(u32, usize)> = (1..=4u32).flat_map(|id| [(id, 0), (id, 1)]).collect();
     assert_eq!(who, expected, "grants out of ticket order across processes");
     let Ok(Reply::Array(keys)) = server.command(&["KEYS", "lock:{faults:fair}:*"]) else { panic!("KEYS") };
-    let left: Vec<_> = keys.iter().filter_map(Reply::as_text).filter(|k| !k.ends_with(":fence")).collect();
+    let left: Vec<_> = keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)).collect();
     assert!(left.is_empty(), "keys left after the run: {left:?}");
 }
 
@@ -1312,7 +1312,7 @@ const PAUSED_WORKER: u32 = 1;
 enum Held {
     Lock(lock_core::Guard),
     Permit(lock_core::Permit),
-    Leader(lock_core::Leadership),
+    Leader(Box<lock_core::Leadership>),
 }
 
 impl Held {
@@ -1330,7 +1330,7 @@ impl Held {
                     .with_renew_deadline(ttl * 2 / 3)
                     .with_retry_period(ms(20));
                 let election = lock_core::Election::new(lock.clone(), LOCK_SET_NAME, timing).unwrap();
-                Held::Leader(election.campaign(&format!("worker-{id}"), "").await.unwrap())
+                Held::Leader(Box::new(election.campaign(&format!("worker-{id}"), "").await.unwrap()))
             }
             other => panic!("unknown primitive {other}"),
         }

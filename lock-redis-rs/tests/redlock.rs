@@ -52,7 +52,9 @@ mod conformance_redlock5 {
 
 fn lock_key_count(server: &RedisServer) -> usize {
     match server.command(&["KEYS", "lock:*"]) {
-        Ok(Reply::Array(keys)) => keys.iter().filter_map(Reply::as_text).filter(|k| !k.ends_with(":fence")).count(),
+        Ok(Reply::Array(keys)) => {
+            keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)).count()
+        }
         _ => 0,
     }
 }

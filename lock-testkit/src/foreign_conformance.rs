@@ -74,8 +74,11 @@ pub async fn a_foreign_holder_of_any_type_holds_the_lock(s: &Subject) {
             let both = ok(lock.try_acquire_all(&[&r, &fresh("other")], &LockOptions::new(ms(5_000))).await, "multi");
             assert!(both.is_none(), "{kind}: a multi-lock took a resource a foreign {kind} holds");
         }
-        let fair = LockOptions::new(ms(5_000)).with_fair_queue(ms(3_000));
-        assert!(ok(lock.try_acquire(&r, &fair).await, "fair").is_none(), "{kind}: a fair try took it");
+        // A fair queue needs one instance (over Redlock each would order the waiters on its own).
+        if lock.stores().len() == 1 {
+            let fair = LockOptions::new(ms(5_000)).with_fair_queue(ms(3_000));
+            assert!(ok(lock.try_acquire(&r, &fair).await, "fair").is_none(), "{kind}: a fair try took it");
+        }
         let job = lock_core::JobLock::new(lock.clone());
         let ran = ok(job.run(&r, &JobOptions::new(ms(5_000)), |_| async {}).await, "job");
         assert!(

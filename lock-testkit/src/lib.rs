@@ -97,6 +97,13 @@ use lock_core::{DistributedLock, Lock};
 
 pub use checker::{Checker, Hold, Report};
 
+/// Whether `key` is one a lock keeps on purpose, without a TTL: a fencing counter (`…:fence`, which must outlive every
+/// lock for tokens to keep increasing) or the protocol version of a prefix (`<prefix>wire`, see
+/// [`lock_core::wire`]). Every other key a lock writes expires. What "no key left behind" checks skip.
+pub fn lasting_key(key: &str) -> bool {
+    key.ends_with(":fence") || (key.ends_with("wire") && !key.contains('{'))
+}
+
 /// Paths the macros use; not part of the API.
 #[doc(hidden)]
 pub mod __private {

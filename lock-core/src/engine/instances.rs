@@ -11,6 +11,8 @@ pub(crate) struct Instances {
     pub(crate) quorum: usize,
     /// Bound on one call to one instance when there are several (default: a fraction of the TTL).
     pub(crate) instance_timeout: Option<Duration>,
+    /// Which instances have been asked for the protocol version of the keys under which prefix.
+    pub(crate) wire: crate::engine::wire_check::WireChecks,
 }
 
 impl Instances {

@@ -69,6 +69,9 @@ pub struct Lock {
     /// Where its keys live: this library's layout, or another library's (see [`KeyLayout`](crate::KeyLayout)).
     layout: crate::KeyLayout,
     operation_timeout: Duration,
+    /// Whether every instance has been asked for the protocol version under this prefix (see
+    /// [`wire`](crate::wire)): the one atomic load a try makes for it from then on.
+    wire_checked: Arc<AtomicBool>,
 }
 
 impl Lock {
@@ -95,7 +98,12 @@ impl Lock {
 
     /// A lock on one shared store.
     pub fn from_arc(store: Arc<dyn LockStore>) -> Self {
-        Self::with_instances(Instances { stores: vec![store], quorum: 1, instance_timeout: None })
+        Self::with_instances(Instances {
+            stores: vec![store],
+            quorum: 1,
+            instance_timeout: None,
+            wire: Default::default(),
+        })
     }
 
     pub(crate) fn with_instances(instances: Instances) -> Self {
@@ -105,6 +113,7 @@ impl Lock {
             prefix: DEFAULT_PREFIX.into(),
             layout: crate::KeyLayout::native(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            wire_checked: Arc::default(),
         }
     }
 
@@ -158,6 +167,7 @@ impl Lock {
     /// with [`LockError::InvalidArgument`].
     pub fn with_key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into().into();
+        self.wire_checked = Arc::default();
         self
     }
 
@@ -374,10 +384,18 @@ impl Lock {
             queued: queued.map(|q| q.peers),
         };
         let mut tally = Tally::default();
+        let wire = (self.layout.is_native() && !self.wire_checked.load(Ordering::Relaxed)).then_some(&self.prefix);
         // The calls still unanswered are dropped (cancelled) at the end of this block.
         let answered = {
             let mut replies =
                 std::pin::pin!(FanOut::new(inst.stores.iter().enumerate().map(|(i, store)| async move {
+                    // Before the first grant under this prefix on this instance: the keys' protocol version
+                    // (another major version is refused before anything is written).
+                    if let Some(prefix) = wire {
+                        if let Err(err) = inst.wire.check(i, store.as_ref(), prefix, n, call_timeout).await {
+                            return (i, Err(err));
+                        }
+                    }
                     let call = target.acquire(store.as_ref(), ask);
                     let replicas = ask.replicas.is_some();
                     (
@@ -396,6 +414,9 @@ impl Lock {
             }
             n - replies.len()
         };
+        if wire.is_some() && inst.wire.all_checked(&self.prefix) {
+            self.wire_checked.store(true, Ordering::Relaxed);
+        }
 
         if tally.granted.len() < inst.quorum {
             // Granted somewhere, unanswered, or failed after the request left (a server error after the SET, a

@@ -14,3 +14,4 @@ pub(crate) mod primitive;
 pub mod redlock;
 pub(crate) mod wait;
 pub(crate) mod watchdog;
+pub(crate) mod wire_check;

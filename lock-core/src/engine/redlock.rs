@@ -126,7 +126,12 @@ impl RedlockBuilder {
         if self.instance_timeout.is_some_and(|t| t.is_zero()) {
             return Err(LockError::invalid("instance timeout must be positive"));
         }
-        Ok(Lock::with_instances(Instances { stores: self.stores, quorum, instance_timeout: self.instance_timeout }))
+        Ok(Lock::with_instances(Instances {
+            stores: self.stores,
+            quorum,
+            instance_timeout: self.instance_timeout,
+            wire: Default::default(),
+        }))
     }
 }
 
