@@ -377,10 +377,11 @@ impl LockKeys {
         self.aux("readers")
     }
 
-    /// A semaphore's keys: its permits' expiries (token → expiry, server ms), its slots (slot → token), its grants
-    /// (token → `fence;slots`) and its limit.
+    /// A semaphore's keys: its permits' expiries (token → expiry, server ms), its slots (slot → token), its
+    /// permits' grants (token → `fence;slot,slot…`) and its limit. Named apart from the fair queue's `grants`: the
+    /// admin scripts, given a name's keys, read both.
     pub(crate) fn semaphore(&self) -> [String; 4] {
-        [self.aux("permits"), self.aux("slots"), self.aux("grants"), self.aux("limit")]
+        [self.aux("permits"), self.aux("slots"), self.aux("permit-grants"), self.aux("limit")]
     }
 
     /// The process an election's hand-over promised the election to.

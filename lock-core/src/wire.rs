@@ -1,9 +1,10 @@
 //! The version of the wire protocol this library speaks ([WIRE.md]), and where a client finds the version of the
 //! keys under a prefix: so that a client of another major version refuses them instead of corrupting them.
 //!
-//! Before its first acquisition under a key prefix on a server, a [`Lock`](crate::Lock) sends
-//! `SET <prefix>wire <VERSION> NX GET`: nil means it wrote its version; otherwise the reply is the version already
-//! there, and a different major version fails the acquisition with [`LockError::WireVersion`](crate::LockError::WireVersion)
+//! Before its first acquisition under a key prefix on a server, a [`Lock`](crate::Lock) runs the script
+//! [`WIRE_VERSION`](crate::scripts::WIRE_VERSION) on `<prefix>wire` (`GET`, and `SET` to its version when there is
+//! none): nil means it wrote its version; otherwise the reply is the version already there, and a different major
+//! version fails the acquisition with [`LockError::WireVersion`](crate::LockError::WireVersion)
 //! before any other key is written. A different minor version is compatible. A server whose ACL refuses the command
 //! (`NOPERM`) is not checked. Only the native layout checks: another library's keys are not ours to mark. Over
 //! Redlock each instance is asked in its own branch of the fan-out: an instance of another version is never written

@@ -145,5 +145,27 @@ pub async fn a_release_or_extension_that_finds_a_foreign_holder_is_typed(s: &Sub
         let seen = ok(lock.inspect(&r).await, "inspect");
         assert!(seen.holder().is_some_and(|h| h.foreign), "{kind}: the foreign holder was touched: {seen:?}");
         command(lock, "DEL", keys.lock(), &[]).await;
+
+        // The same for a multi-lock, one of whose keys another library's client took (Cluster: two names are in two
+        // slots, which a multi-lock refuses before any I/O).
+        if lock.stores().iter().any(|store| store.topology() == lock_core::Topology::Cluster) {
+            continue;
+        }
+        let (a, b) = (fresh(kind), fresh(kind));
+        let guard = ok(lock.acquire_all(&[&a, &b], &LockOptions::new(ms(200))).await, "multi acquire");
+        sleep(ms(250)).await;
+        let b_keys = ok(LockKeys::new(lock.key_prefix(), &b), "keys");
+        plant(lock, b_keys.lock(), name, args, 60_000).await;
+        let extended = guard.extend(ms(5_000)).await;
+        assert!(matches!(extended, Err(LockError::Lost { .. })), "{kind}: multi extend: {extended:?}");
+        let released = ok(guard.release().await, &format!("{kind}: multi release"));
+        assert!(
+            matches!(released.outcome(&b), Some(ReleaseOutcome::OwnedByOther | ReleaseOutcome::AlreadyExpired)),
+            "{kind}: multi release: {:?}",
+            released.outcomes()
+        );
+        let seen = ok(lock.inspect(&b).await, "inspect");
+        assert!(seen.holder().is_some_and(|h| h.foreign), "{kind}: the multi-lock touched the foreign holder");
+        command(lock, "DEL", b_keys.lock(), &[]).await;
     }
 }

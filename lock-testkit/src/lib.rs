@@ -87,6 +87,7 @@ mod tls;
 pub mod tls_cases;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
+pub mod wire_vectors;
 pub mod worker;
 
 use std::any::Any;

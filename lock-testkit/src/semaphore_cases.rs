@@ -173,7 +173,7 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let keys = [
         format!("{base}:permits"),
         format!("{base}:slots"),
-        format!("{base}:grants"),
+        format!("{base}:permit-grants"),
         format!("{base}:limit"),
         format!("{base}:fence"),
         format!("{base}:awaited"),

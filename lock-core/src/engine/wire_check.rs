@@ -77,7 +77,7 @@ impl WireChecks {
         let key = wire::key(prefix);
         let keys = [key.as_str()];
         // Named as the acquisition it is part of: to the caller, a timeout here is the acquire's.
-        let call = Call::plain("acquire", "SET", &keys, &[wire::VERSION, "NX", "GET"]);
+        let call = Call::script("acquire", &crate::seam::scripts::WIRE_VERSION, &keys, &[wire::VERSION]);
         let reply = crate::rt::timeout("acquire", timeout, store.call(call)).await.and_then(|r| r);
         let checked = match reply.map(|ran| ran.reply) {
             Ok(Reply::Nil) => Checked::Done,

@@ -2,7 +2,10 @@
 local reply = {}
 local all = true
 for i = 1, #KEYS do
-  local value = redis.call('GET', KEYS[i])
+  local value, refused = lock_value(KEYS[i])
+  if refused then
+    return refused
+  end
   if value == ARGV[1] then
     reply[i] = 1
   else

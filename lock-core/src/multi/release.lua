@@ -3,7 +3,11 @@ local reply = {}
 local n = #KEYS / 3
 for i = 1, n do
   local lock = KEYS[2 * i - 1]
-  local value = redis.call('GET', lock)
+  -- Whatever sits at a lock key holds it: another library's value or a key of another type is another's (-1).
+  local value, refused = lock_value(lock)
+  if refused then
+    return refused
+  end
   if value == ARGV[1] then
     if redis.call('DEL', lock, KEYS[2 * n + i]) > 1 then
       redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[2 * i], ARGV[2])

@@ -28,7 +28,7 @@
 //! which could not use it, and the lock's waiter slept to its safety poll).
 //!
 //! Each permit is a member of a sorted set scored by its own expiry on the server's clock
-//! (`prefix sem:{name}:permits`), and holds numbered slots (`:slots`, slot → token; `:grants`, token → fence and
+//! (`prefix sem:{name}:permits`), and holds numbered slots (`:slots`, slot → token; `:permit-grants`, token → fence and
 //! slots). Every script starts by
 //! purging the members whose expiry has passed, so nothing leaks and nobody renews anyone else's permit (Redisson's
 //! `RPermitExpirableSemaphore` model, with the server's clock instead of the client's). The keys themselves expire a
@@ -127,7 +127,7 @@ impl Semaphore {
     }
 
     /// The keys: its release channel, release mark and fencing counter (the permits' keys are named after
-    /// [`LockKeys::lock`]: `:permits`, `:slots`, `:grants`, `:limit`), under the lock's prefix followed by `sem:`.
+    /// [`LockKeys::lock`]: `:permits`, `:slots`, `:permit-grants`, `:limit`), under the lock's prefix followed by `sem:`.
     pub fn keys(&self) -> &LockKeys {
         &self.keys
     }

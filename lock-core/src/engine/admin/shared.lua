@@ -1,7 +1,7 @@
 
 -- The holders that share a name, each with its own expiry on the server clock: a read-write lock's readers
 -- (`KEYS[5]`, token -> expiry) and a semaphore's permits (`KEYS[6]`, token -> expiry; `KEYS[7]`, token ->
--- 'fence;slot slot ...'). `shared_now()` is the server's clock in ms; `shared_live(key, what, now)` the live
+-- 'fence;slot,slot,...'). `shared_now()` is the server's clock in ms; `shared_live(key, what, now)` the live
 -- members of one of them (at most 1000, soonest to expire first), or nil and a WRONGTYPE reply.
 local function shared_now()
   local t = redis.call('TIME')

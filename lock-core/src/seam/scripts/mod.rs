@@ -39,7 +39,8 @@ macro_rules! awaited_prelude {
 /// What a mutex's try that can find the lock held starts with (after [`awaited_prelude`]): `line_up(waiting, mark,
 /// origin, pttl)` marks the lock as awaited and, when `origin` (the trying process's hub) is not empty, adds the
 /// process to the lock's waiting processes (a sorted set, by arrival on the server's clock; a process already in it
-/// keeps its place: a try of a process already in line costs one `ZSCORE`), which lives as long as the mark. A
+/// keeps its place: a try of a process already in line costs one `ZSCORE`), whose TTL is set, to the mark's, when a
+/// process joins (a process that joins later may so shorten it; waiters try again by the holder's PTTL anyway). A
 /// release wakes the first of them only (see [`RELEASE`]). A key of another type at either name is refused as
 /// `WRONGTYPE` before anything is written.
 macro_rules! waiting_prelude {
@@ -128,8 +129,10 @@ pub static HOLDER: Script =
 /// own waiters it wakes locally) and announces `<origin>><first>`, which only that process's hub acts on (it wakes
 /// its longest-waiting waiter, or passes the wake-up on with [`PASS_ON`] when it has none left). With one waiter in
 /// each of K processes, a release so costs one try instead of K. When nobody is lined up (the waiters could not
-/// hear releases, or they wait through a script that does not line up: a multi-resource or fair try), the release
-/// announces `<origin>` to every process as before. While processes not woken remain lined up, the release leaves
+/// hear releases, or they wait through a script that does not line up: a fair try), the release announces
+/// `<origin>` to every process as before. (A multi-resource try lines up in each resource's waiting processes, but
+/// [`MULTI_RELEASE`] announces `<origin>` to all and leaves the lines as they are: a later single release may name
+/// a process whose waiter left, which then passes the wake-up on.) While processes not woken remain lined up, the release leaves
 /// the mark in place (with the set's TTL), so that the next release announces itself too.
 ///
 /// A release announces itself only when it deletes the mark a try left that found this lock held (see
@@ -217,9 +220,11 @@ pub static MULTI_ACQUIRE: Script = Script::new(
 /// Multi-resource release: compare-and-delete each lock key, and announce each release on its channel.
 ///
 /// `KEYS` = lock₁, channel₁, lock₂, channel₂, …, then mark₁, mark₂, …; `ARGV` as [`RELEASE`]'s. Reply: one code
-/// per resource, as [`RELEASE`]'s (`1` released, `0` absent, `-1` held by another token). Each release announces
+/// per resource, as [`RELEASE`]'s (`1` released, `0` absent, `-1` held by another token or a key of another type).
+/// Each release announces
 /// itself only when it deletes its mark, as [`RELEASE`]'s.
-pub static MULTI_RELEASE: Script = Script::new("multi-release", include_str!("../../multi/release.lua"));
+pub static MULTI_RELEASE: Script =
+    Script::new("multi-release", concat!(lock_prelude!(), include_str!("../../multi/release.lua")));
 
 /// [`MULTI_RELEASE`]'s `KEYS` for `keys`, in the order it reads them: lock₁, channel₁, …, then mark₁, ….
 pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
@@ -230,8 +235,9 @@ pub fn multi_release_keys(keys: &[crate::LockKeys]) -> Vec<&str> {
 /// Multi-resource extend, all or nothing: sets every lock key's TTL only if every one still holds our token.
 ///
 /// `KEYS` = lock₁, lock₂, …; `ARGV` as [`EXTEND`]'s. Reply: one code per resource, as [`EXTEND`]'s (`1` ours, `0`
-/// absent, `-1` held by another token); the TTLs were set only when every code is `1`.
-pub static MULTI_EXTEND: Script = Script::new("multi-extend", include_str!("../../multi/extend.lua"));
+/// absent, `-1` held by another token or a key of another type); the TTLs were set only when every code is `1`.
+pub static MULTI_EXTEND: Script =
+    Script::new("multi-extend", concat!(lock_prelude!(), include_str!("../../multi/extend.lua")));
 
 /// Job start (see [`JobLock`](crate::JobLock)): the mutex acquire of the job's lock key, plus the "last run"
 /// record, on the server's clock.
@@ -356,7 +362,8 @@ pub static FAIR_ACQUIRE: Script = Script::new(
 /// - *A lost announcement* costs the head one heartbeat: its next try finds its own token in the lock key (the retry
 ///   path of [`FAIR_ACQUIRE`]) and gets the grant, with the key's TTL set to its full TTL from then.
 /// - *A head whose place vanished* (its heartbeat gone, not expired), a read-write lock's writer and a head whose
-///   counter [`ACQUIRE`] would refuse are told (`<origin> <head token>`) and try, as before grants existed.
+///   counter [`ACQUIRE`] would refuse are told (`<origin> <head's waiter id>`, the first 16 hex digits of the SHA-1
+///   of its token: see `waiter_id.lua`) and try, as before grants existed.
 ///
 /// With nobody queued the announcement is `<origin>` alone, as [`RELEASE`]'s, which wakes one waiter per process
 /// (plain waiters on the same resource), and only when a try marked the lock as awaited (as [`RELEASE`]). A grant
@@ -372,10 +379,12 @@ pub static FAIR_RELEASE: Script = Script::new(
 /// readers, a semaphore's permits).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` a fair lock's queue, `KEYS[5]` a
-/// read-write lock's readers, `KEYS[6]` a semaphore's permits (token → expiry), `KEYS[7]` its grants (token →
-/// `fence;slots`). Reply: `{value, pttl, fence, mark_pttl, queued, …}`: the lock key's value (`''` when free) and
-/// PTTL, the fencing counter (`''` when never advanced), the release mark's PTTL (positive while a try that found
-/// the lock held may still wait) and how many waiters a fair queue holds; then four items per live shared holder
+/// read-write lock's readers, `KEYS[6]` a semaphore's permits (token → expiry), `KEYS[7]` its permits' grants
+/// (token → `fence;slot,slot…`), `KEYS[8]` the name's record (an election's leader, a job's last run). Reply:
+/// `{value, pttl, fence, mark_pttl, queued, n, field₁, value₁, …, field_n, value_n, …}`: the lock key's value (`''`
+/// when free) and PTTL, the fencing counter (`''` when never advanced), the release mark's PTTL (positive while a
+/// try that found the lock held may still wait), how many waiters a fair queue holds, the record's field count and
+/// its fields (never the holder's token); then four items per live shared holder
 /// (at most 1000 of each kind): `'r'` or `'p'`, its token, its time left in ms and a permit's slots (comma
 /// separated). A lock key of another type reads as the value `type:<type>` (a foreign holder); any other key of
 /// another type is `WRONGTYPE`, as in every script; the counter's content is checked by the client.
@@ -570,8 +579,8 @@ pub static RW_READ: Script = Script::new(
 );
 
 /// Read-write lock release, whatever the token holds: the write lock (compare-and-delete), a read hold, or a
-/// waiting writer's place (a writer that stops waiting). Announces when that lets someone in: `<origin> <head>`
-/// to the head waiting writer when neither a writer nor a live reader holds any more, `<origin>` to waiting
+/// waiting writer's place (a writer that stops waiting). Announces when that lets someone in: `<origin> <head's
+/// waiter id>` (16 hex digits, see `waiter_id.lua`) to the head waiting writer when neither a writer nor a live reader holds any more, `<origin>` to waiting
 /// readers when no writer waits (only when a try marked the lock as awaited).
 ///
 /// `KEYS[1..4]` as in every read-write lock script, `KEYS[5]` release channel, `KEYS[6]` the release mark;
@@ -605,8 +614,13 @@ pub static RW_STATE: Script =
 /// move the guard (see `fenced/write.lua`).
 pub static FENCED_WRITE: Script = Script::new("fenced-write", include_str!("../../fenced/write.lua"));
 
+/// The protocol version of the keys under a prefix (see [`wire`](crate::wire)): `KEYS[1]` `<prefix>wire`,
+/// `ARGV[1]` our version. Reply: nil when it wrote ours (there was none), else the version found there.
+pub static WIRE_VERSION: Script = Script::new("wire-version", include_str!("wire_version.lua"));
+
 /// Every script of lock-core (to name the command an ACL refused inside one, from its SHA-1).
 pub static ALL: &[&Script] = &[
+    &WIRE_VERSION,
     &ACQUIRE,
     &HOLDER,
     &RELEASE,

@@ -1,0 +1,77 @@
+
+-- The counter at `key` as INCRBY would accept it (a decimal integer, no spaces, no exponent, no hex, within 64
+-- bits), not as Lua's tonumber reads it; nil and a WRONGTYPE reply otherwise. Read before the lock key is set, so a
+-- counter INCRBY would refuse never leaves a lock key behind.
+local function read_counter(key)
+  local current = redis.pcall('GET', key)
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. key .. ' does not hold an integer')
+  end
+  return current
+end
+local function advance(key, current, floor)
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return redis.call('INCRBY', key, string.format('%d', step))
+end
+
+local function awaited(key, pttl)
+  local ttl = string.format('%d', math.max(pttl, 0) + 1000)
+  if redis.REDIS_VERSION_NUM then
+    local marked = redis.pcall('SET', key, '1', 'PX', ttl, 'GET')
+    if type(marked) == 'table' then
+      return redis.error_reply('WRONGTYPE release mark ' .. key .. ' holds a value that is not a mark')
+    end
+  else
+    redis.call('SET', key, '1', 'PX', ttl)
+  end
+end
+
+local function line_up(waiting, mark, origin, pttl)
+  if not origin or origin == '' then
+    return awaited(mark, pttl)
+  end
+  -- Read first: a process already in line keeps its place (and a key of another type is refused before any write).
+  local place = redis.pcall('ZSCORE', waiting, origin)
+  if type(place) == 'table' then
+    return redis.error_reply('WRONGTYPE waiting processes ' .. waiting .. ' holds a value that is not a sorted set')
+  end
+  local refused = awaited(mark, pttl)
+  if refused or place then
+    return refused
+  end
+  local now = redis.call('TIME')
+  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('ZADD', waiting, string.format('%d', at), origin)
+  redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
+end
+
+local fencing = ARGV[3] == '1'
+local current = false
+if fencing then
+  local refused
+  current, refused = read_counter(KEYS[2])
+  if refused then
+    return refused
+  end
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not fencing then
+    return {1}
+  end
+  local floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return {1, advance(KEYS[2], current, floor)}
+end
+-- Held: by a token, or by a key of another type (another library's lock), which holds it as well.
+local pttl = redis.call('PTTL', KEYS[1])
+local refused = line_up(KEYS[4], KEYS[3], ARGV[5], pttl)
+if refused then
+  return refused
+end
+return {0, pttl}

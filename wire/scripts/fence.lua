@@ -1,0 +1,46 @@
+
+-- The counter at `key` as INCRBY would accept it (a decimal integer, no spaces, no exponent, no hex, within 64
+-- bits), not as Lua's tonumber reads it; nil and a WRONGTYPE reply otherwise. Read before the lock key is set, so a
+-- counter INCRBY would refuse never leaves a lock key behind.
+local function read_counter(key)
+  local current = redis.pcall('GET', key)
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. key .. ' does not hold an integer')
+  end
+  return current
+end
+local function advance(key, current, floor)
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return redis.call('INCRBY', key, string.format('%d', step))
+end
+-- The lock key's value: a token (ours, or another client's: another library's lock on the same key), nil when the
+-- key is gone, or, for a key of another type (another library's lock: a Redisson hash), 'type:<type>', which no
+-- token equals: whatever sits at the lock key holds the lock. Any other refusal (an ACL's) is returned second.
+local function lock_value(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    if string.find(value.err, 'WRONGTYPE', 1, true) then
+      return 'type:' .. redis.call('TYPE', key).ok
+    end
+    return nil, value
+  end
+  return value
+end
+
+local value, refused = lock_value(KEYS[1])
+if refused then
+  return refused
+end
+if value ~= ARGV[1] then
+  return value and -1 or 0
+end
+local current
+current, refused = read_counter(KEYS[2])
+if refused then
+  return refused
+end
+local now = redis.call('TIME')
+return advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))

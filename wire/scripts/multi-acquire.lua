@@ -1,0 +1,118 @@
+-- The lock key's value: a token (ours, or another client's: another library's lock on the same key), nil when the
+-- key is gone, or, for a key of another type (another library's lock: a Redisson hash), 'type:<type>', which no
+-- token equals: whatever sits at the lock key holds the lock. Any other refusal (an ACL's) is returned second.
+local function lock_value(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    if string.find(value.err, 'WRONGTYPE', 1, true) then
+      return 'type:' .. redis.call('TYPE', key).ok
+    end
+    return nil, value
+  end
+  return value
+end
+
+-- The counter at `key` as INCRBY would accept it (a decimal integer, no spaces, no exponent, no hex, within 64
+-- bits), not as Lua's tonumber reads it; nil and a WRONGTYPE reply otherwise. Read before the lock key is set, so a
+-- counter INCRBY would refuse never leaves a lock key behind.
+local function read_counter(key)
+  local current = redis.pcall('GET', key)
+  if type(current) == 'table' or (current and not (string.match(current, '^%-?%d+$') and #current <= 18)) then
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. key .. ' does not hold an integer')
+  end
+  return current
+end
+local function advance(key, current, floor)
+  local step = floor - (tonumber(current) or 0)
+  if step < 1 then
+    step = 1
+  end
+  return redis.call('INCRBY', key, string.format('%d', step))
+end
+
+local function awaited(key, pttl)
+  local ttl = string.format('%d', math.max(pttl, 0) + 1000)
+  if redis.REDIS_VERSION_NUM then
+    local marked = redis.pcall('SET', key, '1', 'PX', ttl, 'GET')
+    if type(marked) == 'table' then
+      return redis.error_reply('WRONGTYPE release mark ' .. key .. ' holds a value that is not a mark')
+    end
+  else
+    redis.call('SET', key, '1', 'PX', ttl)
+  end
+end
+
+local function line_up(waiting, mark, origin, pttl)
+  if not origin or origin == '' then
+    return awaited(mark, pttl)
+  end
+  -- Read first: a process already in line keeps its place (and a key of another type is refused before any write).
+  local place = redis.pcall('ZSCORE', waiting, origin)
+  if type(place) == 'table' then
+    return redis.error_reply('WRONGTYPE waiting processes ' .. waiting .. ' holds a value that is not a sorted set')
+  end
+  local refused = awaited(mark, pttl)
+  if refused or place then
+    return refused
+  end
+  local now = redis.call('TIME')
+  local at = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('ZADD', waiting, string.format('%d', at), origin)
+  redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
+end
+
+local lines_up = ARGV[5] and ARGV[5] ~= ''
+local n = #KEYS / (lines_up and 4 or 3)
+local fencing = ARGV[3] == '1'
+-- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
+-- until every key passed.
+local values, counters = {}, {}
+for i = 1, n do
+  local lock = KEYS[2 * i - 1]
+  local value, refused = lock_value(lock)
+  if refused then
+    return refused
+  end
+  values[i] = value
+  if fencing then
+    local current, refused = read_counter(KEYS[2 * i])
+    if refused then
+      return refused
+    end
+    counters[i] = current
+  end
+end
+for i = 1, n do
+  if values[i] and values[i] ~= ARGV[1] then
+    local pttl = redis.call('PTTL', KEYS[2 * i - 1])
+    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[5], pttl)
+    if refused then
+      return refused
+    end
+    return {0, i, pttl}
+  end
+end
+local floor = nil
+if fencing then
+  floor = tonumber(ARGV[4] or '')
+  if not floor then
+    local now = redis.call('TIME')
+    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+end
+local reply = {1}
+for i = 1, n do
+  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
+  if values[i] == ARGV[1] then
+    redis.call('PEXPIRE', lock, ARGV[2])
+    if fencing then
+      reply[i + 1] = tonumber(counters[i] or '0')
+    end
+  else
+    redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
+    if fencing then
+      reply[i + 1] = advance(fence, counters[i], floor)
+    end
+  end
+end
+return reply

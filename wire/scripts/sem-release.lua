@@ -1,0 +1,65 @@
+
+local function sem_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function sem_types()
+  local want = {'zset', 'hash', 'hash', 'string'}
+  for i = 1, 4 do
+    local kind = redis.call('TYPE', KEYS[i]).ok
+    if kind ~= 'none' and kind ~= want[i] then
+      return redis.error_reply('WRONGTYPE semaphore key ' .. KEYS[i] .. ' is not a ' .. want[i])
+    end
+  end
+end
+local function free(token)
+  local grant = redis.call('HGET', KEYS[3], token)
+  if grant then
+    for slot in string.gmatch(string.match(grant, ';(.*)$') or '', '%d+') do
+      if redis.call('HGET', KEYS[2], slot) == token then
+        redis.call('HDEL', KEYS[2], slot)
+      end
+    end
+    redis.call('HDEL', KEYS[3], token)
+  end
+  redis.call('ZREM', KEYS[1], token)
+end
+local function purge(now)
+  for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))) do
+    free(token)
+  end
+end
+local function gc()
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if not last[2] then
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+    return
+  end
+  local at = string.format('%d', tonumber(last[2]) + 1000)
+  for i = 1, 4 do
+    redis.call('PEXPIREAT', KEYS[i], at)
+  end
+end
+
+local refused = sem_types()
+if refused then
+  return refused
+end
+if not redis.call('HGET', KEYS[3], ARGV[1]) then
+  return 0
+end
+local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+local late = score <= sem_now()
+free(ARGV[1])
+-- The keys already expire a second after the latest expiry of the permits left (removing one never moves that
+-- later), so only an emptied semaphore needs its keys touched.
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+end
+if redis.call('DEL', KEYS[6]) > 0 then
+  redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[2])
+end
+if late then
+  return 2
+end
+return 1
