@@ -108,8 +108,10 @@ fi
 have_redis || install_redis
 have_openssl_headers || install_openssl_headers
 have_interop_tools || install_interop_tools
-# The other languages' lock packages (PyPI, npm) that tests/interop.rs contends with, each in a driver process.
+# The other languages' lock packages (PyPI, npm) that tests/interop.rs contends with, each in a driver process;
+# and the Python client written from WIRE.md (clients/python), which tests/cross_language.rs runs beside ours.
 interop/setup.sh
+clients/python/setup.sh
 if [ "${1:-}" = "--install-only" ]; then
   exit 0
 fi
@@ -153,9 +155,11 @@ run_lane a cargo test "${workspace[@]}" $(targets "${lane_a[@]}") "$@" &
 run_lane b cargo test "${workspace[@]}" $(targets "${lane_b[@]}") "$@" &
 # shellcheck disable=SC2046
 run_lane c lane_c $(targets "${others[@]}") &
-# The drivers' own tests: each adapts its package faithfully (they mostly wait on servers, so a lane of their own).
+# The drivers' own tests (each adapts its package faithfully) and the Python client's, with every wire vector: they
+# mostly wait on servers, so a lane of their own.
 lane_d() {
-  interop/python/.venv/bin/python -m pytest -q interop/python/tests && (cd interop/node && node --test test/)
+  interop/python/.venv/bin/python -m pytest -q interop/python/tests && (cd interop/node && node --test test/) &&
+    clients/python/.venv/bin/python -m pytest -q clients/python/tests
 }
 run_lane d lane_d &
 wait
