@@ -4,8 +4,8 @@
     python soak_worker.py <redis_url> <primitive> <resource> <worker_id> <ttl_ms> <events_path>
 
 primitive: ``mutex``, ``semaphore:<limit>``, ``rwlock`` or ``election``. Loops forever: acquire (waiting up to 10 s;
-rwlock: a write hold one time in three, else a read hold), one guarded write to ``<resource>:data`` through the guard
-``<resource>:data:fence`` with the hold's fence (exclusive holds only: mutex, rwlock write, election, semaphore with
+rwlock: a write hold one time in three, else a read hold), one guarded write (``RPUSH`` of ``"<worker> <fence>"`` to
+the list ``<resource>:data``) through the guard ``<resource>:data:fence`` with the hold's fence (exclusive holds only: mutex, rwlock write, election, semaphore with
 limit 1; shared holds have no exclusive fence and skip it), hold 5–50 ms, release; then append one JSON line per hold
 to ``events_path`` (one ``write`` call per line, unbuffered). Logs go to stderr only.
 
@@ -110,7 +110,8 @@ def main(argv: list[str]) -> int:
         if mode == "exclusive" and hold.fence is not None:
             # The guard is the check: after a pause (SIGSTOP) past the TTL a newer holder's fence refuses this one.
             try:
-                hold.fenced_write(guard, "set", [data], [f"{worker} {hold.fence}"])
+                # Appended, so the list is the order the guard accepted fences in: a checker reads it back.
+                hold.fenced_write(guard, "rpush", [data], [f"{worker} {hold.fence}"])
                 write = "accepted"
             except wirelock.StaleFence:
                 write = "stale"

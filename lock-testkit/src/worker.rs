@@ -48,6 +48,11 @@ impl WorkerProcess {
         self.id
     }
 
+    /// The process id, while the process has not been killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     fn signal(&self, sig: libc::c_int) {
         if let Some(child) = &self.child {
             crate::server::signal(child, sig);
