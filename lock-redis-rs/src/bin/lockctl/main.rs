@@ -9,7 +9,7 @@
 //!
 //! Every primitive's holders are shown, without flags: a lock's, a fair lock's, a job's run, an election's leader, a
 //! read-write lock's writer and readers, a semaphore's permits with their slots (each kept under the prefix, or the
-//! prefix and `rw:` or `sem:`; see [`spaces`]); `force-release` frees any of them. `inspect` also prints a name's
+//! prefix and `rw:` or `sem:`; see [`mod@spaces`]); `force-release` frees any of them. `inspect` also prints a name's
 //! record: an election's leader and term, a job's last run (who, when, how it ended). Over a Redlock (`-u` repeated)
 //! an instance that cannot be reached is shown with its error, and the others still answer.
 //!
@@ -189,7 +189,7 @@ fn urls(cli: &Cli) -> Vec<String> {
 }
 
 /// The servers, connected: one, or the instances of a Redlock, of which those that cannot be reached stand in with
-/// their error (see [`unreachable`]) so the others still answer. Fails only when none can be reached.
+/// their error (see [`mod@unreachable`]) so the others still answer. Fails only when none can be reached.
 async fn connect(cli: &Cli) -> Result<Lock, Failure> {
     let bound = Duration::from_millis(cli.timeout_ms);
     let attempts = urls(cli).into_iter().map(|url| async move {
