@@ -95,6 +95,7 @@ pub mod election;
 mod engine;
 mod error;
 pub mod fenced;
+pub mod guide;
 mod holder;
 pub mod job;
 pub mod layout;

@@ -15,6 +15,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("seam", &["seam", "memory"]),
     ("engine", &["engine", "distributed_lock"]),
     ("primitives", &["mutex", "redisson", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),
+    ("guide", &["guide"]),
 ];
 
 /// Each top-level module of `src` and the top-level modules its code (not its comments or unit tests) names as

@@ -46,7 +46,7 @@
 //! waiters that they hear nothing; they then take a released lock at their safety poll
 //! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Such a process also lines up to be
 //! woken by releases it never hears, so a release that names it costs the waiters of *other* processes a safety
-//! poll too (see [`RELEASE`](lock_core::scripts::RELEASE)). Grant the channels (the README's minimal ACL line does)
+//! poll too (see [`RELEASE`](lock_core::scripts::RELEASE)). Grant the channels (the guide's minimal ACL line, chapter 10, does)
 //! or shorten the safety poll.
 //!
 //! # Keys

@@ -128,7 +128,7 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
     assert!(!exists(&server, keys.lock()), "the lock key was written before the counter was checked");
 }
 
-/// The ACL rules of the smallest user a lock needs (the user and password are the tests'; the README gives the
+/// The ACL rules of the smallest user a lock needs (the user and password are the tests'; the guide, chapter 10, gives the
 /// same line as an `ACL SETUSER` command). Keys and channels are those under the default prefix `lock:`; the
 /// commands are what the stores send (`PING`, `INFO` at connect; fred also asks `CLIENT ID`), what the scripts call
 /// (`GET`, `SET`, `DEL`, `PEXPIRE`, `INCRBY`, `TIME`, `TYPE`, `PTTL`, `PUBLISH`, `SPUBLISH`; a job's hash commands; a

@@ -120,14 +120,16 @@ fn a_token_on_demand_is_drawn_only_by_the_holder() {
     assert_eq!(counter(&s), Some(second), "a refused draw moved the counter");
 }
 
-/// The README's `ACL SETUSER` line is exactly the rules the minimal-user tests run with.
+/// The guide's `ACL SETUSER` line (chapter 10, connecting in production) is exactly the rules the minimal-user tests
+/// run with.
 #[test]
-fn the_readme_gives_the_tested_acl_line() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+fn the_guide_gives_the_tested_acl_line() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../lock-core/src/guide/10_connecting.md");
+    let readme = std::fs::read_to_string(path).unwrap();
     let rules = lock_testkit::server_cases::MINIMAL_ACL_RULES.replace(">secret", ">CHANGE-ME");
     let rules: Vec<&str> = rules.split_whitespace().collect();
     let line = format!("ACL SETUSER locker {}", rules.join(" "));
-    assert!(readme.contains(&line), "README.md lacks the tested line:\n{line}");
+    assert!(readme.contains(&line), "the guide's chapter 10 lacks the tested line:\n{line}");
 }
 
 /// The election's and the operator's scripts check every key's type before any write: a foreign leader record,
