@@ -16,7 +16,8 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
                   redlock, renewal, primitives, semaphore, rwlock; and the cost curves, run only when
                   named here: renewal-curve (1 000 to 100 000 renewing guards, minutes long),
                   waiter-curve (10 to 1 000 waiters over 1 to 50 processes), multi-curve (1, 8, 64
-                  resources per multi-lock)
+                  resources per multi-lock), cores-curve (1, 2, 4, … client worker threads, up to the
+                  CPUs this process may use: run it without taskset)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
@@ -63,7 +64,7 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 14] = [
+const GROUPS: [&str; 15] = [
     "engine",
     "uncontended",
     "concurrent-distinct",
@@ -75,6 +76,7 @@ const GROUPS: [&str; 14] = [
     "renewal-curve",
     "waiter-curve",
     "multi-curve",
+    "cores-curve",
     "primitives",
     "semaphore",
     "rwlock",

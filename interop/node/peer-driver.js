@@ -20,6 +20,17 @@ const errText = (e) => `${(e && e.constructor && e.constructor.name) || 'Error'}
 const pkgVersion = (p) => require(`${p}/package.json`).version;
 class NotHeldError extends Error {}
 
+// The bench's hold: Node's own sleep, setTimeout, which counts whole ms from libuv's cached
+// loop time and so can fire early (a 1 ms timer measured 26 us after a long await); sleep
+// again until the monotonic clock says the deadline has passed.
+async function holdUntil(deadlineNs) {
+  for (;;) {
+    const left = deadlineNs - nowNs();
+    if (left <= 0n) return;
+    await sleep(Math.ceil(Number(left) / 1e6));
+  }
+}
+
 // Waiting (W > 0) for the two redlock flavours: the package retries `retryCount` times,
 // `retryDelay` +- `retryJitter` ms apart; we choose retryCount so the retries span W.
 function retrySettings(req, waitMs) {
@@ -40,6 +51,7 @@ class RedlockPeer {
     // extend() retries with the *instance's* retryCount (default 10 x 200 ms), so extend
     // through an instance configured for exactly one attempt. release never retries in v4.
     this.oneShot = this.makeRedlock({ retryCount: 0 });
+    this.instances = new Map(); // "retryCount/retryDelay/retryJitter" -> Redlock
   }
   makeRedlock(settings) {
     const rl = new this.Redlock([this.client], settings);
@@ -61,9 +73,13 @@ class RedlockPeer {
   }
   newLock() { return { lock: null, extra: {} }; }
   async acquire(entry, name, ttlMs, waitMs, req) {
-    // NB: lockWithOptions(..., {retryCount: 0}) would fall back to 10 (`0 || 10`),
-    // so build an instance per acquire instead.
-    const rl = this.makeRedlock(retrySettings(req, waitMs));
+    // NB: lockWithOptions(..., {retryCount: 0}) would fall back to 10 (`0 || 10`), so
+    // use an instance built with the wanted settings: one per distinct setting, kept,
+    // as an application keeps its configured Redlock (construction hashes 3 scripts).
+    const settings = retrySettings(req, waitMs);
+    const key = `${settings.retryCount}/${settings.retryDelay}/${settings.retryJitter}`;
+    let rl = this.instances.get(key);
+    if (!rl) { rl = this.makeRedlock(settings); this.instances.set(key, rl); }
     try {
       entry.lock = await rl.lock(name, ttlMs);
       return { acquired: true };
@@ -292,6 +308,42 @@ class Driver {
     const r = await this._release(req.name);
     return { released: r.released, error: r.error, release_started_ns: r.started_ns, release_done_ns: r.at_ns };
   }
+  // acquire -> hold -> release cycles on one name until n cycles are done or duration_ms
+  // has passed since the first cycle started (checked before each cycle). Goes through
+  // _acquire/_release, i.e. the very package objects and settings of the acquire and
+  // release ops. The protocol is in ../README.md ("bench").
+  async op_bench(req) {
+    const holdNs = BigInt(Math.round((req.hold_us || 0) * 1000));
+    const budgetNs = BigInt(req.duration_ms) * 1000000n;
+    let cycles = 0; let failed = 0; let failedReleases = 0; let releaseError = null;
+    const acquireNs = []; const cycleNs = [];
+    let start = null; let end = null;
+    while (cycles < req.n) {
+      const t0 = nowNs();
+      if (start === null) start = t0;
+      else if (t0 - start >= budgetNs) break;
+      const a = await this._acquire(req.name, req.ttl_ms, req.wait_ms, req);
+      const t1 = nowNs();
+      if (!a.acquired) { failed += 1; end = t1; continue; }
+      if (holdNs > 0n) await holdUntil(t1 + holdNs);
+      const r = await this._release(req.name);
+      const t2 = nowNs();
+      end = t2;
+      if (!r.released) { // the cycle still counts: it did acquire
+        failedReleases += 1;
+        if (releaseError === null) releaseError = r.error;
+      }
+      cycles += 1;
+      acquireNs.push(Number(t1 - t0));
+      cycleNs.push(Number(t2 - t0));
+    }
+    const reply = {
+      cycles, failed, elapsed_ns: start === null ? 0 : Number(end - start),
+      acquire_ns: acquireNs, cycle_ns: cycleNs,
+    };
+    if (failedReleases) Object.assign(reply, { failed_releases: failedReleases, release_error: releaseError });
+    return reply;
+  }
   counterClient() {
     // A plain client for the counter, separate from the lock's connection(s).
     if (!this._counter) {
@@ -312,7 +364,11 @@ async function main() {
   const drv = new Driver(peer);
   drv.url = url;
   await drv.counterClient().ping();
-  emit({ ready: true, peer: peerName, version: pkgVersion(peer.pkg), ioredis_version: peerName === 'redlock' ? pkgVersion('ioredis4') : pkgVersion('ioredis') });
+  emit({
+    ready: true, peer: peerName, version: pkgVersion(peer.pkg),
+    ioredis_version: peerName === 'redlock' ? pkgVersion('ioredis4') : pkgVersion('ioredis'),
+    runtime: `node ${process.version}`,
+  });
 
   const rl = readline.createInterface({ input: process.stdin, terminal: false });
   for await (const raw of rl) {

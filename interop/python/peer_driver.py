@@ -15,6 +15,7 @@ integers.
 import json
 import logging
 import math
+import platform
 import sys
 import time
 from importlib.metadata import version as pkg_version
@@ -275,6 +276,47 @@ class Driver:
         return {"released": r["released"], "error": r["error"],
                 "release_started_ns": r["started_ns"], "release_done_ns": r["at_ns"]}
 
+    def op_bench(self, req):
+        """acquire -> hold -> release cycles on one name until n cycles are done or
+        duration_ms has passed since the first cycle started (checked before each cycle).
+        Goes through _acquire/_release, i.e. the very package objects and settings of the
+        acquire and release ops. The protocol is in ../README.md ("bench")."""
+        name, ttl_ms, wait_ms = req["name"], req["ttl_ms"], req.get("wait_ms", 0)
+        hold_s = req.get("hold_us", 0) / 1e6
+        n, budget_ns = req["n"], req["duration_ms"] * 1_000_000
+        cycles = failed = failed_releases = 0
+        release_error = None
+        acquire_ns, cycle_ns = [], []
+        start = end = None
+        while cycles < n:
+            t0 = now_ns()
+            if start is None:
+                start = t0
+            elif t0 - start >= budget_ns:
+                break
+            a = self._acquire(name, ttl_ms, wait_ms, req)
+            t1 = now_ns()
+            if not a["acquired"]:
+                failed += 1
+                end = t1
+                continue
+            if hold_s > 0:
+                time.sleep(hold_s)
+            r = self._release(name)
+            t2 = end = now_ns()
+            if not r["released"]:  # the cycle still counts: it did acquire
+                failed_releases += 1
+                release_error = release_error or r["error"]
+            cycles += 1
+            acquire_ns.append(t1 - t0)
+            cycle_ns.append(t2 - t0)
+        reply = {"cycles": cycles, "failed": failed,
+                 "elapsed_ns": (end - start) if start is not None else 0,
+                 "acquire_ns": acquire_ns, "cycle_ns": cycle_ns}
+        if failed_releases:
+            reply.update(failed_releases=failed_releases, release_error=release_error)
+        return reply
+
 
 def emit(obj):
     sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
@@ -290,7 +332,8 @@ def main(argv):
     drv = Driver(argv[1], argv[2])
     drv.client.ping()
     emit({"ready": True, "peer": argv[1], "version": pkg_version(drv.peer.package),
-          "redis_py_version": pkg_version("redis")})
+          "redis_py_version": pkg_version("redis"),
+          "runtime": f"{platform.python_implementation()} {platform.python_version()}"})
     for line in sys.stdin:
         line = line.strip()
         if not line:

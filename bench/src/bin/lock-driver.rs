@@ -68,7 +68,8 @@ async fn take(lock: &Lock, name: &str, options: &LockOptions) -> lock_core::Resu
 async fn serve(peer: &str, url: &str, fencing: Fencing) -> Result<(), Error> {
     let lock = Lock::new(RedisStore::connect(url).await?);
     let mut held: HashMap<String, Guard> = HashMap::new();
-    reply(&json!({"ready": true, "peer": peer, "version": env!("CARGO_PKG_VERSION")}))?;
+    reply(&json!({"ready": true, "peer": peer, "version": env!("CARGO_PKG_VERSION"), "package": "lock-redis-rs",
+        "runtime": "Rust, tokio current-thread, redis-rs"}))?;
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let line = line?;
@@ -125,39 +126,56 @@ async fn serve(peer: &str, url: &str, fencing: Fencing) -> Result<(), Error> {
     Ok(())
 }
 
-/// `bench`: acquire → hold → release cycles until `n` are done or `duration_ms` has passed (see `interop/README.md`).
+/// `bench`: acquire → hold → release cycles until `n` succeeded or `duration_ms` has passed (see `interop/README.md`:
+/// the same loop as the Python and Node drivers').
+#[allow(clippy::disallowed_methods)] // the hold: see below
 async fn bench(lock: &Lock, name: &str, request: &Value, fencing: Fencing) -> Value {
     let options = options(request, fencing);
     let hold = Duration::from_micros(request["hold_us"].as_u64().unwrap_or(0));
     let n = request["n"].as_u64().unwrap_or(u64::MAX);
     let limit = Duration::from_millis(request["duration_ms"].as_u64().unwrap_or(u64::from(u32::MAX)));
-    let (mut cycles, mut failed) = (0_u64, 0_u64);
+    let (mut cycles, mut failed, mut failed_releases) = (0_u64, 0_u64, 0_u64);
+    let mut release_error = Value::Null;
     let (mut acquire_ns, mut cycle_ns) = (Vec::new(), Vec::new());
-    let started = Instant::now();
-    let mut last = started;
-    while cycles < n && started.elapsed() < limit {
+    let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let mut start = None;
+    let mut end = None;
+    while cycles < n {
         let t0 = Instant::now();
+        let first = *start.get_or_insert(t0);
+        if t0.duration_since(first) >= limit {
+            break;
+        }
         let guard = match take(lock, name, &options).await {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 failed += 1;
+                end = Some(Instant::now());
                 continue;
             }
             Err(err) => return json!({"ok": false, "error": error_text(&err)}),
         };
         let t1 = Instant::now();
         if !hold.is_zero() {
-            tokio::time::sleep(hold).await;
+            // The hold is the work under the lock, timed to the microsecond as the other drivers' (a tokio timer
+            // rounds 1 ms up to the next tick, doubling it); this driver runs one task, so blocking its thread for
+            // the hold stalls nothing else.
+            std::thread::sleep(hold);
         }
         if let Err(err) = guard.release().await {
-            return json!({"ok": false, "error": error_text(&err)});
+            failed_releases += 1;
+            release_error = json!(error_text(&err));
         }
-        last = Instant::now();
+        let t2 = Instant::now();
+        end = Some(t2);
         cycles += 1;
-        acquire_ns.push(u64::try_from(t1.duration_since(t0).as_nanos()).unwrap_or(u64::MAX));
-        cycle_ns.push(u64::try_from(last.duration_since(t0).as_nanos()).unwrap_or(u64::MAX));
+        acquire_ns.push(nanos(t1.duration_since(t0)));
+        cycle_ns.push(nanos(t2.duration_since(t0)));
     }
-    let elapsed_ns = u64::try_from(last.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
-    json!({"ok": true, "cycles": cycles, "failed": failed, "elapsed_ns": elapsed_ns,
-        "acquire_ns": acquire_ns, "cycle_ns": cycle_ns})
+    let elapsed_ns = match (start, end) {
+        (Some(start), Some(end)) => nanos(end.duration_since(start)),
+        _ => 0,
+    };
+    json!({"ok": true, "cycles": cycles, "failed": failed, "elapsed_ns": elapsed_ns, "acquire_ns": acquire_ns,
+        "cycle_ns": cycle_ns, "failed_releases": failed_releases, "release_error": release_error})
 }

@@ -1,5 +1,6 @@
 //! The scenarios of issue 8, the interleaving of contenders in rounds, and the targets checked at the end.
 
+mod cores_curve;
 mod cycles;
 mod engine;
 mod handoff;
@@ -98,6 +99,9 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     }
     if ctx.settings.named("multi-curve") {
         multi_curve::run(&mut ctx).await.context("scenario multi-curve")?;
+    }
+    if ctx.settings.named("cores-curve") {
+        cores_curve::run(&mut ctx).await.context("scenario cores-curve")?;
     }
     if ctx.settings.wants("primitives") {
         shared::primitives(&mut ctx).await.context("scenario primitives")?;

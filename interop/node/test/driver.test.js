@@ -174,6 +174,66 @@ for (const peerName of Object.keys(PINNED)) {
       assert.ok(second.release_started_ns - first.at_ns >= 400_000_000);
     });
 
+    const bench = (peer, kw) => peer.call({
+      op: 'bench', name: 'bn', ttl_ms: TTL, wait_ms: 0, hold_us: 0, n: 50, duration_ms: 20000, ...kw,
+    }, 60000);
+
+    test('bench: uncontended cycles', async () => {
+      const r = await bench(a, { n: 50 });
+      assert.equal(r.ok, true, JSON.stringify(r).slice(0, 300));
+      assert.equal(r.cycles, 50);
+      assert.equal(r.failed, 0);
+      assert.equal(r.failed_releases, undefined);
+      assert.equal(r.acquire_ns.length, 50);
+      assert.equal(r.cycle_ns.length, 50);
+      for (let i = 0; i < 50; i++) {
+        assert.ok(Number.isInteger(r.acquire_ns[i]) && r.acquire_ns[i] > 0);
+        assert.ok(Number.isInteger(r.cycle_ns[i]) && r.acquire_ns[i] <= r.cycle_ns[i]);
+      }
+      const sum = r.cycle_ns.reduce((x, y) => x + y, 0);
+      assert.ok(sum <= r.elapsed_ns && r.elapsed_ns < sum + 1e9, `elapsed ${r.elapsed_ns}, sum ${sum}`);
+      assert.equal(srv.cmd('EXISTS', await keyOf('bn')), '0'); // every cycle released
+      assert.ok((await a.call({ op: 'release', name: 'bn' })).error.startsWith('NotHeld'));
+    });
+
+    test('bench: hold sleeps', async () => {
+      const r = await bench(a, { n: 3, hold_us: 20000 });
+      assert.equal(r.cycles, 3);
+      for (let i = 0; i < 3; i++) assert.ok(r.cycle_ns[i] - r.acquire_ns[i] >= 19_000_000);
+    });
+
+    test('bench: duration caps the loop', async () => {
+      const r = await bench(a, { n: 1e9, duration_ms: 300 });
+      assert.equal(r.failed, 0);
+      assert.ok(r.cycles > 10, `cycles ${r.cycles}`);
+      assert.ok(r.elapsed_ns >= 300e6 && r.elapsed_ns < 1300e6, `elapsed ${r.elapsed_ns}`);
+    });
+
+    test('bench: a failed acquire counts and the loop goes on', async () => {
+      assert.equal((await a.call({ op: 'acquire', name: 'bn', ttl_ms: TTL, wait_ms: 0 })).acquired, true);
+      const r = await bench(b, { n: 5, duration_ms: 300 }); // W = 0: one try per cycle, each fails
+      assert.equal(r.cycles, 0); // n counts successful cycles only
+      assert.ok(r.failed > 5, `failed ${r.failed}`);
+      assert.deepEqual(r.acquire_ns, []);
+      assert.ok(r.elapsed_ns >= 300e6);
+      assert.equal((await a.call({ op: 'release', name: 'bn' })).released, true);
+    });
+
+    test('bench: two drivers contend', async () => {
+      const req = { op: 'bench', name: 'bc', ttl_ms: TTL, wait_ms: 5000, hold_us: 1000, n: 1e9, duration_ms: 500 };
+      a.send(req); b.send(req);
+      const [ra, rb] = await Promise.all([a.read(60000), b.read(60000)]);
+      if (peerName !== 'node-redisson') { // see README: its waiter can give up early
+        assert.equal(ra.failed + rb.failed, 0);
+      }
+      // A polling package may starve one side for the whole 500 ms, but that side's pending
+      // acquire then wins once the other stops: both complete at least one cycle.
+      assert.ok(ra.cycles >= 1 && rb.cycles >= 1, `cycles ${ra.cycles} / ${rb.cycles}`);
+      for (const r of [ra, rb]) {
+        for (let i = 0; i < r.cycles; i++) assert.ok(r.cycle_ns[i] - r.acquire_ns[i] >= 1e6);
+      }
+    });
+
     test('bad request keeps the driver running', async () => {
       assert.deepEqual(await a.call({ op: 'nope' }), { ok: false, error: "Error: unknown op 'nope'" });
       assert.equal((await a.call({ op: 'describe', name: 'k' })).ok, true);

@@ -152,3 +152,63 @@ def test_eof_exits_zero(peer, srv):
     p = subprocess.run(driver_argv(peer, srv.url), input="", capture_output=True, text=True, timeout=30)
     assert p.returncode == 0
     assert p.stdout.count("\n") == 1 and '"ready":true' in p.stdout
+
+
+# -- bench ------------------------------------------------------------------------------
+def bench(peer, **kw):
+    req = {"op": "bench", "name": "bn", "ttl_ms": TTL, "wait_ms": 0, "hold_us": 0,
+           "n": 50, "duration_ms": 20000, **kw}
+    return peer.call(req, timeout=60)
+
+
+def test_bench_uncontended_cycles(pair, srv):
+    _, a, _ = pair
+    r = bench(a, n=50)
+    assert r["ok"] and r["cycles"] == 50 and r["failed"] == 0, r
+    assert "failed_releases" not in r
+    assert len(r["acquire_ns"]) == len(r["cycle_ns"]) == 50
+    assert all(isinstance(v, int) and v > 0 for v in r["acquire_ns"] + r["cycle_ns"])
+    assert all(acq <= cyc for acq, cyc in zip(r["acquire_ns"], r["cycle_ns"]))
+    # elapsed runs from the first cycle's start to the last cycle's end
+    assert sum(r["cycle_ns"]) <= r["elapsed_ns"] < sum(r["cycle_ns"]) + 1_000_000_000
+    assert srv.cmd("EXISTS", key_of(a, "bn")) == "0"  # every cycle released
+    # the driver keeps working afterwards and holds nothing
+    assert a.call({"op": "release", "name": "bn"})["error"].startswith("NotHeld")
+
+
+def test_bench_hold_sleeps(pair):
+    _, a, _ = pair
+    r = bench(a, n=3, hold_us=20000)
+    assert r["cycles"] == 3, r
+    assert all(c - q >= 20_000_000 for q, c in zip(r["acquire_ns"], r["cycle_ns"]))
+
+
+def test_bench_duration_caps_the_loop(pair):
+    _, a, _ = pair
+    r = bench(a, n=10**9, duration_ms=300)
+    assert r["failed"] == 0 and r["cycles"] > 10, r
+    assert 300_000_000 <= r["elapsed_ns"] < 1_300_000_000
+
+
+def test_bench_failed_acquire_counts_and_goes_on(pair):
+    _, a, b = pair
+    assert a.call({"op": "acquire", "name": "bn", "ttl_ms": TTL, "wait_ms": 0})["acquired"]
+    r = bench(b, n=5, duration_ms=300)  # W = 0: one try per cycle, each one fails
+    assert r["cycles"] == 0 and r["failed"] > 5, r  # n counts successful cycles only
+    assert r["acquire_ns"] == r["cycle_ns"] == []
+    assert r["elapsed_ns"] >= 300_000_000
+    assert a.call({"op": "release", "name": "bn"})["released"]
+
+
+def test_bench_two_drivers_contend(pair):
+    _, a, b = pair
+    req = {"op": "bench", "name": "bc", "ttl_ms": TTL, "wait_ms": 5000, "hold_us": 1000,
+           "n": 10**9, "duration_ms": 500}
+    a.send(req)
+    b.send(req)
+    ra, rb = a.read(60), b.read(60)
+    assert ra["failed"] == rb["failed"] == 0, (ra["failed"], rb["failed"])
+    # Polling packages may starve one side for the whole 500 ms, but its pending acquire
+    # then wins as soon as the other side stops: both complete at least one cycle.
+    assert ra["cycles"] >= 1 and rb["cycles"] >= 1
+    assert all(c - q >= 1_000_000 for r in (ra, rb) for q, c in zip(r["acquire_ns"], r["cycle_ns"]))
