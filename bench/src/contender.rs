@@ -185,6 +185,12 @@ impl Contender {
 
     /// The floor acquiring with lock-core's fenced script: how much of our gap to the floor is fencing's own
     /// server-side work (a diagnostic, not a target).
+    /// The floor with no response timeout on its connection (see [`Floor::connect_unbounded`]).
+    pub(crate) async fn floor_unbounded(name: &str, urls: &[String]) -> anyhow::Result<Self> {
+        let floor = Floor::connect_unbounded(urls, TTL).await?;
+        Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: floor::NESTED })
+    }
+
     pub(crate) async fn floor_fenced(name: &str, urls: &[String]) -> anyhow::Result<Self> {
         let floor = Floor::connect(urls, TTL).await?.fenced();
         Ok(Contender { name: name.to_owned(), client: Client::Floor(floor), nested: CORE_NESTED })

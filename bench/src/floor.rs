@@ -92,12 +92,23 @@ impl FloorHeld {
 
 impl Floor {
     pub(crate) async fn connect(urls: &[String], ttl: Duration) -> anyhow::Result<Self> {
+        Self::connect_with(urls, ttl, &connection_config()).await
+    }
+
+    /// The floor without a response timeout (a diagnostic: redis-rs then arms no timer per command, as rslock's
+    /// connection does; a hung server would hang every call).
+    pub(crate) async fn connect_unbounded(urls: &[String], ttl: Duration) -> anyhow::Result<Self> {
+        let config = AsyncConnectionConfig::new().set_connection_timeout(Some(Duration::from_secs(1)));
+        Self::connect_with(urls, ttl, &config.set_response_timeout(None)).await
+    }
+
+    async fn connect_with(urls: &[String], ttl: Duration, config: &AsyncConnectionConfig) -> anyhow::Result<Self> {
         let mut clients = Vec::new();
         let mut conns = Vec::new();
         for url in urls {
             let client = Client::open(url.as_str()).with_context(|| format!("bad URL {url}"))?;
             let conn = client
-                .get_multiplexed_async_connection_with_config(&connection_config())
+                .get_multiplexed_async_connection_with_config(config)
                 .await
                 .with_context(|| format!("connecting to {url}"))?;
             clients.push(client);

@@ -70,6 +70,8 @@ pub(crate) async fn concurrent_distinct(ctx: &mut Ctx) -> anyhow::Result<()> {
         contenders.push(Contender::core("redis-rs-pool1", Backend::RedisRsPool(1), &urls, true).await?);
         contenders.push(Contender::core("fred-pool1", Backend::FredPool(1), &urls, true).await?);
         contenders.push(Contender::core("redis-rs-pool1-nofence", Backend::RedisRsPool(1), &urls, false).await?);
+        // How much of rslock's lead over the floor is the floor's per-command response timeout (rslock sets none).
+        contenders.push(Contender::floor_unbounded("floor-unbounded", &urls).await?);
     }
     ctx.settings.keep(&mut contenders);
     let bound = Bound::new(0.6, 2_000_000, ctx.settings.scale);
@@ -82,6 +84,8 @@ struct Totals {
     elapsed: Duration,
     /// CPU time of this process (the client side) during the segments.
     client_cpu: Duration,
+    /// CPU seconds of the servers during the segments (`INFO cpu`): the server's share of each cycle.
+    server_cpu: f64,
     /// Heap allocations of this process during the segments (the benchmark's own per-cycle key and bookkeeping
     /// included, the same for every contender).
     allocations: u64,
@@ -111,6 +115,7 @@ pub(crate) async fn cycle_scenario(
             cycles: 0,
             elapsed: Duration::ZERO,
             client_cpu: Duration::ZERO,
+            server_cpu: 0.0,
             allocations: 0,
             latency: Latency::new()?,
             commands: CommandStats::default(),
@@ -129,8 +134,10 @@ pub(crate) async fn cycle_scenario(
             reset_stats(servers)?;
             let tag = format!("{scenario}:{i}:{round}");
             let cpu_before = cpu::process_time().context("getrusage")?;
+            let server_before = server_seconds(servers)?;
             let allocations_before = alloc::count();
             let (cycles, elapsed, latency) = run_cycles(contender, tasks, &tag, slice).await?;
+            total.server_cpu += server_seconds(servers)? - server_before;
             total.slices.push(cycles as f64 / elapsed.as_secs_f64().max(1e-9));
             total.allocations += alloc::count().saturating_sub(allocations_before);
             total.client_cpu += cpu::process_time().context("getrusage")?.saturating_sub(cpu_before);
@@ -148,6 +155,7 @@ pub(crate) async fn cycle_scenario(
             .field("p99_us", total.latency.quantile_us(0.99))
             .field("max_us", total.latency.max_us())
             .field("client_cpu_us_per_cycle", total.client_cpu.as_secs_f64() * 1e6 / cycles)
+            .field("server_cpu_us_per_cycle", total.server_cpu * 1e6 / cycles)
             .field("allocs_per_cycle", total.allocations as f64 / cycles)
             .field("cycles", total.cycles as f64)
             .field("tasks", tasks as f64)
@@ -157,6 +165,11 @@ pub(crate) async fn cycle_scenario(
         ctx.report.row(row);
     }
     Ok(())
+}
+
+/// The servers' CPU seconds so far.
+fn server_seconds(servers: &[Server]) -> anyhow::Result<f64> {
+    servers.iter().map(Server::cpu_seconds).sum()
 }
 
 /// `tasks` concurrent loops of lock + release on fresh keys until the bound; returns the cycles, the wall time
