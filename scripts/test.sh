@@ -144,15 +144,19 @@ run_lane() {
   if "$@" >"$logs/$lane.log" 2>&1; then echo ok >"$logs/$lane.status"; else echo failed >"$logs/$lane.status"; fi
 }
 targets() { for name in "$@"; do printf -- '--test %s ' "$name"; done; }
+# Every lane runs all of its targets even when one fails (--no-fail-fast), so one failure does not hide another.
 # Lane C's two commands (doctests cannot be named beside other targets); its arguments are the `--test` options.
 lane_c() {
-  cargo test "${workspace[@]}" --lib --bins "$@" "${extra[@]}" && cargo test "${workspace[@]}" --doc "${extra[@]}"
+  local status=0
+  cargo test "${workspace[@]}" --no-fail-fast --lib --bins "$@" "${extra[@]}" || status=1
+  cargo test "${workspace[@]}" --no-fail-fast --doc "${extra[@]}" || status=1
+  return "$status"
 }
 extra=("$@")
 # shellcheck disable=SC2046
-run_lane a cargo test "${workspace[@]}" $(targets "${lane_a[@]}") "$@" &
+run_lane a cargo test "${workspace[@]}" --no-fail-fast $(targets "${lane_a[@]}") "$@" &
 # shellcheck disable=SC2046
-run_lane b cargo test "${workspace[@]}" $(targets "${lane_b[@]}") "$@" &
+run_lane b cargo test "${workspace[@]}" --no-fail-fast $(targets "${lane_b[@]}") "$@" &
 # shellcheck disable=SC2046
 run_lane c lane_c $(targets "${others[@]}") &
 # The drivers' own tests (each adapts its package faithfully) and the Python client's, with every wire vector: they

@@ -597,6 +597,8 @@ fn set_parent_death_signal(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn set_parent_death_signal(_cmd: &mut Command) {}
 
-/// A script listing the keys matching `ARGV[1]` but fencing counters (which have no TTL by design).
+/// A script listing the keys matching `ARGV[1]` but those a lock keeps on purpose, without a TTL: fencing counters
+/// and the wire version key (the rule of [`lasting_key`](crate::lasting_key), in Lua).
 pub(crate) const KEYS_BUT_COUNTERS: &str = "local left = {} for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
-     if not string.find(k, ':fence$') then table.insert(left, k) end end return left";
+     local lasting = string.find(k, ':fence$') or (string.sub(k, -4) == 'wire' and not string.find(k, '{', 1, true)) \
+     if not lasting then table.insert(left, k) end end return left";
