@@ -8,6 +8,13 @@
 //! it). A waiter whose place expired (it paused past its heartbeats) takes a new place at the back on its next try.
 //! A client may crash anywhere and never come back; the lock's key and a place both expire on the server's clock.
 //!
+//! A grant's reply may arrive late ([`FairConfig::late_replies`]): the server applied the grant, and the reply reaches
+//! the waiter after the grant's validity ran out. The waiter then goes on waiting **with the same token** (its token
+//! is its place in the line, drawn once per acquisition), so its next try can be granted under that token. A
+//! give-back of the late grant, sent at once or resent any time later in the background (after a connection reset),
+//! would compare that token and delete the later grant: [`FairConfig::give_back_queued_tries`] puts that rule of the
+//! old engine back, and `one believer` catches it (review 4's two holders).
+//!
 //! Properties (each `always` unless said):
 //! - `one believer`: at most one client believes it holds;
 //! - `no grant to an expired place`: a release never hands the lock to a waiter whose place had expired (the class
@@ -56,10 +63,16 @@ pub struct FairConfig {
     pub pauses: u8,
     /// Bug: a place never expires (one expiry for the whole queue, renewed by whoever is alive: Redisson's shape).
     pub places_never_expire: bool,
+    /// A grant's reply may be held back until after its validity (not with [`rounds`](Self::rounds): replies that
+    /// are always late starve everyone, which is no property of the queue).
+    pub late_replies: bool,
+    /// Bug (the engine before review 4): a queued try whose grant arrived late gives it back under the waiter's
+    /// token, and that give-back may run any time later (a resend after a reset).
+    pub give_back_queued_tries: bool,
 }
 
 impl Default for FairConfig {
-    /// The engine as it is: TTL 2 ticks, places of 2 ticks, 5 ticks, 3 tries each, one crash.
+    /// The engine as it is, every reply on time: TTL 2 ticks, places of 2 ticks, 5 ticks, 3 tries each, one crash.
     fn default() -> Self {
         FairConfig {
             ttl_ticks: 2,
@@ -72,11 +85,25 @@ impl Default for FairConfig {
             rounds: false,
             pauses: 0,
             places_never_expire: false,
+            late_replies: false,
+            give_back_queued_tries: false,
         }
     }
 }
 
 impl FairConfig {
+    /// Late replies: the engine as it is with a grant's reply that may arrive after its validity, over 4 ticks with
+    /// 2 tries each (a late grant, its waiter's next try and another client's fit; the default bounds with late
+    /// replies take three times the default's states, which is [`deep`](Self::deep)'s).
+    pub fn late() -> Self {
+        FairConfig { late_replies: true, max_t: 4, tries: 2, ..FairConfig::default() }
+    }
+
+    /// The default bounds with late replies (`LOCK_MODEL_DEEP`: about a minute, optimised).
+    pub fn deep() -> Self {
+        FairConfig { late_replies: true, ..FairConfig::default() }
+    }
+
     /// The liveness check: [`rounds`](Self::rounds) over 12 ticks (three holders, a crash's expiry, the pauses and
     /// the hand-offs fit), one crash and three skipped steps.
     pub fn liveness() -> Self {
@@ -117,6 +144,11 @@ pub enum Phase {
     Idle,
     /// Queued (or about to be): its next try is a heartbeat.
     Waiting,
+    /// Granted on the server; the reply is on its way (it may arrive after `valid_ms`).
+    Granting {
+        /// The end of the grant's validity, in ms since tick 0.
+        valid_ms: u64,
+    },
     /// Holding, trusted until `valid_ms`.
     Holding {
         /// The end of validity, in ms since tick 0.
@@ -131,8 +163,13 @@ pub enum Phase {
 pub struct State {
     /// Real time, in ticks (the server's clock).
     pub t: u8,
-    /// The lock key: its holder and expiry.
-    pub key: Option<(u8, u8)>,
+    /// The lock key: its holder's token (client and acquisition) and expiry.
+    pub key: Option<(Owner, u8)>,
+    /// Each client's acquisition: its token is `(client, acquisition)`, drawn once per acquisition and kept by
+    /// every try of it.
+    pub acquisitions: [u8; CLIENTS],
+    /// A give-back on its way (sent now, or resent later): compare-and-delete of this token.
+    pub give_back: Option<Owner>,
     /// The queue's places.
     pub places: Vec<Place>,
     /// The next ticket.
@@ -157,6 +194,9 @@ pub struct State {
     pub held: [bool; CLIENTS],
 }
 
+/// A token: the client and which of its acquisitions drew it.
+pub type Owner = (u8, u8);
+
 /// What can happen next.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Action {
@@ -164,6 +204,12 @@ pub enum Action {
     Tick,
     /// The client tries (a heartbeat when it is queued).
     Try(u8),
+    /// The client tries, and a grant's reply is held back (with [`FairConfig::late_replies`]).
+    TryLate(u8),
+    /// A held-back grant's reply reaches its client.
+    Reply(u8),
+    /// The give-back on its way reaches the server.
+    GiveBack,
     /// The holder releases, handing the lock to the live head.
     Release(u8),
     /// The client crashes.
@@ -173,8 +219,31 @@ pub enum Action {
 }
 
 impl State {
+    fn key_owner(&self) -> Option<Owner> {
+        self.key.filter(|(_, expires)| self.t < *expires).map(|(owner, _)| owner)
+    }
+
     fn key_holder(&self) -> Option<u8> {
-        self.key.filter(|(_, expires)| self.t < *expires).map(|(c, _)| c)
+        self.key_owner().map(|(c, _)| c)
+    }
+
+    fn owner(&self, c: u8) -> Option<Owner> {
+        Some((c, *self.acquisitions.get(index(c))?))
+    }
+
+    /// The fair release of the key, by whoever deletes it: the key goes to the live head with a fresh lease.
+    fn hand_off(&mut self, config: &FairConfig) {
+        let t = self.t;
+        self.key = None;
+        let candidates: Vec<&Place> =
+            if config.grant_expired_places { self.places.iter().collect() } else { self.live_places().collect() };
+        if let Some(head) = candidates.iter().min_by_key(|p| p.ticket).map(|p| (*p).clone()) {
+            self.granted_expired |= t >= head.expires;
+            self.note_grant(head.client);
+            let owner = (head.client, self.acquisitions.get(index(head.client)).copied().unwrap_or(0));
+            self.key = Some((owner, t.saturating_add(config.ttl_ticks)));
+            self.handed_off = true;
+        }
     }
 
     fn live_places(&self) -> impl Iterator<Item = &Place> {
@@ -219,6 +288,8 @@ impl Model for FairModel {
         vec![State {
             t: 0,
             key: None,
+            acquisitions: [0; CLIENTS],
+            give_back: None,
             places: Vec::new(),
             next_ticket: 0,
             clients: [Phase::Idle, Phase::Idle, Phase::Idle],
@@ -238,13 +309,23 @@ impl Model for FairModel {
         if state.t < self.config.max_t && (!rounds || state.round_over()) {
             actions.push(Action::Tick);
         }
+        if state.give_back.is_some() {
+            actions.push(Action::GiveBack);
+        }
+        let late = self.config.late_replies && !rounds;
         for (c, phase) in (0u8..).zip(&state.clients) {
             let tries = state.tries.get(index(c)).copied().unwrap_or(0);
             if rounds && (state.acted.get(index(c)).copied().unwrap_or(true) || state.done(index(c))) {
                 continue;
             }
             match phase {
-                Phase::Idle | Phase::Waiting if rounds || tries < self.config.tries => actions.push(Action::Try(c)),
+                Phase::Idle | Phase::Waiting if rounds || tries < self.config.tries => {
+                    actions.push(Action::Try(c));
+                    if late {
+                        actions.push(Action::TryLate(c));
+                    }
+                }
+                Phase::Granting { .. } => actions.push(Action::Reply(c)),
                 Phase::Holding { .. } => actions.push(Action::Release(c)),
                 _ => {}
             }
@@ -263,36 +344,52 @@ impl Model for FairModel {
         if self.config.rounds {
             match action {
                 Action::Tick => s.acted = [false; CLIENTS],
-                Action::Try(c) | Action::Release(c) | Action::Crash(c) | Action::Pause(c) => {
+                Action::GiveBack => {}
+                Action::Try(c)
+                | Action::TryLate(c)
+                | Action::Reply(c)
+                | Action::Release(c)
+                | Action::Crash(c)
+                | Action::Pause(c) => {
                     *s.acted.get_mut(index(c))? = true;
                 }
             }
         }
         match action {
             Action::Tick => s.t += 1,
-            Action::Try(c) => {
+            Action::Try(c) | Action::TryLate(c) => {
+                let held_back = matches!(action, Action::TryLate(_));
                 if !self.config.rounds {
                     *s.tries.get_mut(index(c))? += 1;
                 }
+                if s.clients.get(index(c)) == Some(&Phase::Idle) {
+                    // A new acquisition draws a new token; the tries of one acquisition share it.
+                    let acquisition = s.acquisitions.get_mut(index(c))?;
+                    *acquisition = acquisition.checked_add(1)?;
+                }
+                let me = s.owner(c)?;
                 let expires = if self.config.places_never_expire {
                     u8::MAX
                 } else {
                     t.saturating_add(self.config.waiter_ttl_ticks)
                 };
                 let mine = s.places.iter().position(|p| p.client == c);
-                let phase = if s.key_holder() == Some(c) {
-                    // The lock was handed to us: our grant. The key is armed again from this try.
-                    s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
+                let granted =
+                    |valid_ms| if held_back { Phase::Granting { valid_ms } } else { Phase::Holding { valid_ms } };
+                let phase = if s.key_owner() == Some(me) {
+                    // The lock was handed to us (or an earlier try's grant is still ours): our grant. The key is
+                    // armed again from this try.
+                    s.key = Some((me, t.saturating_add(self.config.ttl_ticks)));
                     s.places.retain(|p| p.client != c);
-                    Phase::Holding { valid_ms: self.clock.valid_until_ms(self.config.ttl_ticks, t) }
+                    granted(self.clock.valid_until_ms(self.config.ttl_ticks, t))
                 } else {
                     let head = s.live_places().min_by_key(|p| p.ticket).map(|p| p.client);
                     let free = s.key_holder().is_none() && (self.config.barging || head.is_none() || head == Some(c));
                     if free {
                         s.note_grant(c);
-                        s.key = Some((c, t.saturating_add(self.config.ttl_ticks)));
+                        s.key = Some((me, t.saturating_add(self.config.ttl_ticks)));
                         s.places.retain(|p| p.client != c);
-                        Phase::Holding { valid_ms: self.clock.valid_until_ms(self.config.ttl_ticks, t) }
+                        granted(self.clock.valid_until_ms(self.config.ttl_ticks, t))
                     } else {
                         match mine {
                             // A live place: the heartbeat keeps it.
@@ -315,20 +412,30 @@ impl Model for FairModel {
                 }
                 *s.clients.get_mut(index(c))? = phase;
             }
-            Action::Release(c) => {
-                if s.key_holder() == Some(c) {
-                    s.key = None;
-                    let candidates: Vec<&Place> = if self.config.grant_expired_places {
-                        s.places.iter().collect()
-                    } else {
-                        s.live_places().collect()
-                    };
-                    if let Some(head) = candidates.iter().min_by_key(|p| p.ticket).map(|p| (*p).clone()) {
-                        s.granted_expired |= t >= head.expires;
-                        s.note_grant(head.client);
-                        s.key = Some((head.client, t.saturating_add(self.config.ttl_ticks)));
-                        s.handed_off = true;
+            Action::Reply(c) => {
+                let Some(Phase::Granting { valid_ms }) = s.clients.get(index(c)).cloned() else { return None };
+                let phase = if u64::from(t) * 100 < valid_ms {
+                    Phase::Holding { valid_ms }
+                } else {
+                    // Too late to be trusted. The waiter goes on waiting under the same token; the grant is left
+                    // to its next try (or the key's expiry), never given back under a token it will be granted
+                    // again with: `engine/give_back.rs::may_give_back`.
+                    if self.config.give_back_queued_tries && s.give_back.is_none() {
+                        s.give_back = s.owner(c);
                     }
+                    Phase::Waiting
+                };
+                *s.clients.get_mut(index(c))? = phase;
+            }
+            Action::GiveBack => {
+                let token = s.give_back.take()?;
+                if s.key_owner() == Some(token) {
+                    s.hand_off(&self.config);
+                }
+            }
+            Action::Release(c) => {
+                if s.key_owner() == s.owner(c) && s.key_owner().is_some() {
+                    s.hand_off(&self.config);
                 }
                 *s.clients.get_mut(index(c))? = Phase::Idle;
             }
