@@ -204,7 +204,8 @@ async fn an_early_woken_waiter_whose_try_overtook_the_release_keeps_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
     let server = ScriptedServer::new();
-    let lock = Lock::new(server.client().ordered(true));
+    // The release waits at its gate until the newcomer's safety poll: longer than the default call bound.
+    let lock = Lock::new(server.client().ordered(true)).with_operation_timeout(ms(60_000));
     let holder = lock.try_acquire("turns", &LockOptions::new(ms(30_000))).await.unwrap().unwrap();
     let first = spawn_acquire(&lock, "turns", patient());
     eventually("the first waiter sleeps", ms(5_000), || count(&server, Op::Acquire) >= 3).await;
@@ -216,11 +217,12 @@ async fn only_the_woken_waiter_tries_again_when_an_early_release_completes() {
     assert!(gate.wait_arrivals(1, ms(5_000)).await);
     // The early wake makes the first waiter try; held (the release waits at the gate), it waits for the completion.
     eventually("the woken waiter tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
-    // A newcomer queues behind it, tries after its short pause (not woken), and finds the lock held too.
+    // A newcomer queues behind it, tries at its safety poll (not woken), and finds the lock held too. Its next poll
+    // comes a safety poll later, far beyond the window below.
     let acquires = count(&server, Op::Acquire);
-    let quick = RetryPolicy::default().with_min_delay(ms(50)).with_max_delay(ms(50)).with_safety_poll(ms(30_000));
-    let second = spawn_acquire(&lock, "turns", LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(quick));
-    eventually("the newcomer tried", ms(5_000), || count(&server, Op::Acquire) > acquires).await;
+    let poll = RetryPolicy::default().with_min_delay(ms(50)).with_max_delay(ms(50)).with_safety_poll(ms(5_000));
+    let second = spawn_acquire(&lock, "turns", LockOptions::new(ms(30_000)).with_wait(ms(60_000)).with_retry(poll));
+    eventually("the newcomer tried", ms(30_000), || count(&server, Op::Acquire) > acquires).await;
     tokio::time::sleep(ms(100)).await;
     let before = count(&server, Op::Acquire);
     let (guard, waited) = release_completes(gate, release, first).await;

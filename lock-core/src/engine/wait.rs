@@ -50,13 +50,24 @@ impl Watches {
         Watches { watches: vec![watch], marks: vec![0] }
     }
 
-    /// Listeners for the next wake-up on any instance (create them *before* a try, see [`ReleaseWatch::listen`]),
-    /// and the marks [`held_during`](Self::held_during) compares with.
-    fn before_try(&mut self) -> Listeners {
+    /// Listeners for the next wake-up on any instance (in place *before* a try, see [`ReleaseWatch::listen`]), and
+    /// the marks [`held_during`](Self::held_during) compares with.
+    ///
+    /// A listener of `kept` that no wake-up reached yet is kept, not made anew: a release wakes the longest-listening
+    /// waiter, so listening anew for a try nobody woke this waiter for (its first pause behind others ran out, a
+    /// safety poll) would put it behind every waiter that came after it. With eight tasks taking turns, some waited
+    /// two rounds and the least-served got 0.72 of the most-served one's turns (`handoff-8` in BENCHMARKS.md). A kept
+    /// listener is as good as a new one for the try: it is registered, so a release during the try reaches it.
+    fn before_try(&mut self, kept: Option<Listeners>) -> Listeners {
         for (mark, w) in self.marks.iter_mut().zip(&self.watches) {
             *mark = w.progress();
         }
-        Listeners(self.watches.iter().map(ReleaseWatch::listen).collect())
+        let mut kept = kept.map(|l| l.0).unwrap_or_default().into_iter();
+        let listeners = self.watches.iter().map(|w| match kept.next() {
+            Some(listener) if listener.is_listening() => listener,
+            _ => w.listen(),
+        });
+        Listeners(listeners.collect())
     }
 
     /// See [`ReleaseWatch::held_during`]: the registration of a local release that completed during the try (so
@@ -169,25 +180,25 @@ fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {
     }
 }
 
-/// Listeners of one wait, one per instance.
+/// Listeners of one waiter, one per instance; kept from one try to the next until a wake-up reaches them (see
+/// [`Watches::before_try`]).
 struct Listeners(Vec<Wake>);
 
 impl Listeners {
-    /// Waits for a wake-up or `pause`, whichever comes first: `Some(i)` when instance `i`'s hub woke us.
-    async fn or_sleep(self, pause: Duration) -> Result<Option<usize>> {
+    /// Waits for a wake-up or `pause`, whichever comes first: `Some(i)` when instance `i`'s hub woke us. The
+    /// listeners stay registered in their places for the next try; the one that woke us is spent.
+    async fn or_sleep(&mut self, pause: Duration) -> Result<Option<usize>> {
         let sleep = std::pin::pin!(crate::rt::sleep(pause));
-        let mut listeners = self.0;
+        let listeners = &mut self.0;
         let woken = async move {
-            match listeners.len() {
+            match listeners.as_mut_slice() {
                 // `select_all` would allocate for the common case of one instance.
-                0 | 1 => match listeners.pop() {
-                    Some(one) => {
-                        one.await;
-                        0
-                    }
-                    None => std::future::pending().await,
-                },
-                _ => select_all(listeners).await.1,
+                [] => std::future::pending().await,
+                [one] => {
+                    one.await;
+                    0
+                }
+                many => select_all(many.iter_mut()).await.1,
             }
         };
         match select(std::pin::pin!(woken), sleep).await {
@@ -330,9 +341,11 @@ where
     // Declared after `watch`, so dropped before it: a wake-up passed on never reaches our own registration.
     let mut owed = OwedWake::default();
     let mut delays = policy.delays();
+    // This waiter's listeners between tries (see `Watches::before_try`): declared after `owed`, so dropped before it.
+    let mut kept: Option<Listeners> = None;
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
-    // wakes it, or after one backoff step at the latest.
+    // wakes it, or at its safety poll (one backoff step when it cannot count on a wake-up).
     let (queued, listening) = if options.wait().is_zero() { (false, false) } else { arrival(stores, channels) };
     // Registered before the first try when local waiters queue for the lock (it queues behind them), or when this
     // process waited for it before and still listens: that try then lines the process up to be woken (one failed
@@ -345,7 +358,7 @@ where
                 // the listen would keep its wake-up for a newcomer that has already looked, and this one would sleep
                 // its whole pause while the lock is free (found by the schedule explorer on a multi-threaded
                 // runtime).
-                let listeners = queue.before_try();
+                let mut listeners = queue.before_try(None);
                 // A release that found nobody listening (its waiter left, or had not started waiting yet) is kept
                 // for a newcomer: the lock may be free, and nobody ahead is going to take it, so try at once.
                 if let Some(kept) = queue.take_stored() {
@@ -358,12 +371,22 @@ where
                     // once.
                     tracing::trace!(resource, "the local waiters left; trying at once");
                 } else {
-                    let pause = delays.next().unwrap_or(Duration::from_millis(5)).min(options.wait());
+                    // Behind waiters that hear every release, its turn comes with a wake-up: a try before it (after
+                    // one backoff step, as once) found the lock held nearly always, and cost the server a failed
+                    // acquire per hand-off (two in three newcomers with eight tasks taking turns). Where a wake-up may
+                    // not come (nobody hears, or another library's releases), one backoff step as for any poll.
+                    let hears = heard.all && stores.len() == 1 && queue.hear();
+                    let pause = match hears {
+                        true => policy.safety_poll(),
+                        false => delays.next().unwrap_or(Duration::from_millis(5)),
+                    };
+                    let pause = heard.poll.map_or(pause, |poll| pause.min(poll)).min(options.wait());
                     tracing::trace!(resource, ?pause, "queued behind local waiters");
                     if let Some(woke) = listeners.or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
                         owed.owe(woke);
                     }
                 }
+                kept = Some(listeners);
             }
             watch = Some(queue);
         }
@@ -374,7 +397,7 @@ where
         // The completions of local releases that woke this waiter and that its try overtook (see `During`).
         let mut racing: Option<Vec<EventListener>> = None;
         // Listen before trying: a release between the try and the sleep must still wake us.
-        let listeners = watch.as_mut().map(Watches::before_try);
+        let listeners = watch.as_mut().map(|w| w.before_try(kept.take()));
         // A wake-up kept because nobody listened when it came (this waiter was registered but still subscribing,
         // between its first try and this one) is this waiter's: with the listeners in place, a later one would
         // have reached them. Its try is then the turn (see `Held` below): should it overtake the release that woke
@@ -444,6 +467,7 @@ where
             }
         }
         if again {
+            kept = listeners;
             continue;
         }
         // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
@@ -467,24 +491,25 @@ where
         }
         pause = pause.min(deadline.saturating_duration_since(now));
         match listeners {
-            Some(listeners) => {
+            Some(mut listeners) => {
                 tracing::trace!(resource, ?pause, "waiting for a release");
                 if let Some(completions) = racing {
                     // Our turn, taken by a try that overtook the release that woke us: we try again as soon as that
                     // release completes, before the waiters behind us (a wake-up at its completion would go to the
                     // longest-listening waiter, and this one listens anew after its try).
                     let completed = std::pin::pin!(select_all(completions));
-                    match select(completed, std::pin::pin!(listeners.or_sleep(pause))).await {
-                        Either::Left(_) => continue,
-                        Either::Right((woken, _)) => {
-                            if let Some(woke) = woken?.and_then(|i| watch.as_ref()?.watch(i)) {
-                                owed.owe(woke);
-                            }
-                            continue;
-                        }
+                    let woken = match select(completed, std::pin::pin!(listeners.or_sleep(pause))).await {
+                        Either::Left(_) => None,
+                        Either::Right((woken, _)) => woken?,
+                    };
+                    if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {
+                        owed.owe(woke);
                     }
+                    kept = Some(listeners);
+                    continue;
                 }
                 let woken = listeners.or_sleep(pause).await?;
+                kept = Some(listeners);
                 tracing::trace!(resource, woken = woken.is_some(), "waiter awake");
                 if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {
                     owed.owe(woke);

@@ -755,6 +755,14 @@ pub(crate) struct Wake {
     state: Arc<Mutex<Channel>>,
 }
 
+impl Wake {
+    /// Whether this listener has not yet delivered a wake-up: it still holds its place among the waiters (a
+    /// wake-up that reached it and has not been awaited yet is delivered at its next poll).
+    pub(crate) fn is_listening(&self) -> bool {
+        self.listener.is_some()
+    }
+}
+
 impl std::future::Future for Wake {
     type Output = ();
 
