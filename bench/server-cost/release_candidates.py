@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Server CPU per release, ours against rslock's (issue 51), measured on redis-server alone.
+
+    python3 bench/server-cost/release_candidates.py [--n 200000] [--runs 3]
+
+For each candidate, N held keys are set up (not measured), then released through `redis-cli --pipe`, and the
+server's own CPU time (`INFO cpu`) is divided by N, as `fence_candidates.py` does for acquires. Candidates:
+rslock's compare-and-delete script (the crate's `UNLOCK_SCRIPT`); the same script called with our four keys and three
+arguments, and then also deleting a second (absent) key as ours deletes the mark: where our extra cost comes from;
+lock-core's RELEASE script as sent (wire/scripts/release.lua) with nobody waiting (no mark: it publishes nothing);
+and the same release when a try left the mark that someone waits (it deletes the mark and publishes, to nobody here).
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from fence_candidates import cli, cpu, free_port, resp  # noqa: E402
+
+RELEASE = open(os.path.join(HERE, "..", "..", "wire", "scripts", "release.lua")).read()
+RSLOCK = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
+RSLOCK_DEL_2 = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1],KEYS[3]) else return 0 end'
+SCRIPTS = {"rslock": RSLOCK, "rslock-4-keys": RSLOCK, "rslock-4-keys-del-2": RSLOCK_DEL_2, "ours": RELEASE,
+           "ours-awaited": RELEASE}
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def keys(tag, i):
+    base = f"lock:{{{tag}-{i}}}"
+    return base, f"{base}:released", f"{base}:awaited", f"{base}:waiting"
+
+
+def setup(kind, n, tag):
+    parts = []
+    for i in range(n):
+        lock, _, mark, _ = keys(tag, i)
+        parts.append(resp("SET", lock, TOKEN, "PX", 60000))
+        if kind == "ours-awaited":
+            parts.append(resp("SET", mark, "1", "PX", 60000))
+    return b"".join(parts)
+
+
+def releases(kind, n, tag):
+    parts = []
+    for i in range(n):
+        lock, channel, mark, waiting = keys(tag, i)
+        sha = hashlib.sha1(SCRIPTS[kind].encode()).hexdigest()
+        if kind == "rslock":
+            parts.append(resp("EVALSHA", sha, 1, lock, TOKEN))
+        else:
+            parts.append(resp("EVALSHA", sha, 4, lock, channel, mark, waiting, TOKEN, "origin", "0"))
+    return b"".join(parts)
+
+
+def pipe(port, payload):
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(payload)
+        f.flush()
+        with open(f.name, "rb") as data:
+            subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=data, capture_output=True, check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    port = free_port()
+    cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+        cmd = ["taskset", "-c", str((os.cpu_count() or 1) - 1)] + cmd
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            try:
+                cli(port, "PING")
+                break
+            except subprocess.CalledProcessError:
+                time.sleep(0.1)
+        for body in set(SCRIPTS.values()):
+            cli(port, "SCRIPT", "LOAD", body)
+        kinds = list(SCRIPTS)
+        results = {k: [] for k in kinds}
+        for run in range(args.runs):
+            for k in kinds[run % len(kinds):] + kinds[: run % len(kinds)]:
+                tag = f"{k}-{run}"
+                pipe(port, setup(k, args.n, tag))
+                before = cpu(port)
+                pipe(port, releases(k, args.n, tag))
+                results[k].append((cpu(port) - before) * 1e6 / args.n)
+                left = int(cli(port, "DBSIZE").strip())
+                if left:
+                    raise SystemExit(f"{k}: {left} keys left after the releases (a release did not delete)")
+        base = statistics.median(results["rslock"])
+        print("| release | server CPU µs per release (median of %d runs, min–max) | × rslock's |" % args.runs)
+        print("|---|---|---|")
+        for k in kinds:
+            m = statistics.median(results[k])
+            print(f"| {k} | {m:.2f} ({min(results[k]):.2f}–{max(results[k]):.2f}) | {m / base:.2f} |")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
