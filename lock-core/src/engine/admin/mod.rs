@@ -124,8 +124,8 @@ impl Inspection {
         self.states().next().map(|state| state.shared.as_slice()).unwrap_or_default()
     }
 
-    /// The name's record (see [`LockState::record`]) as the first instance that answered keeps it: an election's
-    /// leader and term, a job's last run.
+    /// The name's record (see [`LockState::record`]): an election's leader and term, a job's last run. Over
+    /// Redlock, as the holder's instances keep it, or with nobody holding, as kept where the latest grant was made.
     ///
     /// ```
     /// use lock_core::{JobLock, JobOptions, Lock, MemoryStore};
@@ -144,7 +144,8 @@ impl Inspection {
     /// ```
     pub fn record(&self) -> &[(String, String)] {
         // Over Redlock, an instance outside the holder's quorum may keep no record or an older one: read the record
-        // where the holder holds, else the first instance that keeps one.
+        // where the holder holds; with nobody holding, where the latest grant was made (the highest fence: a
+        // minority instance that missed the last run keeps the run before it); else the first that keeps one.
         let owner = self.holder().and_then(|holder| holder.owner.as_deref());
         let holds = |state: &&LockState| state.holder.as_ref().and_then(|h| h.owner.as_deref()) == owner;
         let kept = |state: &&LockState| !state.record.is_empty();
@@ -152,7 +153,14 @@ impl Inspection {
             Some(_) => self.states().filter(kept).find(holds),
             None => None,
         };
-        state.or_else(|| self.states().find(kept)).map(|state| state.record.as_slice()).unwrap_or_default()
+        // `max_by_key` keeps the last of equals; reversed, the first instance wins a tie.
+        let answered = self.instances.iter().rev().filter_map(|state| state.as_ref().ok());
+        let latest = || answered.filter(kept).filter(|state| state.fence.is_some()).max_by_key(|state| state.fence);
+        state
+            .or_else(latest)
+            .or_else(|| self.states().find(kept))
+            .map(|state| state.record.as_slice())
+            .unwrap_or_default()
     }
 
     /// One field of the [`record`](Self::record).
@@ -802,5 +810,35 @@ mod tests {
         assert_eq!(split.fence(), Some(3));
         let majority = Inspection { resource: "r".into(), instances: vec![held("a"), held("b"), held("a")], quorum: 2 };
         assert_eq!(majority.holder().and_then(|h| h.owner.as_deref()), Some("a"));
+    }
+
+    /// Over Redlock, an instance outside the last run's quorum keeps an older run's record (found by the admin
+    /// conformance case under load: a job's next run granted on instances 1 and 2 only, and the inspection showed
+    /// the run before it, from instance 0). With nobody holding, the record shown is the one kept where the
+    /// latest grant was made: the highest fence.
+    #[test]
+    fn a_free_redlock_name_shows_the_record_of_its_latest_grant() {
+        let kept = |fence: Option<u64>, outcome: &str| {
+            Ok(LockState {
+                holder: None,
+                fence,
+                awaited: false,
+                queued: 0,
+                shared: vec![],
+                record: vec![("outcome".into(), outcome.into())],
+            })
+        };
+        let stale_first = Inspection {
+            resource: "r".into(),
+            instances: vec![kept(Some(10), "lost"), kept(Some(20), "finished"), kept(Some(20), "finished")],
+            quorum: 2,
+        };
+        assert_eq!(stale_first.record_field("outcome"), Some("finished"));
+        let unfenced = Inspection {
+            resource: "r".into(),
+            instances: vec![Err(LockError::backend("down")), kept(None, "lost"), kept(None, "finished")],
+            quorum: 2,
+        };
+        assert_eq!(unfenced.record_field("outcome"), Some("lost"), "without fences: the first that keeps one");
     }
 }
