@@ -11,6 +11,7 @@ a Redis 7 function (`FCALL`); the same steps without the counter's validation; w
 Needs redis-server and redis-cli on PATH; starts its own server (pinned to the last CPU when taskset exists).
 """
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -96,16 +97,23 @@ def commands(kind, n, tag):
     return b"".join(parts)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
+def pipe(port, payload):
+    """Sends `payload` (RESP commands) through `redis-cli --pipe`."""
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(payload)
+        f.flush()
+        with open(f.name, "rb") as data:
+            subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=data, capture_output=True, check=True)
+
+
+@contextlib.contextmanager
+def server():
+    """A redis-server of its own without persistence (pinned to the last CPU when taskset exists): its port."""
     port = free_port()
     cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
     if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         cmd = ["taskset", "-c", str((os.cpu_count() or 1) - 1)] + cmd
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
         for _ in range(50):
             try:
@@ -113,6 +121,22 @@ def main():
                 break
             except subprocess.CalledProcessError:
                 time.sleep(0.1)
+        yield port
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def arguments():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=200_000)
+    ap.add_argument("--runs", type=int, default=3)
+    return ap.parse_args()
+
+
+def main():
+    args = arguments()
+    with server() as port:
         for body in (ACQUIRE, LEAN, CLIENT_FLOOR):
             cli(port, "SCRIPT", "LOAD", body)
         cli(port, "FUNCTION", "LOAD", "REPLACE", FUNCTION)
@@ -121,13 +145,9 @@ def main():
         for run in range(args.runs):
             for k in kinds[run % len(kinds):] + kinds[: run % len(kinds)]:
                 payload = commands(k, args.n, f"{k}-{run}")
-                with tempfile.NamedTemporaryFile() as f:
-                    f.write(payload)
-                    f.flush()
-                    before = cpu(port)
-                    with open(f.name, "rb") as data:
-                        subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=data, capture_output=True, check=True)
-                    results[k].append((cpu(port) - before) * 1e6 / args.n)
+                before = cpu(port)
+                pipe(port, payload)
+                results[k].append((cpu(port) - before) * 1e6 / args.n)
                 cli(port, "FLUSHALL")
         base = statistics.median(results["set-nx-px"])
         print("| candidate | server CPU µs per acquire (median of %d runs, min–max) | × SET NX PX |" % args.runs)
@@ -135,9 +155,6 @@ def main():
         for k in kinds:
             m = statistics.median(results[k])
             print(f"| {k} | {m:.2f} ({min(results[k]):.2f}–{max(results[k]):.2f}) | {m / base:.2f} |")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

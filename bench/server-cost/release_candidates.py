@@ -10,19 +10,14 @@ arguments, and then also deleting a second (absent) key as ours deletes the mark
 lock-core's RELEASE script as sent (wire/scripts/release.lua) with nobody waiting (no mark: it publishes nothing);
 and the same release when a try left the mark that someone waits (it deletes the mark and publishes, to nobody here).
 """
-import argparse
 import hashlib
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from fence_candidates import cli, cpu, free_port, resp  # noqa: E402
+from fence_candidates import arguments, cli, cpu, pipe, resp, server  # noqa: E402
 
 RELEASE = open(os.path.join(HERE, "..", "..", "wire", "scripts", "release.lua")).read()
 RSLOCK = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
@@ -59,31 +54,9 @@ def releases(kind, n, tag):
     return b"".join(parts)
 
 
-def pipe(port, payload):
-    with tempfile.NamedTemporaryFile() as f:
-        f.write(payload)
-        f.flush()
-        with open(f.name, "rb") as data:
-            subprocess.run(["redis-cli", "-p", str(port), "--pipe"], stdin=data, capture_output=True, check=True)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=200_000)
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
-    port = free_port()
-    cmd = ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
-    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
-        cmd = ["taskset", "-c", str((os.cpu_count() or 1) - 1)] + cmd
-    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    try:
-        for _ in range(50):
-            try:
-                cli(port, "PING")
-                break
-            except subprocess.CalledProcessError:
-                time.sleep(0.1)
+    args = arguments()
+    with server() as port:
         for body in set(SCRIPTS.values()):
             cli(port, "SCRIPT", "LOAD", body)
         kinds = list(SCRIPTS)
@@ -104,9 +77,6 @@ def main():
         for k in kinds:
             m = statistics.median(results[k])
             print(f"| {k} | {m:.2f} ({min(results[k]):.2f}–{max(results[k]):.2f}) | {m / base:.2f} |")
-    finally:
-        server.terminate()
-        server.wait()
 
 
 if __name__ == "__main__":

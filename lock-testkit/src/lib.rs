@@ -722,6 +722,7 @@ macro_rules! server_tests {
             a_woken_waiter_blocked_by_something_else_passes_the_wake_up_on,
             announcements_and_debug_output_never_show_a_token,
             a_bad_url_names_its_part_and_a_server_that_is_not_redis_says_so,
+            a_confirmed_subscription_hears_the_next_release,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {

@@ -53,16 +53,16 @@ impl Watches {
     /// Listeners for the next wake-up on any instance (in place *before* a try, see [`ReleaseWatch::listen`]), and
     /// the marks [`held_during`](Self::held_during) compares with.
     ///
-    /// A listener of `kept` that no wake-up reached yet is kept, not made anew: a release wakes the longest-listening
+    /// A listener of `places` that no wake-up reached yet is kept, not made anew: a release wakes the longest-listening
     /// waiter, so listening anew for a try nobody woke this waiter for (its first pause behind others ran out, a
     /// safety poll) would put it behind every waiter that came after it. With eight tasks taking turns, some waited
     /// two rounds and the least-served got 0.72 of the most-served one's turns (`handoff-8` in BENCHMARKS.md). A kept
     /// listener is as good as a new one for the try: it is registered, so a release during the try reaches it.
-    fn before_try(&mut self, kept: Option<Listeners>) -> Listeners {
+    fn before_try(&mut self, places: Option<Listeners>) -> Listeners {
         for (mark, w) in self.marks.iter_mut().zip(&self.watches) {
             *mark = w.progress();
         }
-        let mut kept = kept.map(|l| l.0).unwrap_or_default().into_iter();
+        let mut kept = places.map(|l| l.0).unwrap_or_default().into_iter();
         let listeners = self.watches.iter().map(|w| match kept.next() {
             Some(listener) if listener.is_listening() => listener,
             _ => w.listen(),
@@ -314,6 +314,16 @@ impl Heard {
     }
 }
 
+/// Whether a waiter registered on `watches` can count on a wake-up for every release, and so try only when woken or
+/// at its safety poll. One whose subscription failed hears nothing, and polls on the backoff as without
+/// notifications. So does a Redlock waiter: a quorum can become reachable with nothing to announce it (an instance
+/// back up, every contender's minority grant given back after a split vote; a give-back announces nothing to its own
+/// process), and the algorithm asks for jittered retries. So does a waiter for a lock another library's clients
+/// hold and release without announcing it.
+fn hears_every_release(heard: Heard, stores: &[Arc<dyn LockStore>], watches: &Watches) -> bool {
+    heard.all && stores.len() == 1 && watches.hear()
+}
+
 /// Tries `attempt` until it acquires, the wait budget is spent, or the attempt limit is reached. Returns the
 /// guard and, when it had to wait, its registrations on the release channel, for the holder to keep (see
 /// [`Lock::acquire`](crate::Lock::acquire)).
@@ -342,7 +352,7 @@ where
     let mut owed = OwedWake::default();
     let mut delays = policy.delays();
     // This waiter's listeners between tries (see `Watches::before_try`): declared after `owed`, so dropped before it.
-    let mut kept: Option<Listeners> = None;
+    let mut places: Option<Listeners> = None;
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
     // wakes it, or at its safety poll (one backoff step when it cannot count on a wake-up).
@@ -375,8 +385,7 @@ where
                     // one backoff step, as once) found the lock held nearly always, and cost the server a failed
                     // acquire per hand-off (two in three newcomers with eight tasks taking turns). Where a wake-up may
                     // not come (nobody hears, or another library's releases), one backoff step as for any poll.
-                    let hears = heard.all && stores.len() == 1 && queue.hear();
-                    let pause = match hears {
+                    let pause = match hears_every_release(heard, stores, &queue) {
                         true => policy.safety_poll(),
                         false => delays.next().unwrap_or(Duration::from_millis(5)),
                     };
@@ -386,7 +395,7 @@ where
                         owed.owe(woke);
                     }
                 }
-                kept = Some(listeners);
+                places = Some(listeners);
             }
             watch = Some(queue);
         }
@@ -397,7 +406,7 @@ where
         // The completions of local releases that woke this waiter and that its try overtook (see `During`).
         let mut racing: Option<Vec<EventListener>> = None;
         // Listen before trying: a release between the try and the sleep must still wake us.
-        let listeners = watch.as_mut().map(|w| w.before_try(kept.take()));
+        let listeners = watch.as_mut().map(|w| w.before_try(places.take()));
         // A wake-up kept because nobody listened when it came (this waiter was registered but still subscribing,
         // between its first try and this one) is this waiter's: with the listeners in place, a later one would
         // have reached them. Its try is then the turn (see `Held` below): should it overtake the release that woke
@@ -467,17 +476,12 @@ where
             }
         }
         if again {
-            kept = listeners;
+            places = listeners;
             continue;
         }
         // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
         // waiting out a 250 ms hold, those polls were two thirds of the server's commands), only on the safety poll.
-        // One whose subscription failed hears nothing, and polls on the backoff as without notifications. So does a
-        // Redlock waiter: a quorum can become reachable with nothing to announce it (an instance back up, every
-        // contender's minority grant given back after a split vote; a give-back announces nothing to its own
-        // process), and the algorithm asks for jittered retries.
-        // So does a waiter for a lock another library's clients hold and release without announcing it.
-        let hears = heard.all && stores.len() == 1 && watch.as_ref().is_some_and(Watches::hear);
+        let hears = watch.as_ref().is_some_and(|watch| hears_every_release(heard, stores, watch));
         let mut pause = match (&listeners, &last_error) {
             (Some(_), None) if hears => policy.safety_poll(),
             _ => delays.next().unwrap_or(Duration::from_millis(100)),
@@ -505,11 +509,11 @@ where
                     if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {
                         owed.owe(woke);
                     }
-                    kept = Some(listeners);
+                    places = Some(listeners);
                     continue;
                 }
                 let woken = listeners.or_sleep(pause).await?;
-                kept = Some(listeners);
+                places = Some(listeners);
                 tracing::trace!(resource, woken = woken.is_some(), "waiter awake");
                 if let Some(woke) = woken.and_then(|i| watch.as_ref()?.watch(i)) {
                     owed.owe(woke);
