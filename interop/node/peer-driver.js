@@ -273,6 +273,8 @@ class Driver {
   op_describe(req) { return this.peer.describe(req.name); }
   op_acquire(req) { return this._acquire(req.name, req.ttl_ms, req.wait_ms, req); }
   op_release(req) { return this._release(req.name); }
+  // None of the Node packages has a bulk cleanup (they delete only the keys they hold).
+  op_cleanup(req) { return { cleanup: null }; }
   async op_extend(req) {
     const entry = this.held.get(req.name);
     if (!entry) return { extended: false, error: `NotHeld: driver holds no lock named '${req.name}'` };

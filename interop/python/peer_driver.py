@@ -127,6 +127,12 @@ class PythonRedisLockPeer:
         lk.extend(expire=expire)  # EXPIRE <seconds>; raises NotAcquired / NotExpirable
         return {"ttl_ms_effective": expire * 1000}
 
+    def cleanup(self):
+        # The package's own bulk cleanup, which some services call at start-up: a script that runs
+        # KEYS 'lock:*' and deletes every match (and its 'lock-signal:' list).
+        self.mod.reset_all(self.client)
+        return {"cleanup": "redis_lock.reset_all"}
+
 
 class PotteryPeer:
     """pottery.Redlock with a single master."""
@@ -231,6 +237,13 @@ class Driver:
 
     def op_release(self, req):
         return self._release(req["name"])
+
+    def op_cleanup(self, req):
+        """The package's own bulk cleanup, if it has one (python-redis-lock's reset_all)."""
+        cleanup = getattr(self.peer, "cleanup", None)
+        if cleanup is None:
+            return {"cleanup": None}
+        return cleanup()
 
     def op_extend(self, req):
         entry = self.held.get(req["name"])

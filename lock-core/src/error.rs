@@ -181,6 +181,36 @@ pub enum LockError {
         ours: &'static str,
     },
 
+    /// A key this library keeps for itself holds something it did not write: another library's key sits where this
+    /// library keeps one of its own (its protocol version key, say, under a prefix shared with another library).
+    /// Nothing was written. Give this library a key prefix of its own.
+    #[error("a key that is not this library's sits at {key:?} ({holds}); give this library a key prefix of its own")]
+    ForeignKey {
+        /// The key.
+        key: String,
+        /// What sits there, without its value (which may be another library's token: a capability).
+        holds: String,
+    },
+
+    /// Processes of an older release of this library hold their locks under the old default prefix
+    /// ([`LEGACY_PREFIX`](crate::LEGACY_PREFIX), whose version key holds a version) on this server, and this lock,
+    /// on the new default prefix, would not exclude them. Nothing was written. Set the old prefix explicitly
+    /// ([`Lock::with_key_prefix`](crate::Lock::with_key_prefix)) on every process until all are upgraded, then
+    /// remove it everywhere at once (or drain the old processes first).
+    #[error(
+        "processes of an older release hold their locks under the old default prefix {prefix:?} on this server (its \
+         version key {key:?} holds {found}), where this lock would not exclude them: set with_key_prefix({prefix:?}) \
+         until every process is upgraded"
+    )]
+    OldPrefixInUse {
+        /// The old prefix's version key.
+        key: String,
+        /// The version found there.
+        found: String,
+        /// The old default prefix.
+        prefix: &'static str,
+    },
+
     /// An operation needed an async runtime (to sleep, time out or spawn) and none of the enabled ones was
     /// running on this thread.
     #[error("no async runtime available for {0} (enable a lock-core runtime feature that matches your executor)")]
@@ -348,6 +378,8 @@ impl LockError {
             LockError::CrossSlot { .. } => "cross_slot",
             LockError::StaleFence { .. } => "stale_fence",
             LockError::WireVersion { .. } => "wire_version",
+            LockError::ForeignKey { .. } => "foreign_key",
+            LockError::OldPrefixInUse { .. } => "old_prefix_in_use",
             LockError::NoRuntime(_) => "no_runtime",
             LockError::Backend { .. } => "backend",
         }
@@ -366,6 +398,8 @@ impl LockError {
                 | LockError::CrossSlot { .. }
                 | LockError::StaleFence { .. }
                 | LockError::WireVersion { .. }
+                | LockError::ForeignKey { .. }
+                | LockError::OldPrefixInUse { .. }
         )
     }
 }
@@ -451,7 +485,9 @@ mod tests {
             LockError::ReplicasShort { acknowledged: 0, required: 1 },
             LockError::CrossSlot { resources: vec!["a".into(), "b".into()], slots: 2 },
             LockError::StaleFence { presented: 7, current: 9 },
-            LockError::WireVersion { key: "lock:wire".into(), found: "2.0".into(), ours: crate::wire::VERSION },
+            LockError::WireVersion { key: "wlp:wire".into(), found: "2.0".into(), ours: crate::wire::VERSION },
+            LockError::ForeignKey { key: "wlp:wire".into(), holds: "a string that is not a protocol version".into() },
+            LockError::OldPrefixInUse { key: "lock:wire".into(), found: "1.0".into(), prefix: crate::LEGACY_PREFIX },
             LockError::NoRuntime("sleep"),
             LockError::backend(client("ERR unknown command")),
         ];
@@ -473,6 +509,8 @@ mod tests {
                 | LockError::CrossSlot { .. }
                 | LockError::StaleFence { .. }
                 | LockError::WireVersion { .. }
+                | LockError::ForeignKey { .. }
+                | LockError::OldPrefixInUse { .. }
                 | LockError::NoRuntime(_)
                 | LockError::Backend { .. } => {}
             }

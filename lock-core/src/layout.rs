@@ -87,6 +87,14 @@ pub(crate) struct Peer {
     pub(crate) poll: Option<Duration>,
 }
 
+/// python-redis-lock's signal lists: `lock-signal:<name>`, which our release under its layout writes.
+pub(crate) const PYTHON_REDIS_LOCK_SIGNAL: &str = "lock-signal:";
+
+/// Redisson's fencing counters, `redisson_lock_token:{<name>}` (see [`redisson_prefix_name`]), which our acquire
+/// under its layout increments; [`REDISSON_TOKEN`] is what Redisson's name rule prefixes.
+pub(crate) const REDISSON_TOKEN_KEYS: &str = "redisson_lock_token:";
+pub(crate) const REDISSON_TOKEN: &str = "redisson_lock_token";
+
 /// How often a waiter looks again under python-redis-lock's layout: its releases signal a list, which only a
 /// blocking pop (a connection of its own per waiter) could wait on. Well within the 50 ms a hand-off may take.
 const LIST_SIGNAL_POLL: Duration = Duration::from_millis(10);
@@ -115,7 +123,7 @@ impl KeyLayout {
     pub fn python_redis_lock() -> Self {
         Self::raw(Raw {
             prefix: "lock:".to_owned(),
-            signal: Some("lock-signal:".to_owned()),
+            signal: Some(PYTHON_REDIS_LOCK_SIGNAL.to_owned()),
             channel: None,
             poll: Some(LIST_SIGNAL_POLL),
         })

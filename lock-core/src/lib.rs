@@ -105,6 +105,7 @@ mod lost;
 mod memory;
 pub mod multi;
 mod mutex;
+pub mod namespace;
 mod options;
 mod redisson;
 mod resource;
@@ -139,7 +140,7 @@ pub use options::{
     MIN_TTL, MIN_WAITER_TTL,
 };
 pub use redlock::RedlockBuilder;
-pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX, MAX_RESOURCE_NAME};
+pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX, LEGACY_PREFIX, MAX_RESOURCE_NAME};
 pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};

@@ -328,7 +328,7 @@ mod tests {
     use super::*;
 
     fn keys(names: &[&str]) -> Vec<LockKeys> {
-        names.iter().map(|n| LockKeys::new("lock:", n).unwrap_or_else(|e| panic!("{e}"))).collect()
+        names.iter().map(|n| LockKeys::new("wlp:", n).unwrap_or_else(|e| panic!("{e}"))).collect()
     }
 
     #[test]

@@ -1,9 +1,19 @@
 //! Resource names and the Redis key layout derived from them.
 
 use crate::error::{LockError, Result};
+use crate::namespace::{self, Aux};
 
-/// The key prefix locks use unless told otherwise.
-pub const DEFAULT_PREFIX: &str = "lock:";
+/// The key prefix locks use unless told otherwise: `wlp:` ("wire lock protocol"), a prefix no shipped peer's layout
+/// or bulk cleanup reaches (python-redis-lock's `reset_all` deletes every `lock:*` key, which was this library's
+/// default before protocol version 1.1; see [`LEGACY_PREFIX`]).
+pub const DEFAULT_PREFIX: &str = "wlp:";
+
+/// The default key prefix before protocol version 1.1. A lock on the default prefix that finds the protocol version
+/// key of this prefix (`lock:wire`) holding a version refuses to acquire with
+/// [`LockError::OldPrefixInUse`](crate::LockError::OldPrefixInUse): processes of an older release hold their locks
+/// there, and the two prefixes would not exclude each other. Set it explicitly with
+/// [`Lock::with_key_prefix`](crate::Lock::with_key_prefix) until every process is upgraded.
+pub const LEGACY_PREFIX: &str = "lock:";
 
 /// The longest resource name (lock, semaphore, election, job, read-write lock, …) in bytes.
 ///
@@ -65,8 +75,8 @@ impl std::hash::Hash for crate::layout::Peer {
     }
 }
 
-/// The suffixes of the keys derived from the lock key, in the order `text` holds them.
-const SUFFIXES: [&str; 4] = [":fence", ":released", ":awaited", ":waiting"];
+/// The keys derived from the lock key, in the order `text` holds them.
+const SUFFIXES: [Aux; 4] = [Aux::Fence, Aux::Released, Aux::Awaited, Aux::Waiting];
 
 impl LockKeys {
     /// Derives the keys for `resource` under `prefix`.
@@ -85,7 +95,7 @@ impl LockKeys {
         let specials = resource.bytes().filter(|b| matches!(b, b'%' | b'{' | b'}')).count();
         let escaped = resource.len().saturating_add(specials.saturating_mul(2));
         let lock_len = prefix.len().saturating_add(escaped).saturating_add(2);
-        let suffixes: usize = SUFFIXES.iter().map(|s| s.len()).sum();
+        let suffixes: usize = SUFFIXES.iter().map(|s| s.name().len() + 1).sum();
         let capacity = resource.len().saturating_add(lock_len.saturating_mul(5)).saturating_add(suffixes);
         let mut text = String::with_capacity(capacity);
         text.push_str(resource);
@@ -109,7 +119,8 @@ impl LockKeys {
         let mut ends = [resource_end, lock_end, 0, 0, 0];
         for (i, suffix) in SUFFIXES.iter().enumerate() {
             text.extend_from_within(resource_end..lock_end);
-            text.push_str(suffix);
+            text.push(':');
+            text.push_str(suffix.name());
             if let Some(end) = ends.get_mut(i + 2) {
                 *end = text.len();
             }
@@ -131,8 +142,9 @@ impl LockKeys {
     /// ```
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for a name that breaks the rule of [`new`](Self::new), or, for the native
-    /// layout, a bad prefix.
+    /// [`LockError::InvalidArgument`] for a name that breaks the rule of [`new`](Self::new), a bad prefix, or a name
+    /// whose lock key under another library's layout would be a key of this library that is not a lock key (see
+    /// [`namespace`](crate::namespace)).
     pub fn for_layout(layout: &crate::KeyLayout, prefix: &str, resource: &str) -> Result<Self> {
         use crate::layout::{redisson_prefix_name, LayoutKind, Peer};
         let raw = match &layout.kind {
@@ -140,9 +152,11 @@ impl LockKeys {
             LayoutKind::Raw(raw) => raw,
             LayoutKind::Redisson => {
                 validate_name(resource)?;
+                validate_prefix(prefix)?;
+                namespace::check_lock_key(prefix, resource, resource)?;
                 let release = Peer { signal: None, message: Some("0".to_owned()), heard: true, poll: None };
                 let base = Self::base_of(resource);
-                let fence = redisson_prefix_name("redisson_lock_token", resource);
+                let fence = redisson_prefix_name(crate::layout::REDISSON_TOKEN, resource);
                 let channel = redisson_prefix_name("redisson_lock__channel", resource);
                 return Ok(Self::packed(resource, resource, base, &fence, &channel, release));
             }
@@ -152,6 +166,10 @@ impl LockKeys {
             return Err(LockError::invalid("key prefix must not contain control characters"));
         }
         let lock = format!("{}{resource}", raw.prefix);
+        // The lock's own prefix still names its native key space (and its version key), which another library's
+        // lock key must stay out of.
+        validate_prefix(prefix)?;
+        namespace::check_lock_key(prefix, resource, &lock)?;
         let base = Self::base_of(&lock);
         let channel = match &raw.channel {
             Some(channel) => format!("{channel}{lock}"),
@@ -201,9 +219,9 @@ impl LockKeys {
 
     /// A key beside the lock key, `<base>:<suffix>`, in the lock key's Cluster slot: `<lock key>:<suffix>` under
     /// the native layout (see [`for_layout`](Self::for_layout) for another library's).
-    pub(crate) fn aux(&self, suffix: &str) -> String {
+    pub(crate) fn aux(&self, aux: Aux) -> String {
         let base = self.peer.as_ref().map_or(self.lock(), |peer| peer.base.as_str());
-        format!("{base}:{suffix}")
+        aux.key(base)
     }
 
     /// What a release under another library's layout does for that library's waiters (`None`: native).
@@ -342,7 +360,8 @@ impl std::fmt::Debug for LockKeys {
 /// Checks a key prefix.
 ///
 /// # Errors
-/// [`LockError::InvalidArgument`] when it contains `{` or `}`, or a control character.
+/// [`LockError::InvalidArgument`] when it contains `{` or `}`, or a control character, or puts the keys among
+/// another library's that this library's releases write (see [`namespace`](crate::namespace)).
 pub fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.contains(['{', '}']) {
         return Err(LockError::invalid("key prefix must not contain '{' or '}' (it would move the hash tag)"));
@@ -350,7 +369,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.chars().any(char::is_control) {
         return Err(LockError::invalid("key prefix must not contain control characters"));
     }
-    Ok(())
+    namespace::check_prefix(prefix)
 }
 
 /// Checks a resource name against the rule of [`LockKeys::new`].
@@ -374,19 +393,19 @@ fn validate_name(resource: &str) -> Result<()> {
 impl LockKeys {
     /// A read-write lock's readers: token → expiry, server ms.
     pub(crate) fn readers(&self) -> String {
-        self.aux("readers")
+        self.aux(Aux::Readers)
     }
 
     /// A semaphore's keys: its permits' expiries (token → expiry, server ms), its slots (slot → token), its
     /// permits' grants (token → `fence;slot,slot…`) and its limit. Named apart from the fair queue's `grants`: the
     /// admin scripts, given a name's keys, read both.
     pub(crate) fn semaphore(&self) -> [String; 4] {
-        [self.aux("permits"), self.aux("slots"), self.aux("permit-grants"), self.aux("limit")]
+        [self.aux(Aux::Permits), self.aux(Aux::Slots), self.aux(Aux::PermitGrants), self.aux(Aux::Limit)]
     }
 
     /// The process an election's hand-over promised the election to.
     pub(crate) fn promised(&self) -> String {
-        self.aux("promised")
+        self.aux(Aux::Promised)
     }
 }
 

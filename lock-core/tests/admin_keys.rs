@@ -13,10 +13,10 @@ async fn a_force_release_keeps_the_fair_queues_grants() {
     let lock = Lock::new(memory.clone());
     let guard = lock.acquire("orders", &LockOptions::new(Duration::from_secs(5))).await.unwrap();
     // A fair waiter's grant record, as `fair-acquire` leaves it under the name's hash tag.
-    memory.command(&["HSET", "lock:{orders}:grants", "0123456789abcdef0123456789abcdef", "1"]);
-    memory.command(&["PEXPIRE", "lock:{orders}:grants", "60000"]);
+    memory.command(&["HSET", "wlp:{orders}:grants", "0123456789abcdef0123456789abcdef", "1"]);
+    memory.command(&["PEXPIRE", "wlp:{orders}:grants", "60000"]);
     let forced = lock.force_release("orders").await.unwrap();
     assert!(forced.released(), "{forced:?}");
-    assert_eq!(memory.command(&["EXISTS", "lock:{orders}:grants"]), Some(Reply::Int(1)), "the fair queue's grants");
+    assert_eq!(memory.command(&["EXISTS", "wlp:{orders}:grants"]), Some(Reply::Int(1)), "the fair queue's grants");
     drop(guard);
 }

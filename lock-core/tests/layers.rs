@@ -10,7 +10,20 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundation",
-        &["error", "rt", "lost", "token", "holder", "resource", "layout", "wire", "lease", "options", "telemetry"],
+        &[
+            "error",
+            "rt",
+            "lost",
+            "token",
+            "holder",
+            "resource",
+            "namespace",
+            "layout",
+            "wire",
+            "lease",
+            "options",
+            "telemetry",
+        ],
     ),
     ("seam", &["seam", "memory"]),
     ("engine", &["engine", "distributed_lock"]),

@@ -34,7 +34,7 @@ async fn an_unbounded_max_hold_renews_and_releases() {
 async fn the_memory_store_takes_any_ttl_from_a_direct_caller() {
     use lock_core::{AcquireReply, AcquireRequest, LockKeys, LockStore, Token};
     let store = MemoryStore::new();
-    let keys = LockKeys::new("lock:", "direct").unwrap();
+    let keys = LockKeys::new("wlp:", "direct").unwrap();
     let token = Token::generate();
     let request = AcquireRequest {
         keys: &keys,

@@ -143,5 +143,59 @@ fn the_name_vectors_are_the_engines_keys() {
     let semaphore = entries.iter().find(|e| e["primitive"] == "semaphore").unwrap();
     let engine = Semaphore::new(Lock::new(MemoryStore::new()), semaphore["name"].as_str().unwrap(), 2).unwrap();
     assert_eq!(semaphore["keys"]["lock"].as_str(), Some(engine.keys().lock()));
-    assert_eq!(semaphore["prefix"].as_str(), Some("lock:sem:"));
+    assert_eq!(semaphore["prefix"].as_str(), Some("wlp:sem:"));
+}
+
+/// The layout a `names.json` entry names.
+fn layout_of(name: &str) -> lock_core::KeyLayout {
+    use lock_core::KeyLayout;
+    match name.split_once(':') {
+        Some(("spring", registry)) => KeyLayout::spring(registry, true),
+        Some(("prefixed", prefix)) => KeyLayout::prefixed(prefix),
+        _ => match name {
+            "plain" => KeyLayout::plain(),
+            "python-redis-lock" => KeyLayout::python_redis_lock(),
+            "pottery" => KeyLayout::pottery(),
+            "redisson" => KeyLayout::redisson(),
+            other => panic!("unknown layout {other:?} in names.json"),
+        },
+    }
+}
+
+/// WIRE.md §2.1.1: the names `names.json` lists as refused are refused by the engine, for the clash it names, and
+/// those it lists as accepted are not.
+#[test]
+fn the_namespace_vectors_are_the_engines_rule() {
+    use lock_core::namespace::{lock_key_clash, Clash};
+    let text = std::fs::read_to_string(root().join("wire/vectors/names.json")).unwrap();
+    let names: Value = serde_json::from_str(&text).unwrap();
+    let refused = names["refused"].as_array().unwrap();
+    assert!(refused.len() >= 10);
+    for entry in refused {
+        let (layout, prefix, name) =
+            (entry["layout"].as_str().unwrap(), entry["prefix"].as_str().unwrap(), entry["name"].as_str().unwrap());
+        let err = LockKeys::for_layout(&layout_of(layout), prefix, name).unwrap_err();
+        assert!(err.to_string().contains(&format!("{name:?}")), "{layout} {name:?}: {err}");
+        // The lock key the layout would have made, and the clash the rule finds there.
+        let key = match layout {
+            "plain" | "redisson" => name.to_owned(),
+            "python-redis-lock" => format!("lock:{name}"),
+            "pottery" => format!("redlock:{name}"),
+            other => format!("{}:{name}", other.split_once(':').unwrap().1),
+        };
+        let clash = lock_key_clash(prefix, &key).unwrap_or_else(|| panic!("{layout} {name:?}: no clash"));
+        let kind = match clash {
+            Clash::VersionKey { .. } => "version",
+            Clash::NativeSpace { .. } => "native",
+            Clash::Beside { .. } => "beside",
+            Clash::PeerKey { .. } => "peer",
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(entry["clash"].as_str(), Some(kind), "{layout} {name:?}");
+    }
+    for entry in names["accepted"].as_array().unwrap() {
+        let (layout, prefix, name) =
+            (entry["layout"].as_str().unwrap(), entry["prefix"].as_str().unwrap(), entry["name"].as_str().unwrap());
+        LockKeys::for_layout(&layout_of(layout), prefix, name).unwrap_or_else(|e| panic!("{layout} {name:?}: {e}"));
+    }
 }

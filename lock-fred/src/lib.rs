@@ -42,7 +42,7 @@
 //! [`SubscriberClient`](fred::clients::SubscriberClient) per store; notifications are only a hint (a waiter always
 //! re-polls the server, at the latest after its safety poll, and polls with backoff if notifications are
 //! unavailable). No pooled connection is held while waiting. One limit: fred 10 reports a `SUBSCRIBE` that the
-//! server's ACL refused (a user without the lock's channels, `&lock:*`) as a success, so this store cannot tell its
+//! server's ACL refused (a user without the lock's channels, `&wlp:*`) as a success, so this store cannot tell its
 //! waiters that they hear nothing; they then take a released lock at their safety poll
 //! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Such a process also lines up to be
 //! woken by releases it never hears, so a release that names it costs the waiters of *other* processes a safety
@@ -50,8 +50,8 @@
 //! or shorten the safety poll.
 //!
 //! # Keys
-//! Every lock on resource `r` uses `lock:{r}` (the owner token, with the lock's TTL), `lock:{r}:fence` and the
-//! channel `lock:{r}:released` (see [`LockKeys`](lock_core::LockKeys)). The fencing counter is one small key per
+//! Every lock on resource `r` uses `wlp:{r}` (the owner token, with the lock's TTL), `wlp:{r}:fence` and the
+//! channel `wlp:{r}:released` (see [`LockKeys`](lock_core::LockKeys)). The fencing counter is one small key per
 //! resource **with no TTL**, so that fencing tokens keep increasing across acquisitions; turn fencing off with
 //! [`LockOptions::with_fencing(false)`](lock_core::LockOptions::with_fencing) and acquire never creates it.
 //!

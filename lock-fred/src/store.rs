@@ -768,7 +768,7 @@ mod tests {
 
     #[test]
     fn words_are_the_calls_keys_then_its_arguments_byte_for_byte() {
-        let keys = ["lock:{ré}", ""];
+        let keys = ["wlp:{ré}", ""];
         let args = ["tok€n", "", "10000"];
         let call = Call::plain("acquire", "SET", &keys, &args);
         let words = Words::of(&call);

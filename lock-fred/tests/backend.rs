@@ -38,7 +38,7 @@ fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
 }
 
 fn keys(name: &str) -> LockKeys {
-    LockKeys::new("lock:", name).unwrap_or_else(|err| panic!("keys: {err}"))
+    LockKeys::new("wlp:", name).unwrap_or_else(|err| panic!("keys: {err}"))
 }
 
 #[track_caller]

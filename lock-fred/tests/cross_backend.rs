@@ -65,7 +65,7 @@ async fn fencing_tokens_continue_across_backends() {
     const BASE: u64 = 9_000_000_000_000_000;
     let server = RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"));
     let (fred, redis) = locks(&server).await;
-    let fence_key = LockKeys::new("lock:", "fenced").unwrap_or_else(|err| panic!("keys: {err}")).fence().to_owned();
+    let fence_key = LockKeys::new("wlp:", "fenced").unwrap_or_else(|err| panic!("keys: {err}")).fence().to_owned();
     let set = server.command(&["SET", &fence_key, &BASE.to_string()]);
     assert!(matches!(set, Ok(ref reply) if !reply.is_error()), "{set:?}");
     let opts = LockOptions::new(ms(5_000)).with_wait(ms(2_000));

@@ -32,6 +32,6 @@ async fn acknowledged_grants_are_on_the_replica_and_a_shortfall_is_given_back() 
     let err = lock.try_acquire("short", &opts).await.err();
     replica.resume();
     assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
-    let keys = lock_fred::lock_core::LockKeys::new("lock:", "short").unwrap();
+    let keys = lock_fred::lock_core::LockKeys::new("wlp:", "short").unwrap();
     assert_eq!(primary.command(&["EXISTS", keys.lock()]).unwrap(), Reply::Int(0), "the short grant must be given back");
 }

@@ -34,9 +34,9 @@
 //!
 //! | key | holds |
 //! |---|---|
-//! | `lock:{resource}` | the owner token, with the lock's TTL |
-//! | `lock:{resource}:fence` | the fencing counter: **one small key per resource, with no TTL** |
-//! | `lock:{resource}:released` | the channel a release publishes on |
+//! | `wlp:{resource}` | the owner token, with the lock's TTL |
+//! | `wlp:{resource}:fence` | the fencing counter: **one small key per resource, with no TTL** |
+//! | `wlp:{resource}:released` | the channel a release publishes on |
 //!
 //! # Fencing tokens
 //! With fencing on (the default), acquiring advances the resource's counter in the same atomic step and the guard

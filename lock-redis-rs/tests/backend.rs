@@ -76,7 +76,7 @@ async fn fence_keeps_increasing_across_a_restart_without_persistence() {
     assert_eq!(first.release().await.expect("release"), ReleaseOutcome::Released);
 
     server.restart().expect("restart");
-    let keys = LockKeys::new("lock:", "restart").expect("keys");
+    let keys = LockKeys::new("wlp:", "restart").expect("keys");
     assert_eq!(command(&server, &["GET", keys.fence()]), Reply::Bulk(None), "the counter must be gone");
 
     // The pooled connection died with the old process; a waiting acquire retries past that one failure.
@@ -138,13 +138,13 @@ async fn foreign_key_types_are_wrongtype() {
 
     // A lock key of another type is another library's lock (a Redisson hash): it holds, fenced or not, and a
     // release finds it another owner's (issue 48; it was `WrongType`).
-    let keys = LockKeys::new("lock:", "hashed").expect("keys");
+    let keys = LockKeys::new("wlp:", "hashed").expect("keys");
     command(&server, &["HSET", keys.lock(), "a", "b"]);
     assert!(lock.try_acquire("hashed", &opts(5_000, 0)).await.expect("fenced try").is_none());
     assert!(lock.try_acquire("hashed", &opts(5_000, 0).with_fencing(false)).await.expect("unfenced try").is_none());
     assert_eq!(store.release(&keys, &Token::generate()).await.expect("release"), ReleaseOutcome::OwnedByOther);
 
-    let keys = LockKeys::new("lock:", "counted").expect("keys");
+    let keys = LockKeys::new("wlp:", "counted").expect("keys");
     command(&server, &["SET", keys.fence(), "not a number"]);
     match lock.try_acquire("counted", &opts(5_000, 0)).await {
         Err(LockError::WrongType { key, .. }) => assert_eq!(key, keys.fence()),
@@ -293,7 +293,7 @@ async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
         // Replies stay matched to their requests: a stale reply would be the wrong shape or the wrong outcome.
         guard.extend(ms(5_000)).await.expect("extend");
         assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
-        let keys = LockKeys::new("lock:", name).expect("keys");
+        let keys = LockKeys::new("wlp:", name).expect("keys");
         let stray = store.release(&keys, &Token::generate()).await.expect("stray release");
         assert_eq!(stray, ReleaseOutcome::AlreadyExpired);
     }
@@ -482,10 +482,10 @@ async fn subscriber_reconnects_and_resubscribes() {
     assert_eq!(killed, Some(1), "one subscriber connection (the waiter's store)");
     // Reconnect (50 ms backoff) and resubscribe; the waiter re-polls once and sleeps its 2 s again.
     tokio::time::sleep(ms(500)).await;
-    let channels = command(&server, &["PUBSUB", "NUMSUB", "lock:{resub}:released"]);
+    let channels = command(&server, &["PUBSUB", "NUMSUB", "wlp:{resub}:released"]);
     assert_eq!(
         channels,
-        Reply::Array(vec![Reply::Bulk(Some(b"lock:{resub}:released".to_vec())), Reply::Int(1)]),
+        Reply::Array(vec![Reply::Bulk(Some(b"wlp:{resub}:released".to_vec())), Reply::Int(1)]),
         "resubscribed"
     );
     let released = Instant::now();

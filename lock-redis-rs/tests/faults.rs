@@ -55,7 +55,7 @@ fn urls(servers: &[RedisServer]) -> Vec<String> {
 
 /// Lock keys (not fencing counters or the protocol version) on `server`: (with a TTL, without a TTL).
 fn lock_keys(server: &RedisServer) -> (usize, usize) {
-    let Ok(Reply::Array(keys)) = server.command(&["KEYS", "lock:*"]) else { return (0, 0) };
+    let Ok(Reply::Array(keys)) = server.command(&["KEYS", "wlp:*"]) else { return (0, 0) };
     let (mut with_ttl, mut without) = (0, 0);
     for key in keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)) {
         match server.command(&["PTTL", &key]).ok().and_then(|r| r.as_int()) {
@@ -517,7 +517,7 @@ fn case08_restart_without_persistence_inside_quorum() {
         let rt = runtime();
         let lock = rt.block_on(redlock(&urls(&servers)));
         // Another owner briefly holds instance 2, so the holder's quorum is {0, 1}.
-        let keys = lock_core::LockKeys::new("lock:", "case08").unwrap();
+        let keys = lock_core::LockKeys::new("wlp:", "case08").unwrap();
         servers[2].command(&["SET", keys.lock(), "someone-else", "PX", "300"]).unwrap();
         let first = rt.block_on(lock.try_acquire("case08", &LockOptions::new(ms(5_000)))).unwrap().expect("quorum");
         let mut quorum = first.held_instances();
@@ -1178,7 +1178,7 @@ fn case19_fair_waiters_in_four_processes_are_granted_in_ticket_order() {
     let who: Vec<(u32, usize)> = order.iter().map(|(w, _)| *w).collect();
     let expected: Vec<(u32, usize)> = (1..=4u32).flat_map(|id| [(id, 0), (id, 1)]).collect();
     assert_eq!(who, expected, "grants out of ticket order across processes");
-    let Ok(Reply::Array(keys)) = server.command(&["KEYS", "lock:{faults:fair}:*"]) else { panic!("KEYS") };
+    let Ok(Reply::Array(keys)) = server.command(&["KEYS", "wlp:{faults:fair}:*"]) else { panic!("KEYS") };
     let left: Vec<_> = keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)).collect();
     assert!(left.is_empty(), "keys left after the run: {left:?}");
 }
@@ -1270,7 +1270,7 @@ fn case22_fair_waiter_whose_grant_replies_are_lost_gets_the_same_grant() {
         proxies[0].drop_replies(true);
         holder.release().await.unwrap();
         // The waiter's tries meanwhile: granted on the server, unanswered.
-        let keys = lock_core::LockKeys::new("lock:", FAIR_RESOURCE).unwrap();
+        let keys = lock_core::LockKeys::new("wlp:", FAIR_RESOURCE).unwrap();
         let t0 = Instant::now();
         while server_text(&servers[0], &["EXISTS", keys.lock()]) != "1" {
             assert!(t0.elapsed() < ms(5_000), "the waiter's try never reached the server");

@@ -387,3 +387,57 @@ peer_tests! {
     sesamecare_redlock => "sesame",
     node_redisson => "node-redisson",
 }
+
+/// Every key on `server` under `prefix`, sorted (a test server holds few keys: `KEYS` is fine here).
+async fn keys_under(server: &RedisServer, prefix: &str) -> Vec<String> {
+    let client = lock_redis_rs::redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut keys: Vec<String> = conn.keys(format!("{prefix}*")).await.unwrap();
+    keys.sort();
+    keys
+}
+
+/// Issue 54: each peer's own bulk cleanup, run for real from its package (python-redis-lock's `reset_all`, which some
+/// services call at start-up; the others have none), leaves every key of ours under the default prefix alone: a held
+/// lock stays held (nobody else gets it), its fencing counter and the version key stay. Under the old default prefix
+/// `lock:` (set explicitly here) the same `reset_all` deletes our held lock, and a second process takes it while the
+/// first still holds: the two holders the old default made.
+#[tokio::test]
+async fn no_peers_cleanup_reaches_this_librarys_keys() {
+    let server = RedisServer::start().expect("redis-server");
+    let lock = Lock::new(RedisStore::connect(&server.url()).await.unwrap());
+    let other = Lock::new(RedisStore::connect(&server.url()).await.unwrap());
+    let guard = lock.acquire("invoice", &LockOptions::new(ms(60_000))).await.unwrap();
+    lock.acquire("released", &LockOptions::new(ms(60_000))).await.unwrap().release().await.unwrap();
+    let before = keys_under(&server, lock_core::DEFAULT_PREFIX).await;
+    assert!(before.contains(&"wlp:wire".to_owned()) && before.contains(&"wlp:{invoice}".to_owned()), "{before:?}");
+    for spec in PEERS {
+        let mut driver = Driver::spawn(spec, &server.url());
+        let reply = driver.request(json!({"op":"cleanup"}));
+        assert_eq!(reply["ok"], true, "{}: {reply}", spec.id);
+        println!("{}: cleanup {}", spec.id, reply["cleanup"]);
+        let after = keys_under(&server, lock_core::DEFAULT_PREFIX).await;
+        // A try that found the lock held adds its release mark; nothing of ours goes.
+        assert!(
+            before.iter().all(|k| after.contains(k)),
+            "{}'s cleanup deleted our keys: {before:?} -> {after:?}",
+            spec.id
+        );
+        assert!(other.try_acquire("invoice", &LockOptions::new(ms(60_000))).await.unwrap().is_none(), "{}", spec.id);
+    }
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+
+    // The old default: python-redis-lock's reset_all sweeps `lock:*`, ours included.
+    let old = lock.clone().with_key_prefix(lock_core::LEGACY_PREFIX);
+    let old_other = other.clone().with_key_prefix(lock_core::LEGACY_PREFIX);
+    let held = old.acquire("invoice", &LockOptions::new(ms(60_000))).await.unwrap();
+    let python = PEERS.iter().find(|p| p.id == "python-redis-lock").unwrap();
+    let mut driver = Driver::spawn(python, &server.url());
+    assert_eq!(driver.request(json!({"op":"cleanup"}))["cleanup"], "redis_lock.reset_all");
+    assert!(keys_under(&server, "lock:").await.is_empty(), "reset_all left keys under lock:");
+    let second = old_other.try_acquire("invoice", &LockOptions::new(ms(60_000))).await.unwrap();
+    assert!(second.is_some(), "under lock: the swept lock is free for a second holder");
+    assert!(!held.is_lost(), "the first holder is not told (without renewal it learns at its release)");
+    assert_eq!(held.release().await.unwrap(), ReleaseOutcome::OwnedByOther);
+    second.unwrap().release().await.unwrap();
+}

@@ -248,7 +248,7 @@ async fn force_release_over_redlock_that_frees_a_minority_is_partial() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
     let holder = "0123456789abcdef0123456789abcdef holder";
     for (i, server) in servers.iter().enumerate() {
-        let set = server.command(&["SET", "lock:{batch}", holder, "PX", "60000"]).unwrap();
+        let set = server.command(&["SET", "wlp:{batch}", holder, "PX", "60000"]).unwrap();
         assert!(!set.is_error(), "{set:?}");
         if i > 0 {
             let acl = server.command(&["ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-del"]).unwrap();
@@ -277,7 +277,7 @@ async fn force_release_over_redlock_that_frees_a_minority_is_partial() {
     );
     assert!(text.contains("instance 0  released"), "{text}");
     for server in &servers[1..] {
-        let value = server.command(&["GET", "lock:{batch}"]).unwrap();
+        let value = server.command(&["GET", "wlp:{batch}"]).unwrap();
         assert_eq!(value.as_text().as_deref(), Some(holder), "the holder lost its key where the release was refused");
     }
     let doc: Value = serde_json::from_slice(&exec(args(&["--json"])).stdout).unwrap();
@@ -299,7 +299,7 @@ async fn watch_whose_subscription_drops_polls_on_its_interval() {
         .spawn()
         .expect("spawn lockctl watch");
     let subscribers = || {
-        let reply = server.command(&["PUBSUB", "NUMSUB", "lock:{quiet}:released"]).unwrap();
+        let reply = server.command(&["PUBSUB", "NUMSUB", "wlp:{quiet}:released"]).unwrap();
         match reply {
             lock_testkit::Reply::Array(items) => items.last().and_then(lock_testkit::Reply::as_int).unwrap_or(0),
             _ => 0,
@@ -342,10 +342,10 @@ async fn list_skips_foreign_keys_and_lists_the_rest() {
     let lock = lock_on(&server).await;
     let _a = lock.acquire("a", &labelled("holder a", 30_000)).await.unwrap();
     let _b = lock.acquire("b", &labelled("holder b", 30_000)).await.unwrap();
-    assert!(!server.command(&["HSET", "lock:{foreign}", "f", "v"]).unwrap().is_error());
-    assert!(!server.command(&["SET", "lock:{broken}", "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
-    assert!(!server.command(&["SET", "lock:{broken}:fence", "not a number"]).unwrap().is_error());
-    let forged = "lock:{x\nforged-row    holder    00000000}";
+    assert!(!server.command(&["HSET", "wlp:{foreign}", "f", "v"]).unwrap().is_error());
+    assert!(!server.command(&["SET", "wlp:{broken}", "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
+    assert!(!server.command(&["SET", "wlp:{broken}:fence", "not a number"]).unwrap().is_error());
+    let forged = "wlp:{x\nforged-row    holder    00000000}";
     assert!(!server.command(&["SET", forged, "0123456789abcdef0123456789abcdef"]).unwrap().is_error());
 
     let out = run(&url, &["list"]);
@@ -584,8 +584,8 @@ async fn server_strings_are_escaped_in_text_output() {
     let server = RedisServer::start().expect("redis-server");
     let url = server.url();
     let forged = "0123456789abcdef0123456789abcdef web\nstate     free\u{1b}[8m";
-    assert!(!server.command(&["SET", "lock:{planted}", forged, "PX", "60000"]).unwrap().is_error());
-    let record = ["HSET", "lock:{planted}:info", "id", "n1", "value", "10.0.0.7:9000\nstate     free", "term", "3"];
+    assert!(!server.command(&["SET", "wlp:{planted}", forged, "PX", "60000"]).unwrap().is_error());
+    let record = ["HSET", "wlp:{planted}:info", "id", "n1", "value", "10.0.0.7:9000\nstate     free", "term", "3"];
     assert!(!server.command(&record).unwrap().is_error());
     for args in [&["inspect", "planted"][..], &["list"], &["watch", "planted", "--changes", "1"]] {
         let out = run(&url, args);
@@ -608,7 +608,7 @@ async fn a_redlock_with_an_instance_down_is_inspected_listed_and_freed() {
     };
     let holder = "0123456789abcdef0123456789abcdef quorum";
     for server in &servers {
-        assert!(!server.command(&["SET", "lock:{batch}", holder, "PX", "60000"]).unwrap().is_error());
+        assert!(!server.command(&["SET", "wlp:{batch}", holder, "PX", "60000"]).unwrap().is_error());
     }
     let args = |extra: &[&str]| {
         let mut all = vec!["-u".to_owned(), down.clone()];
@@ -632,7 +632,7 @@ async fn a_redlock_with_an_instance_down_is_inspected_listed_and_freed() {
     let out = exec(args(&["force-release", "batch", "--yes", "--json"]));
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     for server in &servers {
-        assert_eq!(server.command(&["EXISTS", "lock:{batch}"]).unwrap(), lock_testkit::Reply::Int(0));
+        assert_eq!(server.command(&["EXISTS", "wlp:{batch}"]).unwrap(), lock_testkit::Reply::Int(0));
     }
 }
 
@@ -677,4 +677,62 @@ async fn watch_shows_shared_holders_and_takes_any_bound() {
     assert!(text.contains("semaphore: permit") && !text.contains(": free"), "{text}");
     first.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+/// Issue 54: `lockctl audit` on a Redis shared with python-redis-lock: a name held under two layouts at once, a list
+/// at one of our lock keys, a peer's lock without expiry, a stray key under our prefix, the old default prefix in use;
+/// text and JSON, and the exit codes (0 clean, 1 findings, 7 stopped at a bound).
+#[tokio::test]
+async fn audit_finds_what_breaks_locks_where_two_tenants_meet() {
+    let server = RedisServer::start().expect("redis-server");
+    let url = server.url();
+    let lock = lock_on(&server).await;
+    let guard = lock.acquire("orders", &LockOptions::new(ms(60_000))).await.unwrap();
+    let clean = run(&url, &["audit"]);
+    assert_eq!(clean.status.code(), Some(0), "{}", stdout(&clean));
+    assert!(
+        stdout(&clean).contains("nothing found") && stdout(&clean).contains("version key: 1."),
+        "{}",
+        stdout(&clean)
+    );
+
+    // python-redis-lock holds `orders` too (another service configured with its layout), without expiry.
+    server.command(&["SET", "lock:orders", "cHl0aG9uLXRva2Vu"]).unwrap();
+    server.command(&["RPUSH", "wlp:{queue-of-jobs}", "job-1"]).unwrap();
+    server.command(&["SET", "wlp:misc", "x"]).unwrap();
+    server.command(&["SET", "lock:wire", "1.0"]).unwrap();
+    let found = run(&url, &["audit"]);
+    assert_eq!(found.status.code(), Some(1), "{}", stdout(&found));
+    let text = stdout(&found);
+    for expected in [
+        "held-twice",
+        "python-redis-lock (lock:orders)",
+        "wrong-type",
+        "a list sits at this library's lock key",
+        "no-expiry",
+        "stray",
+        "wlp:misc",
+        "processes of an older release hold their locks under \"lock:\"",
+    ] {
+        assert!(text.contains(expected), "{expected:?} missing from:\n{text}");
+    }
+    assert!(!text.contains("cHl0aG9uLXRva2Vu"), "a peer's token was shown: {text}");
+    let doc = json(&run(&url, &["audit", "--json"]));
+    let kinds: Vec<&str> = doc[0]["findings"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    for kind in ["held-twice", "wrong-type", "no-expiry", "stray", "version"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {doc}");
+    }
+    assert_eq!(doc[0]["complete"], true);
+
+    // A bound below the keyspace: reported as incomplete, and the findings it saw still count.
+    for i in 0..50 {
+        server.command(&["SET", &format!("filler:{i}"), "x"]).unwrap();
+    }
+    server.command(&["DEL", "lock:orders", "wlp:{queue-of-jobs}", "wlp:misc", "lock:wire"]).unwrap();
+    let bounded = run(&url, &["audit", "--max-keys", "5", "--scan-count", "2"]);
+    assert_eq!(bounded.status.code(), Some(7), "{}", stdout(&bounded));
+    assert!(stdout(&bounded).contains("not the whole keyspace"), "{}", stdout(&bounded));
+    guard.release().await.unwrap();
+    let down = run("redis://127.0.0.1:1", &["audit"]);
+    assert_eq!(down.status.code(), Some(3), "{down:?}");
 }

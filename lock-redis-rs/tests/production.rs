@@ -137,7 +137,7 @@ async fn cluster_over_tls_as_the_minimal_acl_user() {
     let mut shards = std::collections::BTreeSet::new();
     for i in 0..24 {
         let resource = format!("tls-cluster-{i}");
-        let keys = lock_redis_rs::lock_core::LockKeys::new("lock:", &resource).unwrap_or_else(|err| panic!("{err}"));
+        let keys = lock_redis_rs::lock_core::LockKeys::new("wlp:", &resource).unwrap_or_else(|err| panic!("{err}"));
         shards.insert(cluster.primary_for_key(keys.lock()).unwrap_or_else(|err| panic!("{err}")));
         let guard = lock.try_acquire(&resource, &LockOptions::default()).await;
         let guard = guard.unwrap_or_else(|err| panic!("acquire {resource}: {err:?}")).unwrap_or_else(|| panic!("free"));

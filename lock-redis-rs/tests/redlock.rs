@@ -51,7 +51,7 @@ mod conformance_redlock5 {
 }
 
 fn lock_key_count(server: &RedisServer) -> usize {
-    match server.command(&["KEYS", "lock:*"]) {
+    match server.command(&["KEYS", "wlp:*"]) {
         Ok(Reply::Array(keys)) => {
             keys.iter().filter_map(Reply::as_text).filter(|k| !lock_testkit::lasting_key(k)).count()
         }
@@ -115,7 +115,7 @@ async fn every_subset_of_blocked_instances() {
         let quorum = n / 2 + 1;
         for mask in 0u32..(1 << n) {
             let resource = format!("mask-{mask}");
-            let keys = LockKeys::new("lock:", &resource).unwrap();
+            let keys = LockKeys::new("wlp:", &resource).unwrap();
             for (i, s) in servers.iter().enumerate() {
                 if mask & (1 << i) != 0 {
                     s.command(&["SET", keys.lock(), "another-owner", "PX", "60000"]).unwrap();

@@ -60,7 +60,7 @@ async fn renewal_stops_at_release_drop_and_cancel() {
     let lock = lock_on(&server).await;
     for how in ["release", "drop", "cancel"] {
         let resource = format!("stops-{how}");
-        let keys = LockKeys::new("lock:", &resource).unwrap();
+        let keys = LockKeys::new("wlp:", &resource).unwrap();
         let g = lock.try_acquire(&resource, &renewing(150)).await.unwrap().unwrap();
         let token = g.token().as_str().to_owned();
         sleep(ms(120)).await; // renewals under way

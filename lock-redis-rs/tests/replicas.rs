@@ -50,7 +50,7 @@ async fn a_shortfall_fails_and_gives_the_grant_back_or_is_accepted() {
     replica.pause();
     let err = lock.try_acquire("short", &LockOptions::new(ms(10_000)).with_replica_ack(ack(100))).await.err();
     assert!(matches!(err, Some(LockError::ReplicasShort { acknowledged: 0, required: 1 })), "{err:?}");
-    let keys = lock_core::LockKeys::new("lock:", "short").unwrap();
+    let keys = lock_core::LockKeys::new("wlp:", "short").unwrap();
     assert_eq!(primary.command(&["EXISTS", keys.lock()]).unwrap(), Reply::Int(0), "the short grant must be given back");
     let accepted = LockOptions::new(ms(10_000)).with_replica_ack(ack(100).with_on_shortfall(Shortfall::Accept));
     let g = lock.try_acquire("short", &accepted).await.unwrap().expect("accepted despite the shortfall");

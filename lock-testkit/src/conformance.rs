@@ -454,7 +454,7 @@ pub async fn any_resource_name_works(s: &Subject) {
         "a}b",
         "a%7Db",
         "colons:in:it",
-        "lock:{x}:fence",
+        "wlp:{x}:fence",
         "emoji 🦀🔒",
         "percent %",
     ];

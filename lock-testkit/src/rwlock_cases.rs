@@ -258,7 +258,7 @@ pub async fn a_paused_writer_never_frees_others(connect: &UrlFactory) {
 pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let server = RedisServer::start().or_panic();
     let store = connect(server.url()).await.or_panic();
-    let base = format!("lock:rw:{{{NAME}}}");
+    let base = format!("wlp:rw:{{{NAME}}}");
     let (readers, queue, beats) = (format!("{base}:readers"), format!("{base}:queue"), format!("{base}:heartbeats"));
     let (fence, channel, mark) = (format!("{base}:fence"), format!("{base}:released"), format!("{base}:awaited"));
     let token = lock_core::Token::generate();
@@ -317,7 +317,7 @@ pub async fn ten_thousand_cancelled_acquires_leave_nothing_behind(connect: &UrlF
     .await;
     loop {
         // The fencing counter stays (one small string per name, as the lock's).
-        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "lock:rw:*"]).or_panic();
+        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "wlp:rw:*"]).or_panic();
         if matches!(&left, crate::Reply::Array(items) if items.is_empty()) {
             break;
         }

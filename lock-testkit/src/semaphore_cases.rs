@@ -169,7 +169,7 @@ pub async fn a_paused_holder_never_frees_twice(connect: &UrlFactory) {
 pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let server = RedisServer::start().or_panic();
     let store = connect(server.url()).await.or_panic();
-    let base = format!("lock:sem:{{{NAME}}}");
+    let base = format!("wlp:sem:{{{NAME}}}");
     let keys = [
         format!("{base}:permits"),
         format!("{base}:slots"),
@@ -214,7 +214,7 @@ pub async fn ten_thousand_cancelled_acquires_leave_nothing_behind(connect: &UrlF
     let free = released.elapsed();
     loop {
         // The fencing counter stays (one small string per name, as the lock's).
-        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "lock:*"]).or_panic();
+        let left = server.command(&["EVAL", crate::server::KEYS_BUT_COUNTERS, "0", "wlp:*"]).or_panic();
         if matches!(&left, crate::Reply::Array(items) if items.is_empty()) {
             break;
         }

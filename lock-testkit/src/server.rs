@@ -128,7 +128,7 @@ impl RedisServerBuilder {
         self
     }
 
-    /// Adds an ACL user, as a `user` configuration line: `rules` such as `on >password ~lock:* &lock:* +@all`.
+    /// Adds an ACL user, as a `user` configuration line: `rules` such as `on >password ~wlp:* &wlp:* +@all`.
     pub fn with_acl_user(mut self, name: &str, rules: &str) -> Self {
         self.extra.push("--user".to_owned());
         self.extra.push(name.to_owned());

@@ -138,7 +138,7 @@ pub async fn a_confirmed_subscription_hears_the_next_release(connect: &UrlFactor
     let store = connect(server.url()).await.or_panic();
     let hub = store.release_hub().unwrap_or_else(|| panic!("the store has no release notifications")).clone();
     for i in 0..500 {
-        let channel = format!("lock:{{probe-{i}}}:released");
+        let channel = format!("wlp:{{probe-{i}}}:released");
         let watch = hub.watch(&channel).await;
         let heard = server.command(&["PUBLISH", &channel, "elsewhere"]).or_panic();
         assert_eq!(heard, Reply::Int(1), "channel {i}: the publish right after the confirmation reached nobody");
@@ -147,13 +147,14 @@ pub async fn a_confirmed_subscription_hears_the_next_release(connect: &UrlFactor
 }
 
 /// The ACL rules of the smallest user a lock needs (the user and password are the tests'; the guide, chapter 10, gives the
-/// same line as an `ACL SETUSER` command). Keys and channels are those under the default prefix `lock:`; the
+/// same line as an `ACL SETUSER` command). Keys and channels are those under the default prefix `wlp:` (and a read of
+/// `lock:wire`, the old default prefix's version key, which a lock on the default prefix reads); the
 /// commands are what the stores send (`PING`, `INFO` at connect; fred also asks `CLIENT ID`), what the scripts call
 /// (`GET`, `SET`, `DEL`, `PEXPIRE`, `INCRBY`, `TIME`, `TYPE`, `PTTL`, `PUBLISH`, `SPUBLISH`; a job's hash commands; a
 /// fair lock's sorted-set commands and `PEXPIREAT`, and `ZCARD` for its queue length), pub/sub for waiters
 /// (classic and sharded), `WAIT` for replica acknowledgements, and on Cluster the slot map, `ASKING` during a slot
 /// migration and `HELLO` for the subscriber's RESP3 connection; behind Sentinel, `ROLE` to confirm the primary.
-pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~lock:* resetchannels &lock:* -@all \
+pub const MINIMAL_ACL_RULES: &str = "on >secret resetkeys ~wlp:* %R~lock:wire resetchannels &wlp:* -@all \
     +ping +info +client|id +role +hello +evalsha +eval +get +set +del +pexpire +incrby +time +type +pttl \
     +hset +hget +hmget +hgetall +hdel +hlen +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +zrank +zcard +pexpireat +publish +spublish +subscribe +unsubscribe +ssubscribe +sunsubscribe +wait +cluster|slots +asking";
 
@@ -321,7 +322,7 @@ pub async fn every_error_says_its_cause_once(connect: &UrlFactory) {
     let mut errors = Vec::new();
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     // A fencing counter of another type (a lock key of another type is another library's lock: it holds).
-    server.command(&["HSET", "lock:{foreign}:fence", "f", "v"]).or_panic();
+    server.command(&["HSET", "wlp:{foreign}:fence", "f", "v"]).or_panic();
     errors.push(("wrong type", lock.try_acquire("foreign", &LockOptions::new(ms(5_000))).await.err(), "WRONGTYPE"));
     let limited = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     let refused = limited.try_acquire("no-incrby", &LockOptions::new(ms(5_000))).await.err();
@@ -390,7 +391,7 @@ pub async fn multi_extend_names_the_stolen_resource(connect: &UrlFactory) {
     let server = start();
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     let both = lock.try_acquire_all(&["steal-a", "steal-b"], &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
-    let (a, b) = (LockKeys::new("lock:", "steal-a").or_panic(), LockKeys::new("lock:", "steal-b").or_panic());
+    let (a, b) = (LockKeys::new("wlp:", "steal-a").or_panic(), LockKeys::new("wlp:", "steal-b").or_panic());
     server.command(&["DEL", b.lock()]).or_panic();
     server.command(&["SET", b.lock(), "thief", "PX", "30000"]).or_panic();
     let before = server.command(&["PTTL", a.lock()]).or_panic().as_int().or_panic();
@@ -418,7 +419,7 @@ pub async fn multi_extend_names_the_stolen_resource(connect: &UrlFactory) {
 pub async fn job_finish_never_touches_the_next_runs_lock(connect: &UrlFactory) {
     let server = start();
     let jobs = lock_core::JobLock::new(Lock::from_arc(connect(server.url()).await.or_panic()));
-    let keys = LockKeys::new("lock:", "overrun-job").or_panic();
+    let keys = LockKeys::new("wlp:", "overrun-job").or_panic();
     let info = format!("{}:info", keys.lock());
     let opts = lock_core::JobOptions::new(ms(30_000)).with_holder("first");
     let outcome = jobs
@@ -445,7 +446,7 @@ pub async fn job_finish_never_touches_the_next_runs_lock(connect: &UrlFactory) {
 pub async fn job_at_least_for_is_kept_on_the_server_clock(connect: &UrlFactory) {
     let server = start();
     let jobs = lock_core::JobLock::new(Lock::from_arc(connect(server.url()).await.or_panic()));
-    let keys = LockKeys::new("lock:", "short-job").or_panic();
+    let keys = LockKeys::new("wlp:", "short-job").or_panic();
     let opts = lock_core::JobOptions::new(ms(30_000)).with_at_least_for(ms(2_000));
     jobs.run("short-job", &opts, |_| crate::runtime::sleep(ms(10))).await.or_panic();
     let pttl = server.command(&["PTTL", keys.lock()]).or_panic().as_int().or_panic();
@@ -573,7 +574,7 @@ pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFac
 /// the script runs because every script declares the mark in `KEYS`; a script that derived the mark's name itself
 /// would fail this case.
 pub async fn a_release_mark_the_acl_refuses_is_auth_not_wrongtype(connect: &UrlFactory) {
-    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("~lock:*", "~lock:{*} ~lock:{*}:fence"));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("~wlp:*", "~wlp:{*} ~wlp:{*}:fence"));
     let holder = Lock::from_arc(connect(server.url()).await.or_panic());
     let _held = holder.try_acquire("marked", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
@@ -691,7 +692,7 @@ async fn deaf_waiter_takes_a_released_lock(
     connect: &UrlFactory,
     safety_poll: std::time::Duration,
 ) -> std::time::Duration {
-    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("resetchannels &lock:* ", "resetchannels "));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace("resetchannels &wlp:* ", "resetchannels "));
     let holder = Lock::from_arc(connect(server.url()).await.or_panic());
     let deaf = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     let polling = lock_core::RetryPolicy::default().with_max_delay(ms(50)).with_safety_poll(safety_poll);

@@ -1039,7 +1039,7 @@ async fn a_job_start_given_back_burns_neither_its_tick_nor_at_least_for() {
     gate.open();
     let exists = |key: &str| server.memory().command(&["EXISTS", key]).and_then(|r| r.as_int()) == Some(1);
     eventually("the cancelled start was given back", ms(5_000), || {
-        !exists("lock:{weekly}") && !exists("lock:{weekly}:tick:8")
+        !exists("wlp:{weekly}") && !exists("wlp:{weekly}:tick:8")
     })
     .await;
     let again = jobs.run_tick("weekly", 8, &opts, |_| async { true }).await.unwrap();
@@ -1118,7 +1118,7 @@ async fn resignations_hand_the_election_to_candidates_in_their_order() {
     let elections: Vec<Election> =
         (0..4).map(|_| Election::new(Lock::new(server.client()), "ordered", options.clone()).unwrap()).collect();
     let waiting = || {
-        let reply = server.memory().command(&["ZCARD", "lock:{ordered}:waiting"]);
+        let reply = server.memory().command(&["ZCARD", "wlp:{ordered}:waiting"]);
         reply.and_then(|r| r.as_int()).unwrap_or(0)
     };
     let mut leader = Some(elections[0].try_campaign("c0", "v").await.unwrap().expect("c0 elected"));
@@ -1166,7 +1166,7 @@ async fn an_expired_leader_is_succeeded_by_the_longest_waiting_candidate() {
     let elections: Vec<Election> =
         (0..4).map(|_| Election::new(Lock::new(server.client()), "expiring", options.clone()).unwrap()).collect();
     let waiting = || {
-        let reply = server.memory().command(&["ZCARD", "lock:{expiring}:waiting"]);
+        let reply = server.memory().command(&["ZCARD", "wlp:{expiring}:waiting"]);
         reply.and_then(|r| r.as_int()).unwrap_or(0)
     };
     let leader = elections[0].try_campaign("c0", "v").await.unwrap().expect("c0 elected");

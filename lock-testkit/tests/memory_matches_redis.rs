@@ -102,7 +102,7 @@ enum Step {
 fn random_step(rng: &mut StdRng) -> Step {
     let r = rng.random_range(0..3);
     let (lock, fence, channel) =
-        (format!("lock:{{r{r}}}"), format!("lock:{{r{r}}}:fence"), format!("lock:{{r{r}}}:released"));
+        (format!("wlp:{{r{r}}}"), format!("wlp:{{r{r}}}:fence"), format!("wlp:{{r{r}}}:released"));
     let token = TOKENS[rng.random_range(0..TOKENS.len())].to_owned();
     let floor = rng.random_range(1..400).to_string();
     let s = |x: &str| x.to_owned();
@@ -116,20 +116,20 @@ fn random_step(rng: &mut StdRng) -> Step {
     let subset: Vec<usize> = (0..3).filter(|_| rng.random_bool(0.6)).collect();
     let subset = if subset.is_empty() { vec![r] } else { subset };
     let locks = |suffix: &str| -> Vec<String> {
-        let pairs = subset.iter().flat_map(|i| [format!("lock:{{r{i}}}"), format!("lock:{{r{i}}}{suffix}")]);
-        pairs.chain(subset.iter().map(|i| format!("lock:{{r{i}}}:awaited"))).collect()
+        let pairs = subset.iter().flat_map(|i| [format!("wlp:{{r{i}}}"), format!("wlp:{{r{i}}}{suffix}")]);
+        pairs.chain(subset.iter().map(|i| format!("wlp:{{r{i}}}:awaited"))).collect()
     };
-    let mark = format!("lock:{{r{r}}}:awaited");
-    let waiting = format!("lock:{{r{r}}}:waiting");
+    let mark = format!("wlp:{{r{r}}}:awaited");
+    let waiting = format!("wlp:{{r{r}}}:waiting");
     // The origin a try lines its process up as (none: a try that does not line up), or a release or pass names.
     let origin = s(["", "o1", "o2", "o3"][rng.random_range(0..4)]);
-    let info = format!("lock:{{r{r}}}:info");
-    let tick = format!("lock:{{r{r}}}:tick:{}", rng.random_range(0..3));
-    let (queue, beats) = (format!("lock:{{r{r}}}:queue"), format!("lock:{{r{r}}}:heartbeats"));
-    let grants = format!("lock:{{r{r}}}:grants");
-    let readers = format!("lock:{{r{r}}}:readers");
+    let info = format!("wlp:{{r{r}}}:info");
+    let tick = format!("wlp:{{r{r}}}:tick:{}", rng.random_range(0..3));
+    let (queue, beats) = (format!("wlp:{{r{r}}}:queue"), format!("wlp:{{r{r}}}:heartbeats"));
+    let grants = format!("wlp:{{r{r}}}:grants");
+    let readers = format!("wlp:{{r{r}}}:readers");
     let sem: Vec<String> =
-        ["permits", "slots", "grants", "limit"].iter().map(|k| format!("lock:sem:{{r{r}}}:{k}")).collect();
+        ["permits", "slots", "grants", "limit"].iter().map(|k| format!("wlp:sem:{{r{r}}}:{k}")).collect();
     match rng.random_range(0..215) {
         195..=201 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
@@ -216,14 +216,14 @@ fn random_step(rng: &mut StdRng) -> Step {
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
             let (mut keys, mut args) = (locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor]);
             if !origin.is_empty() {
-                keys.extend(subset.iter().map(|i| format!("lock:{{r{i}}}:waiting")));
+                keys.extend(subset.iter().map(|i| format!("wlp:{{r{i}}}:waiting")));
                 args.push(origin);
             }
             call(&scripts::MULTI_ACQUIRE, keys, args)
         }
         110..=117 => call(&scripts::MULTI_RELEASE, locks(":released"), vec![token, s("origin"), s("0")]),
         118..=124 => {
-            let keys = subset.iter().map(|i| format!("lock:{{r{i}}}")).collect();
+            let keys = subset.iter().map(|i| format!("wlp:{{r{i}}}")).collect();
             call(&scripts::MULTI_EXTEND, keys, vec![token, s(TTL_MS)])
         }
         0..=19 => {

@@ -153,7 +153,7 @@ async fn every_subset_of_blocked_instances() {
         let quorum = n / 2 + 1;
         for mask in 0u32..(1 << n) {
             let resource = format!("mask-{n}-{mask}");
-            let keys = LockKeys::new("lock:", &resource).unwrap();
+            let keys = LockKeys::new("wlp:", &resource).unwrap();
             let other = Token::generate();
             for (i, inst) in instances.iter().enumerate() {
                 if mask & (1 << i) != 0 {
@@ -287,7 +287,7 @@ async fn fence_write_back_only_when_counters_disagree() {
     assert!(t > last);
     last = t;
     // Instance 0's counter runs far ahead of the floor.
-    let keys = LockKeys::new("lock:", "in-step").unwrap();
+    let keys = LockKeys::new("wlp:", "in-step").unwrap();
     let ahead = last + 1_000_000_000;
     let req = AcquireRequest {
         keys: &keys,

@@ -28,21 +28,21 @@ fn exists(server: &RedisServer, key: &str) -> bool {
 #[test]
 fn holder_of_a_vanished_key_says_free() {
     let s = server();
-    let reply = eval(&s, &scripts::HOLDER, &["lock:{gone}", "lock:{gone}:awaited"], &[]);
+    let reply = eval(&s, &scripts::HOLDER, &["wlp:{gone}", "wlp:{gone}:awaited"], &[]);
     assert_eq!(reply, Reply::Int(-2), "HOLDER on an absent key");
     assert_eq!(parse_holder(-2), AcquireReply::Held { ttl: Some(std::time::Duration::ZERO) });
     // A key of another type (another library's lock, a Redisson hash) holds the lock like a token: its TTL is
     // reported and the lock marked as awaited (issue 48; it was refused as `WRONGTYPE`).
-    s.command(&["HSET", "lock:{hash}", "f", "v"]).unwrap();
-    s.command(&["PEXPIRE", "lock:{hash}", "5000"]).unwrap();
-    let foreign = eval(&s, &scripts::HOLDER, &["lock:{hash}", "lock:{hash}:awaited"], &[]).as_int().unwrap();
+    s.command(&["HSET", "wlp:{hash}", "f", "v"]).unwrap();
+    s.command(&["PEXPIRE", "wlp:{hash}", "5000"]).unwrap();
+    let foreign = eval(&s, &scripts::HOLDER, &["wlp:{hash}", "wlp:{hash}:awaited"], &[]).as_int().unwrap();
     assert!((1..=5000).contains(&foreign), "HOLDER over a hash: {foreign}");
-    assert!(!exists(&s, "lock:{gone}:awaited"), "marked a lock not held");
-    s.command(&["SET", "lock:{held}", "t", "PX", "5000"]).unwrap();
-    let pttl = eval(&s, &scripts::HOLDER, &["lock:{held}", "lock:{held}:awaited"], &[]).as_int().unwrap();
+    assert!(!exists(&s, "wlp:{gone}:awaited"), "marked a lock not held");
+    s.command(&["SET", "wlp:{held}", "t", "PX", "5000"]).unwrap();
+    let pttl = eval(&s, &scripts::HOLDER, &["wlp:{held}", "wlp:{held}:awaited"], &[]).as_int().unwrap();
     assert!((1..=5000).contains(&pttl), "{pttl}");
     // The held lock is marked as awaited, for longer than its holder may keep it without renewing.
-    let marked = s.command(&["PTTL", "lock:{held}:awaited"]).unwrap().as_int().unwrap();
+    let marked = s.command(&["PTTL", "wlp:{held}:awaited"]).unwrap().as_int().unwrap();
     assert!(marked > pttl, "the release mark lives {marked} ms, the lock {pttl} ms");
 }
 
@@ -51,15 +51,15 @@ fn holder_of_a_vanished_key_says_free() {
 #[test]
 fn a_foreign_value_at_the_release_mark_is_refused_and_kept() {
     let s = server();
-    s.command(&["SET", "lock:{m}", "someone", "PX", "5000"]).unwrap();
-    s.command(&["HSET", "lock:{m}:awaited", "f", "v"]).unwrap();
-    let holder = eval(&s, &scripts::HOLDER, &["lock:{m}", "lock:{m}:awaited"], &[]);
+    s.command(&["SET", "wlp:{m}", "someone", "PX", "5000"]).unwrap();
+    s.command(&["HSET", "wlp:{m}:awaited", "f", "v"]).unwrap();
+    let holder = eval(&s, &scripts::HOLDER, &["wlp:{m}", "wlp:{m}:awaited"], &[]);
     let acquire =
-        eval(&s, &scripts::ACQUIRE, &["lock:{m}", "lock:{m}:fence", "lock:{m}:awaited"], &["token", "30000", "1"]);
+        eval(&s, &scripts::ACQUIRE, &["wlp:{m}", "wlp:{m}:fence", "wlp:{m}:awaited"], &["token", "30000", "1"]);
     for reply in [holder, acquire] {
         assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{reply:?}");
     }
-    assert_eq!(s.command(&["TYPE", "lock:{m}:awaited"]).unwrap().as_text().as_deref(), Some("hash"));
+    assert_eq!(s.command(&["TYPE", "wlp:{m}:awaited"]).unwrap().as_text().as_deref(), Some("hash"));
 }
 
 /// Finding 8: `ACQUIRE` checks the fence counter before any write, with the rule `INCRBY` applies: a counter Lua
@@ -69,10 +69,10 @@ fn a_foreign_value_at_the_release_mark_is_refused_and_kept() {
 fn a_fence_counter_incrby_refuses_fails_before_any_write() {
     let s = server();
     for (i, bad) in ["1e3", "0x10", " 7", "7 ", "1.5", "99999999999999999999", "abc", ""].iter().enumerate() {
-        let lock = format!("lock:{{bad{i}}}");
-        let fence = format!("lock:{{bad{i}}}:fence");
+        let lock = format!("wlp:{{bad{i}}}");
+        let fence = format!("wlp:{{bad{i}}}:fence");
         s.command(&["SET", &fence, bad]).unwrap();
-        let mark = format!("lock:{{bad{i}}}:awaited");
+        let mark = format!("wlp:{{bad{i}}}:awaited");
         let reply = eval(&s, &scripts::ACQUIRE, &[&lock, &fence, &mark], &["token", "30000", "1"]);
         let text = reply.as_text().unwrap_or_default();
         assert!(reply.is_error() && text.contains("WRONGTYPE"), "fence {bad:?}: {reply:?}");
@@ -86,8 +86,8 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
     }
     // Integers INCRBY takes still work, negative ones included.
     for (i, good) in ["7", "-3", "0"].iter().enumerate() {
-        let lock = format!("lock:{{good{i}}}");
-        let fence = format!("lock:{{good{i}}}:fence");
+        let lock = format!("wlp:{{good{i}}}");
+        let fence = format!("wlp:{{good{i}}}:fence");
         s.command(&["SET", &fence, good]).unwrap();
         let reply =
             eval(&s, &scripts::ACQUIRE, &[&lock, &fence, &format!("{lock}:awaited")], &["token", "30000", "1", "5"]);
@@ -101,7 +101,7 @@ fn a_fence_counter_incrby_refuses_fails_before_any_write() {
 #[test]
 fn a_token_on_demand_is_drawn_only_by_the_holder() {
     let s = server();
-    let (lock, fence) = ("lock:{od}", "lock:{od}:fence");
+    let (lock, fence) = ("wlp:{od}", "wlp:{od}:fence");
     let counter = |s: &RedisServer| s.command(&["GET", fence]).unwrap().as_text().and_then(|t| t.parse::<i64>().ok());
     s.command(&["SET", fence, "41"]).unwrap();
     assert_eq!(eval(&s, &scripts::FENCE, &[lock, fence], &["mine"]), Reply::Int(0), "a draw for a lock that is gone");
@@ -141,44 +141,44 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
     let wrongtype = |reply: Reply, what: &str| {
         assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{what}: {reply:?}");
     };
-    let elect_keys = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader"];
+    let elect_keys = ["wlp:{e}", "wlp:{e}:fence", "wlp:{e}:awaited", "wlp:{e}:info", "wlp:{e}:leader"];
     let elect_args = ["token", "30000", "", "id", "value", "origin", "0"];
     // A string where the leader record (a hash) belongs.
-    s.command(&["SET", "lock:{e}:info", "foreign"]).unwrap();
+    s.command(&["SET", "wlp:{e}:info", "foreign"]).unwrap();
     wrongtype(eval(&s, &scripts::ELECT, &elect_keys, &elect_args), "elect over a foreign record");
-    assert!(!exists(&s, "lock:{e}"), "the lock key was written before the record's check");
-    s.command(&["DEL", "lock:{e}:info"]).unwrap();
+    assert!(!exists(&s, "wlp:{e}"), "the lock key was written before the record's check");
+    s.command(&["DEL", "wlp:{e}:info"]).unwrap();
     // A counter INCRBY would refuse.
-    s.command(&["SET", "lock:{e}:fence", "1e3"]).unwrap();
+    s.command(&["SET", "wlp:{e}:fence", "1e3"]).unwrap();
     wrongtype(eval(&s, &scripts::ELECT, &elect_keys, &elect_args), "elect over a foreign counter");
-    assert!(!exists(&s, "lock:{e}") && !exists(&s, "lock:{e}:info"), "elect wrote before the counter's check");
-    s.command(&["DEL", "lock:{e}:fence"]).unwrap();
+    assert!(!exists(&s, "wlp:{e}") && !exists(&s, "wlp:{e}:info"), "elect wrote before the counter's check");
+    s.command(&["DEL", "wlp:{e}:fence"]).unwrap();
     // A hash where the lock key belongs: another library's lock, which holds the election.
-    s.command(&["HSET", "lock:{e}", "f", "v"]).unwrap();
+    s.command(&["HSET", "wlp:{e}", "f", "v"]).unwrap();
     let elected = eval(&s, &scripts::ELECT, &elect_keys, &elect_args);
     assert!(matches!(&elected, Reply::Array(items) if items.first() == Some(&Reply::Int(0))), "{elected:?}");
     assert_eq!(
-        s.command(&["TYPE", "lock:{e}"]).unwrap().as_text().as_deref(),
+        s.command(&["TYPE", "wlp:{e}"]).unwrap().as_text().as_deref(),
         Some("hash"),
         "the foreign key was touched"
     );
-    assert!(!exists(&s, "lock:{e}:info"), "a record was written beside a foreign lock key");
-    let admin = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:queue"];
-    let shared = ["lock:{e}:readers", "lock:{e}:permits", "lock:{e}:grants"];
-    let inspect_keys = [admin.as_slice(), &shared, &["lock:{e}:info"]].concat();
+    assert!(!exists(&s, "wlp:{e}:info"), "a record was written beside a foreign lock key");
+    let admin = ["wlp:{e}", "wlp:{e}:fence", "wlp:{e}:awaited", "wlp:{e}:queue"];
+    let shared = ["wlp:{e}:readers", "wlp:{e}:permits", "wlp:{e}:grants"];
+    let inspect_keys = [admin.as_slice(), &shared, &["wlp:{e}:info"]].concat();
     let seen = eval(&s, &scripts::INSPECT, &inspect_keys, &[]);
     assert!(
         matches!(&seen, Reply::Array(items) if items.first().and_then(Reply::as_text).as_deref() == Some("type:hash")),
         "{seen:?}"
     );
-    let forced = ["lock:{e}", "lock:{e}:released", "lock:{e}:awaited", "lock:{e}:queue"];
+    let forced = ["wlp:{e}", "wlp:{e}:released", "wlp:{e}:awaited", "wlp:{e}:queue"];
 
     // The holders that share a name: a foreign readers' set or semaphore key is refused, and kept, by both.
-    s.command(&["DEL", "lock:{e}"]).unwrap();
-    let forced_keys = [forced.as_slice(), &shared, &["lock:{e}:slots", "lock:{e}:limit"]].concat();
-    for foreign in ["lock:{e}:readers", "lock:{e}:permits", "lock:{e}:grants"] {
+    s.command(&["DEL", "wlp:{e}"]).unwrap();
+    let forced_keys = [forced.as_slice(), &shared, &["wlp:{e}:slots", "wlp:{e}:limit"]].concat();
+    for foreign in ["wlp:{e}:readers", "wlp:{e}:permits", "wlp:{e}:grants"] {
         s.command(&["SET", foreign, "foreign"]).unwrap();
-        if foreign != "lock:{e}:grants" {
+        if foreign != "wlp:{e}:grants" {
             wrongtype(eval(&s, &scripts::INSPECT, &inspect_keys, &[]), foreign);
         }
         wrongtype(eval(&s, &scripts::FORCE_RELEASE, &forced_keys, &["force-release", "0", "*"]), foreign);
@@ -186,9 +186,9 @@ fn election_and_admin_scripts_refuse_foreign_keys_before_any_write() {
         s.command(&["DEL", foreign]).unwrap();
     }
     // The record an inspection reads (an election's leader, a job's last run) is a hash or nothing.
-    s.command(&["SET", "lock:{e}:info", "foreign"]).unwrap();
+    s.command(&["SET", "wlp:{e}:info", "foreign"]).unwrap();
     wrongtype(eval(&s, &scripts::INSPECT, &inspect_keys, &[]), "inspect over a foreign record");
-    assert_eq!(s.command(&["GET", "lock:{e}:info"]).unwrap().as_text().as_deref(), Some("foreign"), "record touched");
+    assert_eq!(s.command(&["GET", "wlp:{e}:info"]).unwrap().as_text().as_deref(), Some("foreign"), "record touched");
 }
 
 /// The read-write lock's scripts check every key's type before any write: a foreign readers' set, writer queue,
@@ -201,13 +201,13 @@ fn read_write_lock_scripts_refuse_foreign_keys_before_any_write() {
         assert!(reply.is_error() && reply.as_text().unwrap_or_default().contains("WRONGTYPE"), "{what}: {reply:?}");
     };
     let (writer, readers, queue, beats) =
-        ("lock:rw:{n}", "lock:rw:{n}:readers", "lock:rw:{n}:queue", "lock:rw:{n}:heartbeats");
-    let (fence, channel, mark) = ("lock:rw:{n}:fence", "lock:rw:{n}:released", "lock:rw:{n}:awaited");
+        ("wlp:rw:{n}", "wlp:rw:{n}:readers", "wlp:rw:{n}:queue", "wlp:rw:{n}:heartbeats");
+    let (fence, channel, mark) = ("wlp:rw:{n}:fence", "wlp:rw:{n}:released", "wlp:rw:{n}:awaited");
     let read = |s: &RedisServer| {
         eval(s, &scripts::RW_READ, &[writer, readers, queue, beats, fence, mark], &["t", "30000", "1"])
     };
     let write = |s: &RedisServer| {
-        let keys = [writer, fence, queue, beats, channel, mark, "lock:rw:{n}:grants", readers];
+        let keys = [writer, fence, queue, beats, channel, mark, "wlp:rw:{n}:grants", readers];
         eval(s, &scripts::FAIR_ACQUIRE, &keys, &["t", "30000", "1", "", "3000", "1", "origin", "0", ""])
     };
     let common = [writer, readers, queue, beats, channel, mark];
@@ -272,18 +272,18 @@ fn a_retried_grant_lives_its_ttl_from_the_retry() {
     let s = server();
     let pttl = |key: &str| s.command(&["PTTL", key]).unwrap().as_int().unwrap_or(-2);
     let fair_keys = [
-        "lock:{f}",
-        "lock:{f}:fence",
-        "lock:{f}:queue",
-        "lock:{f}:heartbeats",
-        "lock:{f}:released",
-        "lock:{f}:awaited",
-        "lock:{f}:grants",
+        "wlp:{f}",
+        "wlp:{f}:fence",
+        "wlp:{f}:queue",
+        "wlp:{f}:heartbeats",
+        "wlp:{f}:released",
+        "wlp:{f}:awaited",
+        "wlp:{f}:grants",
     ];
     let fair_args = ["t", "30000", "1", "", "3000", "1", "origin", "0", "3000 1"];
-    let job_keys = ["lock:{j}", "lock:{j}:fence", "lock:{j}:info"];
+    let job_keys = ["wlp:{j}", "wlp:{j}:fence", "wlp:{j}:info"];
     let job_args = ["t", "30000", "1", "holder", "0"];
-    let elect_keys = ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader"];
+    let elect_keys = ["wlp:{e}", "wlp:{e}:fence", "wlp:{e}:awaited", "wlp:{e}:info", "wlp:{e}:leader"];
     let elect_args = ["t", "30000", "", "id", "value", "origin", "0"];
     for (script, keys, args) in [
         (&scripts::FAIR_ACQUIRE, &fair_keys[..], &fair_args[..]),
@@ -302,7 +302,7 @@ fn a_retried_grant_lives_its_ttl_from_the_retry() {
         assert_eq!(ints(&first).get(1), ints(&retried).get(1), "{}: another grant on retry", script.name());
         assert!(pttl(keys[0]) > 29_000, "{}: the retried grant kept {} ms", script.name(), pttl(keys[0]));
     }
-    assert!(pttl("lock:{e}:info") > 29_000, "the retried election's record kept its old TTL");
+    assert!(pttl("wlp:{e}:info") > 29_000, "the retried election's record kept its old TTL");
 }
 
 /// Issue 19: a fair release grants the lock in its own step only to a live head that asked for grants, for the
@@ -315,7 +315,7 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
     let keys = |r: &str| -> Vec<String> {
         ["", ":fence", ":queue", ":heartbeats", ":released", ":awaited", ":grants"]
             .iter()
-            .map(|suffix| format!("lock:{{{r}}}{suffix}"))
+            .map(|suffix| format!("wlp:{{{r}}}{suffix}"))
             .collect()
     };
     fn refs(keys: &[String]) -> Vec<&str> {
@@ -335,15 +335,15 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
 
     // A holder, a head whose heartbeat expired, then a live head asking for a 700 ms lease with a token.
     assert!(matches!(wait("a", "holder", "30000 1"), Reply::Array(ref r) if r.first() == Some(&Reply::Int(1))));
-    let held_fence = get("lock:{a}:fence").unwrap().parse::<u64>().unwrap();
+    let held_fence = get("wlp:{a}:fence").unwrap().parse::<u64>().unwrap();
     wait("a", "dead", "30000 1");
     wait("a", "live", "700 1");
-    s.command(&["ZADD", "lock:{a}:heartbeats", "1", "dead"]).unwrap();
+    s.command(&["ZADD", "wlp:{a}:heartbeats", "1", "dead"]).unwrap();
     assert_eq!(release("a", "holder"), Some(1));
-    assert_eq!(get("lock:{a}").as_deref(), Some("live"), "the live head was not granted");
-    assert!((1..=700).contains(&pttl("lock:{a}")), "granted for {} ms, not the head's lease", pttl("lock:{a}"));
-    assert!(get("lock:{a}:fence").unwrap().parse::<u64>().unwrap() > held_fence, "no token drawn for the head");
-    for set in ["lock:{a}:queue", "lock:{a}:heartbeats", "lock:{a}:grants"] {
+    assert_eq!(get("wlp:{a}").as_deref(), Some("live"), "the live head was not granted");
+    assert!((1..=700).contains(&pttl("wlp:{a}")), "granted for {} ms, not the head's lease", pttl("wlp:{a}"));
+    assert!(get("wlp:{a}:fence").unwrap().parse::<u64>().unwrap() > held_fence, "no token drawn for the head");
+    for set in ["wlp:{a}:queue", "wlp:{a}:heartbeats", "wlp:{a}:grants"] {
         assert!(!exists(&s, set), "{set} kept the granted and the dead head");
     }
 
@@ -351,27 +351,27 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
     wait("b", "holder", "30000 1");
     wait("b", "writer", "");
     assert_eq!(release("b", "holder"), Some(1));
-    assert_eq!(get("lock:{b}"), None, "granted a head that asked only to be told");
+    assert_eq!(get("wlp:{b}"), None, "granted a head that asked only to be told");
     wait("c", "holder", "30000 1");
     wait("c", "vanished", "30000 1");
-    s.command(&["DEL", "lock:{c}:heartbeats"]).unwrap();
+    s.command(&["DEL", "wlp:{c}:heartbeats"]).unwrap();
     assert_eq!(release("c", "holder"), Some(1));
-    assert_eq!(get("lock:{c}"), None, "granted a head whose heartbeat vanished");
+    assert_eq!(get("wlp:{c}"), None, "granted a head whose heartbeat vanished");
 
     // A counter INCRBY would refuse: the head is told, the counter and the lock key stay as they were.
     wait("d", "holder", "30000 1");
     wait("d", "head", "30000 1");
-    s.command(&["SET", "lock:{d}:fence", "1e3"]).unwrap();
+    s.command(&["SET", "wlp:{d}:fence", "1e3"]).unwrap();
     assert_eq!(release("d", "holder"), Some(1));
-    assert_eq!(get("lock:{d}"), None);
-    assert_eq!(get("lock:{d}:fence").as_deref(), Some("1e3"));
+    assert_eq!(get("wlp:{d}"), None);
+    assert_eq!(get("wlp:{d}:fence").as_deref(), Some("1e3"));
 
     // A foreign value under the grants' name: a waiter's place is refused, and nothing is written.
     wait("e", "holder", "30000 1");
-    s.command(&["SET", "lock:{e}:grants", "x"]).unwrap();
+    s.command(&["SET", "wlp:{e}:grants", "x"]).unwrap();
     let refused = wait("e", "waiter", "30000 1");
     assert!(refused.is_error() && refused.as_text().unwrap_or_default().contains("WRONGTYPE"), "{refused:?}");
-    assert!(!exists(&s, "lock:{e}:queue") && !exists(&s, "lock:{e}:heartbeats"), "a place written beside the refusal");
+    assert!(!exists(&s, "wlp:{e}:queue") && !exists(&s, "wlp:{e}:heartbeats"), "a place written beside the refusal");
 }
 
 /// Review finding 13: a candidacy given back before its election request arrived (the `ELECT` delayed on another
@@ -381,9 +381,8 @@ fn a_fair_release_grants_only_a_live_head_that_asked() {
 #[test]
 fn an_election_given_back_before_it_arrived_elects_nobody() {
     let s = server();
-    let keys =
-        ["lock:{e}", "lock:{e}:fence", "lock:{e}:awaited", "lock:{e}:info", "lock:{e}:leader", "lock:{e}:given-back"];
-    let resign_keys = [keys[0], keys[3], "lock:{e}:released", keys[2], keys[4], keys[5]];
+    let keys = ["wlp:{e}", "wlp:{e}:fence", "wlp:{e}:awaited", "wlp:{e}:info", "wlp:{e}:leader", "wlp:{e}:given-back"];
+    let resign_keys = [keys[0], keys[3], "wlp:{e}:released", keys[2], keys[4], keys[5]];
     let ghost = "0123456789abcdef0123456789abcdef";
     let resigned = eval(&s, &scripts::RESIGN, &resign_keys, &[ghost, "origin", "0", "30000"]);
     assert_eq!(resigned, Reply::Int(0), "the give-back found nothing to resign");

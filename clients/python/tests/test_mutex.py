@@ -15,7 +15,7 @@ def test_exclusion_between_two_clients(make_client, r):
     a, b = make_client(), make_client()
     with a.mutex.acquire("orders", ttl=5.0) as hold:
         assert hold.fence is not None and hold.valid
-        assert r.get("lock:{orders}") is not None
+        assert r.get("wlp:{orders}") is not None
         with pytest.raises(Contended) as refused:
             b.mutex.acquire("orders", ttl=5.0)
         assert 4.0 < refused.value.retry_after <= 5.0
@@ -24,7 +24,7 @@ def test_exclusion_between_two_clients(make_client, r):
     assert hold.outcome is ReleaseOutcome.RELEASED
     with b.mutex.acquire("orders", ttl=5.0) as second:
         assert second.fence > hold.fence
-    assert r.exists("lock:{orders}") == 0
+    assert r.exists("wlp:{orders}") == 0
 
 
 def test_paused_holder_past_ttl(make_client):
@@ -72,7 +72,7 @@ def test_renewal_keeps_lock_past_ttl(make_client):
 def test_lost_signal_when_key_deleted(client, r):
     seen = []
     hold = client.mutex.acquire("deleted", ttl=0.3, renew=True, on_lost=seen.append)
-    r.delete("lock:{deleted}")
+    r.delete("wlp:{deleted}")
     assert hold.lost.wait(1.0)
     assert seen == [hold]
     assert "gone" in hold.lost_reason
@@ -83,7 +83,7 @@ def test_lost_signal_when_key_deleted(client, r):
 
 def test_lost_signal_when_taken(client, r):
     hold = client.mutex.acquire("taken", ttl=0.3, renew=True)
-    r.set("lock:{taken}", "someone else", px=5000)
+    r.set("wlp:{taken}", "someone else", px=5000)
     assert hold.lost.wait(1.0)
     assert "another holder" in hold.lost_reason
     assert hold.release() is ReleaseOutcome.OWNED_BY_OTHER
@@ -102,9 +102,9 @@ def test_waiter_woken_by_release_message(make_client, r):
     t = threading.Thread(target=waiter)
     t.start()
     deadline = time.monotonic() + 3
-    while r.zcard("lock:{wake}:waiting") == 0 and time.monotonic() < deadline:
+    while r.zcard("wlp:{wake}:waiting") == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert r.zrange("lock:{wake}:waiting", 0, -1) == [b.origin]  # lined up once subscribed
+    assert r.zrange("wlp:{wake}:waiting", 0, -1) == [b.origin]  # lined up once subscribed
     released_at = time.monotonic()
     assert hold.release() is ReleaseOutcome.RELEASED
     t.join(5)
@@ -161,9 +161,9 @@ def test_fences_strictly_increase(make_client):
 def test_without_fencing_and_label(client, r):
     with client.mutex.acquire("plain", ttl=1.0, fencing=False, label="worker 3") as hold:
         assert hold.fence is None
-        value = r.get("lock:{plain}")
+        value = r.get("wlp:{plain}")
         assert value.endswith(" worker 3") and len(value) == 32 + 9
-        assert r.exists("lock:{plain}:fence") == 0
+        assert r.exists("wlp:{plain}:fence") == 0
     assert hold.outcome is ReleaseOutcome.RELEASED
 
 
@@ -181,22 +181,22 @@ def test_invalid_arguments_refused_before_io(client, r):
 
 
 def test_foreign_holder_without_ttl(client, r):
-    r.set("lock:{foreign}", "not ours")
+    r.set("wlp:{foreign}", "not ours")
     with pytest.raises(Contended) as refused:
         client.mutex.acquire("foreign", ttl=1.0)
     assert refused.value.never_expires
 
 
 def test_wrong_type_counter(client, r):
-    r.hset("lock:{wt}:fence", "x", "1")
+    r.hset("wlp:{wt}:fence", "x", "1")
     with pytest.raises(wirelock.WrongType):
         client.mutex.acquire("wt", ttl=1.0)
-    assert r.exists("lock:{wt}") == 0
+    assert r.exists("wlp:{wt}") == 0
 
 
 def test_escaped_name(client, r):
     with client.mutex.acquire("a{b}c", ttl=1.0):
-        assert r.exists("lock:{a%7Bb%7Dc}") == 1
+        assert r.exists("wlp:{a%7Bb%7Dc}") == 1
 
 
 def test_named_process_without_waiter_passes_on(make_client, r):
@@ -204,7 +204,7 @@ def test_named_process_without_waiter_passes_on(make_client, r):
     hold = a.mutex.acquire("pass", ttl=30.0)
     with pytest.raises(Contended):
         b.mutex.acquire("pass", ttl=1.0, wait=0.3)  # b lined up, then gave up: still first in line
-    assert r.zrange("lock:{pass}:waiting", 0, -1) == [b.origin]
+    assert r.zrange("wlp:{pass}:waiting", 0, -1) == [b.origin]
     out = {}
 
     def waiter():
@@ -214,9 +214,9 @@ def test_named_process_without_waiter_passes_on(make_client, r):
     t = threading.Thread(target=waiter)
     t.start()
     deadline = time.monotonic() + 3
-    while r.zcard("lock:{pass}:waiting") < 2 and time.monotonic() < deadline:
+    while r.zcard("wlp:{pass}:waiting") < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert r.zrange("lock:{pass}:waiting", 0, -1) == [b.origin, c.origin]
+    assert r.zrange("wlp:{pass}:waiting", 0, -1) == [b.origin, c.origin]
     released = time.monotonic()
     hold.release()  # names b, which has no waiter left and passes the wake-up on to c
     t.join(5)

@@ -63,7 +63,7 @@ def test_slots_fences_and_refusal(make_client, r):
     p3 = b.semaphore.acquire("s", limit=3, ttl=5.0, wait=1.0)
     assert p3.slots == (0,) and p3.fence > p2.fence
     p2.release(), p3.release()
-    assert r.exists("lock:sem:{s}:permits") == 0 and r.exists("lock:sem:{s}:fence") == 1
+    assert r.exists("wlp:sem:{s}:permits") == 0 and r.exists("wlp:sem:{s}:fence") == 1
 
 
 def test_waiter_woken_by_release(make_client):

@@ -18,14 +18,14 @@ from wirelock import tokens as T
 
 def test_version_key_written_once(client, r):
     client.mutex.acquire("a", ttl=1.0).release()
-    assert r.get("lock:wire") == "1.0" and r.pttl("lock:wire") == -1
+    assert r.get("wlp:wire") == "1.0" and r.pttl("wlp:wire") == -1
     client.semaphore.acquire("a", limit=1, ttl=1.0).release()
-    assert r.keys("*wire*") == ["lock:wire"]  # covers <P>sem: and <P>rw: too
+    assert r.keys("*wire*") == ["wlp:wire"]  # covers <P>sem: and <P>rw: too
 
 
-@pytest.mark.parametrize("found", ["2.0", "01.0", "1", "x.y", "1.0 "])
+@pytest.mark.parametrize("found", ["2.0", "01.0", "0.9"])
 def test_version_key_refuses_other_major(make_client, r, found):
-    r.set("lock:wire", found)
+    r.set("wlp:wire", found)
     client = make_client()
     for acquire in (
         lambda: client.mutex.acquire("a", ttl=1.0),
@@ -37,10 +37,34 @@ def test_version_key_refuses_other_major(make_client, r, found):
         with pytest.raises(ProtocolVersionMismatch) as refused:
             acquire()
         assert found in str(refused.value) and "1.0" in str(refused.value)
-    assert r.keys("*") == ["lock:wire"]  # nothing else written
+    assert r.keys("*") == ["wlp:wire"]  # nothing else written
     # A refusal is not remembered: once the key holds a compatible version, the prefix works.
-    r.set("lock:wire", "1.12")
+    r.set("wlp:wire", "1.12")
     client.mutex.acquire("a", ttl=1.0).release()
+
+
+@pytest.mark.parametrize("found", ["1", "x.y", "1.0 ", "cHl0aG9uLXRva2Vu"])
+def test_a_value_that_is_not_a_version_is_a_foreign_key(make_client, r, found):
+    r.set("wlp:wire", found)
+    with pytest.raises(wirelock.ForeignKey) as refused:
+        make_client().mutex.acquire("a", ttl=1.0)
+    assert "a key that is not this library's sits at 'wlp:wire'" in str(refused.value)
+    assert len(found) < 4 or found not in str(refused.value)  # another library's value may be its token
+    assert r.keys("*") == ["wlp:wire"]
+
+
+def test_the_old_default_prefix_in_use_is_refused_and_never_written(make_client, r):
+    # python-redis-lock's lock named `wire` (its token, no expiry) is left alone and does not stop us.
+    r.set("lock:wire", "cHl0aG9uLXRva2Vu")
+    make_client().mutex.acquire("a", ttl=1.0).release()
+    assert r.get("lock:wire") == "cHl0aG9uLXRva2Vu"
+    # A version there: clients of an older release use `lock:`; the default prefix refuses, `lock:` given works.
+    r.set("lock:wire", "1.0")
+    with pytest.raises(wirelock.OldPrefixInUse) as refused:
+        make_client().mutex.acquire("b", ttl=1.0)
+    assert "prefix='lock:'" in str(refused.value)
+    assert r.exists("wlp:{b}") == 0
+    make_client(prefix="lock:").mutex.acquire("b", ttl=1.0).release()
 
 
 def test_version_key_other_prefix_and_wrong_type(make_client, r):
@@ -50,7 +74,7 @@ def test_version_key_other_prefix_and_wrong_type(make_client, r):
         client.mutex.acquire("a", ttl=1.0)
     assert r.keys("*") == ["app:wire"]
     make_client().mutex.acquire("a", ttl=1.0).release()  # the default prefix has its own key
-    assert r.get("lock:wire") == "1.0"
+    assert r.get("wlp:wire") == "1.0"
 
 
 def test_compatible_version():
@@ -133,4 +157,4 @@ def test_message_grammar():
     assert parse_message("a 0123456789abcdef") == ("told", "a", "0123456789abcdef", None)
     assert parse_message("a+42 0123456789abcdef") == ("granted", "a", "0123456789abcdef", "42")
     assert parse_message("a+ 0123456789abcdef") == ("granted", "a", "0123456789abcdef", None)
-    assert parse_message("lock:{x y}>z")[0] == "told"  # a space wins (section 19's known gap)
+    assert parse_message("wlp:{x y}>z")[0] == "told"  # a space wins (section 19's known gap)

@@ -239,8 +239,8 @@ impl Election {
         options.validate()?;
         lock.native_only("an election")?;
         let keys = LockKeys::new(lock.key_prefix(), name)?;
-        let info = keys.aux("info");
-        let channel = keys.aux("leader");
+        let info = keys.aux(crate::namespace::Aux::Info);
+        let channel = keys.aux(crate::namespace::Aux::Leader);
         Ok(Election { lock, options, keys, info, channel })
     }
 
@@ -275,7 +275,7 @@ impl Election {
             id: id.to_owned(),
             value: value.to_owned(),
             renew_deadline: self.options.renew_deadline,
-            given_back: self.keys.aux("given-back"),
+            given_back: self.keys.aux(crate::namespace::Aux::GivenBack),
             lease_ms: scripts::ttl_millis(self.options.lease).to_string(),
             promised: self.keys.promised(),
             grace_ms: self.hand_over_grace().map(|grace| scripts::ttl_millis(grace).to_string()).unwrap_or_default(),

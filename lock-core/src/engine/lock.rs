@@ -7,7 +7,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -36,6 +36,17 @@ use crate::{rt, telemetry};
 /// The `outcome` of a release that found its lock gone or taken while the guard still held it (within its validity):
 /// deleted from under it, not overrun.
 const DELETED_WHILE_HELD: &str = "deleted_while_held";
+
+/// The instant the version checks' deadlines are counted from (see `Lock::wire_checked`).
+fn wire_epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// `at` in ms since [`wire_epoch`] (at least 1, so that 0 always means "ask").
+fn since_wire_epoch(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(wire_epoch()).as_millis()).unwrap_or(u64::MAX).max(1)
+}
 
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -69,13 +80,14 @@ pub struct Lock {
     /// Where its keys live: this library's layout, or another library's (see [`KeyLayout`](crate::KeyLayout)).
     layout: crate::KeyLayout,
     operation_timeout: Duration,
-    /// Whether every instance has been asked for the protocol version under this prefix (see
-    /// [`wire`](crate::wire)): the one atomic load a try makes for it from then on.
-    wire_checked: Arc<AtomicBool>,
+    /// Until when every instance's answer about the protocol version under this prefix holds (see
+    /// [`wire`](crate::wire)), in ms since [`wire_epoch`] (0: ask): the one atomic load a try makes for it.
+    wire_checked: Arc<AtomicU64>,
 }
 
 impl Lock {
-    /// A lock on one store with the default key prefix (`lock:`) and operation timeout.
+    /// A lock on one store with the default key prefix ([`DEFAULT_PREFIX`](crate::DEFAULT_PREFIX), `wlp:`) and
+    /// operation timeout.
     pub fn new(store: impl LockStore) -> Self {
         Self::from_arc(Arc::new(store))
     }
@@ -384,7 +396,8 @@ impl Lock {
             queued: queued.map(|q| q.peers),
         };
         let mut tally = Tally::default();
-        let wire = (self.layout.is_native() && !self.wire_checked.load(Ordering::Relaxed)).then_some(&self.prefix);
+        let wire = (self.layout.is_native() && self.wire_checked.load(Ordering::Relaxed) <= since_wire_epoch(started))
+            .then_some(&self.prefix);
         // The calls still unanswered are dropped (cancelled) at the end of this block.
         let answered = {
             let mut replies =
@@ -414,8 +427,10 @@ impl Lock {
             }
             n - replies.len()
         };
-        if wire.is_some() && inst.wire.all_checked(&self.prefix) {
-            self.wire_checked.store(true, Ordering::Relaxed);
+        if wire.is_some() {
+            if let Some(until) = inst.wire.checked_until(&self.prefix) {
+                self.wire_checked.store(since_wire_epoch(until), Ordering::Relaxed);
+            }
         }
 
         if tally.granted.len() < inst.quorum {

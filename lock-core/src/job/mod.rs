@@ -353,8 +353,8 @@ impl JobLock {
         let keys = self.lock.keys_without_peer_release("a job lock", job)?;
         let retention = crate::seam::scripts::ttl_millis(options.tick_retention());
         let target = Arc::new(JobTarget {
-            info: keys.aux("info"),
-            tick: tick.map(|t| (keys.aux(&format!("tick:{t}")), retention)),
+            info: keys.aux(crate::namespace::Aux::Info),
+            tick: tick.map(|t| (keys.aux(crate::namespace::Aux::Tick(t)), retention)),
             holder: options.holder(),
             at_least_ms: u64::try_from(options.at_least_for.as_millis()).unwrap_or(u64::MAX),
             // Until the work starts, any end of this run is a give-back of a start that never ran.
@@ -413,7 +413,7 @@ impl JobLock {
     /// Cancel-safe: it only reads.
     pub async fn last_run(&self, job: &str) -> Result<Option<LastRun>> {
         let keys = self.lock.keys_without_peer_release("a job lock", job)?;
-        let info = keys.aux("info");
+        let info = keys.aux(crate::namespace::Aux::Info);
         let (mut latest, mut answered, mut last_error) = (None::<LastRun>, false, None);
         for store in self.lock.stores() {
             let call_keys = [info.as_str()];

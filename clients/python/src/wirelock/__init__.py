@@ -10,9 +10,11 @@ from .election import Elections, Leader, Leadership
 from .errors import (
     AclRefused,
     Contended,
+    ForeignKey,
     InvalidArgument,
     LimitMismatch,
     Lost,
+    OldPrefixInUse,
     ProtocolVersionMismatch,
     ReleaseOutcome,
     ScriptMismatch,
@@ -31,8 +33,8 @@ from .semaphore import Permit, SemaphoreState, Semaphores
 __version__ = "0.1.0"
 
 __all__ = [
-    "AclRefused", "Client", "Contended", "Elections", "Hold", "InvalidArgument", "Leader", "Leadership",
-    "LimitMismatch", "Lost", "Mutex", "MutexHold", "PROTOCOL_VERSION", "Permit", "ProtocolVersionMismatch",
+    "AclRefused", "Client", "Contended", "Elections", "ForeignKey", "Hold", "InvalidArgument", "Leader", "Leadership",
+    "LimitMismatch", "Lost", "Mutex", "MutexHold", "OldPrefixInUse", "PROTOCOL_VERSION", "Permit", "ProtocolVersionMismatch",
     "ReadHold", "ReadWriteLocks", "ReadWriteState", "ReleaseOutcome", "ResourceKeys", "SCRIPT_SHA1", "ScriptMismatch",
     "ScriptSet", "SemaphoreState", "Semaphores", "ServerError", "StaleFence", "WireLockError", "WriteHold",
     "WrongType", "compatible_version", "key_slot", "lock_key", "mutex_keys", "rwlock_keys", "semaphore_keys",

@@ -11,8 +11,16 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from .errors import AclRefused, InvalidArgument, ProtocolVersionMismatch, StaleFence
-from .keys import DEFAULT_PREFIX, validate_prefix, version_key
+from .errors import (
+    AclRefused,
+    ForeignKey,
+    InvalidArgument,
+    OldPrefixInUse,
+    ProtocolVersionMismatch,
+    StaleFence,
+    WrongType,
+)
+from .keys import DEFAULT_PREFIX, LEGACY_PREFIX, validate_prefix, version_key
 from .listener import ReleaseListener
 from .scripts import PROTOCOL_MAJOR, PROTOCOL_VERSION, ScriptSet, decode, default_scripts, raise_typed
 
@@ -32,7 +40,7 @@ def compatible_version(found: str) -> bool:
 class Client:
     """A wire-protocol client on one Redis server (single instance or Sentinel master).
 
-    >>> client = Client(redis.Redis(), prefix="lock:")
+    >>> client = Client(redis.Redis(), prefix="app:")
     >>> with client.mutex.acquire("orders", ttl=10.0, wait=5.0) as hold:
     ...     hold.fence
 
@@ -104,13 +112,17 @@ class Client:
     def check_version(self) -> None:
         """Runs the protocol version check for this client's prefix unless it already succeeded (section
         "Protocol version key"). Raises :class:`ProtocolVersionMismatch` for another major (not remembered: asked
-        again next time), :class:`WrongType` for a key of another type. Called before every first acquisition."""
+        again next time), :class:`ForeignKey` for a value that is not a version, :class:`WrongType` for a key of
+        another type, and, on the default prefix, :class:`OldPrefixInUse` when the old default prefix's version key
+        holds a version. Called before every first acquisition."""
         prefix = self.prefix
         if prefix in self._version_checked:
             return
         with self._version_lock:
             if prefix in self._version_checked:
                 return
+            if prefix == DEFAULT_PREFIX:
+                self._check_legacy_prefix()
             key = version_key(prefix)
             try:
                 found = self._script("wire-version", [key], [PROTOCOL_VERSION])
@@ -118,9 +130,29 @@ class Client:
                 log.warning("wirelock: the ACL refuses the protocol version check on %r (%s); skipping it", key, err)
                 self._version_checked.add(prefix)
                 return
+            if found is not None and _VERSION.fullmatch(found) is None:
+                # Never the value itself: another library's value there may be its holder's token.
+                raise ForeignKey(key, f"a string of {len(found.encode())} bytes that is not a protocol version")
             if found is not None and not compatible_version(found):
                 raise ProtocolVersionMismatch(key, found, PROTOCOL_VERSION)
             self._version_checked.add(prefix)
+
+    def _check_legacy_prefix(self) -> None:
+        """Reads (never writes) the old default prefix's version key: a version there means clients of an older
+        release hold their locks under it."""
+        key = version_key(LEGACY_PREFIX)
+        try:
+            found = self.redis.get(key)
+        except redis.exceptions.ResponseError as err:
+            try:
+                raise_typed(err)
+            except (WrongType, AclRefused):
+                return  # another library's key of another type, or an ACL without that key: nothing of ours
+        if found is None:
+            return
+        found = found.decode("utf-8", "replace") if isinstance(found, bytes) else str(found)
+        if _VERSION.fullmatch(found):
+            raise OldPrefixInUse(key, found, LEGACY_PREFIX)
 
     # -- guarded writes -------------------------------------------------------------------------------------------
 

@@ -46,6 +46,32 @@ class ProtocolVersionMismatch(WireLockError):
         self.ours = ours
 
 
+class ForeignKey(WireLockError):
+    """A key this protocol keeps for itself (the version key) holds something no client of it wrote."""
+
+    def __init__(self, key: str, holds: str) -> None:
+        super().__init__(
+            f"a key that is not this library's sits at {key!r} ({holds}); give this library a key prefix of its own"
+        )
+        self.key = key
+        self.holds = holds
+
+
+class OldPrefixInUse(WireLockError):
+    """Clients of an older protocol release hold their locks under the old default prefix ``lock:`` on this server:
+    a client on the new default would not exclude them. Pass ``prefix="lock:"`` until every client is upgraded."""
+
+    def __init__(self, key: str, found: str, prefix: str) -> None:
+        super().__init__(
+            f"clients of an older release hold their locks under the old default prefix {prefix!r} on this server "
+            f"(its version key {key!r} holds {found}), where this client would not exclude them: pass "
+            f"prefix={prefix!r} until every client is upgraded"
+        )
+        self.key = key
+        self.found = found
+        self.prefix = prefix
+
+
 class WrongType(WireLockError):
     """A key of one of the resource's names holds another type (``WRONGTYPE``): not retryable, nothing written."""
 

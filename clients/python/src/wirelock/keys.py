@@ -10,7 +10,12 @@ from .errors import InvalidArgument
 MAX_RESOURCE_NAME = 1024
 """Largest resource name, in UTF-8 bytes."""
 
-DEFAULT_PREFIX = "lock:"
+DEFAULT_PREFIX = "wlp:"
+"""The default key prefix since protocol 1.1 (no other lock library's layout or bulk cleanup reaches it)."""
+
+LEGACY_PREFIX = "lock:"
+"""The default key prefix before protocol 1.1: a client on the default prefix that finds a version at this prefix's
+version key refuses to operate (:class:`OldPrefixInUse`)."""
 
 
 def _has_control(text: str) -> bool:

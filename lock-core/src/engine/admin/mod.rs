@@ -352,7 +352,7 @@ impl Lock {
         let queue = fair::queue_key(keys);
         let readers = keys.readers();
         let [permits, _, grants, _] = keys.semaphore();
-        let record = keys.aux("info");
+        let record = keys.aux(crate::namespace::Aux::Info);
         let call_keys = [keys.lock(), keys.fence(), keys.awaited(), &queue, &readers, &permits, &grants, &record];
         let span = tracing::debug_span!("lock.inspect", resource, deployment = self.deployment());
         let calls = self.stores().iter().map(|store| {

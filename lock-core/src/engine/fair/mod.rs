@@ -35,18 +35,18 @@ use event_listener::EventListener;
 
 /// The key of `keys`' fair queue: token → ticket.
 pub(crate) fn queue_key(keys: &LockKeys) -> String {
-    keys.aux("queue")
+    keys.aux(crate::namespace::Aux::Queue)
 }
 
 /// The key of `keys`' fair-queue heartbeats: token → expiry of its place, server ms.
 pub(crate) fn heartbeats_key(keys: &LockKeys) -> String {
-    keys.aux("heartbeats")
+    keys.aux(crate::namespace::Aux::Heartbeats)
 }
 
 /// The key of `keys`' fair-queue grants: token → how a release grants it the lock (see
 /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
 pub(crate) fn grants_key(keys: &LockKeys) -> String {
-    keys.aux("grants")
+    keys.aux(crate::namespace::Aux::Grants)
 }
 
 /// The queue of a fair lock (see [`LockOptions::with_fair_queue`]), and a read-write lock's writers' queue.

@@ -13,11 +13,11 @@
 //! record: an election's leader and term, a job's last run (who, when, how it ended). Over a Redlock (`-u` repeated)
 //! an instance that cannot be reached is shown with its error, and the others still answer.
 //!
-//! Exit codes: 0 done (for `inspect`: the lock is held); 1 `inspect` found the lock free, or `force-release` found
-//! nothing to free; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed;
+//! Exit codes: 0 done (for `inspect`: the lock is held; for `audit`: nothing found); 1 `inspect` found the lock free,
+//! `force-release` found nothing to free, or `audit` found something; 2 bad usage; 3 the server could not be reached or refused; 4 `force-release` was not confirmed;
 //! 5 `force-release` found another holder than the one shown (or given with `--owner`) and did nothing; 6
 //! `force-release` could not free the lock on a quorum of instances (some failed, still hold it, or hold shares
-//! taken since they were shown).
+//! taken since they were shown); 7 `audit` found nothing but stopped at its bound before the end of the keyspace.
 
 use std::io::{BufRead, IsTerminal, Write};
 
@@ -45,6 +45,7 @@ macro_rules! prompt {
     }};
 }
 
+mod audit;
 mod shown;
 mod spaces;
 mod unreachable;
@@ -91,9 +92,10 @@ struct Cli {
     command: Command,
 }
 
-const EXIT_CODES: &str = "Exit codes: 0 done (inspect: held), 1 inspect: free / force-release: nothing to free, \
-2 bad usage, 3 server unreachable or refused, 4 force-release not confirmed, 5 force-release: the holder changed, \
-nothing done, 6 force-release: not freed on a quorum of instances";
+const EXIT_CODES: &str = "Exit codes: 0 done (inspect: held; audit: nothing found), 1 inspect: free / force-release: \
+nothing to free / audit: findings, 2 bad usage, 3 server unreachable or refused, 4 force-release not confirmed, \
+5 force-release: the holder changed, nothing done, 6 force-release: not freed on a quorum of instances, 7 audit: \
+nothing found, but the scan stopped at a bound";
 
 /// `force-release` found another holder than the one expected and deleted nothing.
 const EXIT_HOLDER_CHANGED: u8 = 5;
@@ -126,6 +128,26 @@ enum Command {
         /// Delete only the holder with this owner id (as `inspect` shows it); another holder is left alone.
         #[arg(long)]
         owner: Option<String>,
+    },
+    /// Read-only look at a server shared with other libraries: a name held under two key layouts at once, a key of
+    /// another type at a lock key, lock keys without expiry, keys under the prefix that no primitive writes, the
+    /// protocol version keys' state and the eviction policy. Walks the keyspace with SCAN … COUNT (never KEYS),
+    /// bounded in keys and time. Exit 0: nothing found; 1: findings; 7: nothing found, but the scan stopped at a
+    /// bound.
+    Audit {
+        /// Read at most this many keys per server.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_keys: usize,
+        /// Spend at most this many seconds per server.
+        #[arg(long, default_value_t = 30)]
+        max_secs: u64,
+        /// The COUNT of each SCAN step (keys the server visits per call).
+        #[arg(long, default_value_t = 1_000)]
+        scan_count: usize,
+        /// Another library's raw key prefix to check names against (a Spring registry `reg` is `reg:`); repeat it.
+        /// python-redis-lock, pottery, ShedLock's default environment and the plain layout are always checked.
+        #[arg(long = "also-prefix")]
+        also_prefix: Vec<String>,
     },
     /// Print each change of holders as it happens (release notifications, plus polling).
     Watch {
@@ -233,6 +255,15 @@ fn spaces(cli: &Cli) -> &'static [Space] {
 }
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
+    if let Command::Audit { max_keys, max_secs, scan_count, also_prefix } = &cli.command {
+        let bounds = audit::Bounds {
+            max_keys: (*max_keys).max(1),
+            max_time: Duration::from_secs(*max_secs),
+            count: (*scan_count).clamp(1, 100_000),
+            call: Duration::from_millis(cli.timeout_ms),
+        };
+        return audit_all(&cli, also_prefix, bounds).await;
+    }
     let lock = connect(&cli).await?;
     match &cli.command {
         Command::List { limit } => list(&cli, &lock, *limit).await,
@@ -244,10 +275,43 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::ForceRelease { resource, yes, owner } => {
             force_release(&cli, &lock, resource, *yes, owner.as_deref()).await
         }
+        Command::Audit { .. } => Ok(0),
         Command::Watch { resource, interval_ms, changes, for_secs } => {
             watch(&cli, &lock, resource, Duration::from_millis((*interval_ms).max(10)), *changes, *for_secs).await
         }
     }
+}
+
+/// `audit` on every server: each one's report; the exit code is the worst (3 when one could not be reached).
+async fn audit_all(cli: &Cli, also_prefix: &[String], bounds: audit::Bounds) -> Result<u8, Failure> {
+    let mut code = 0;
+    let mut reports = Vec::new();
+    for url in urls(cli) {
+        match audit::audit(&url, &cli.prefix, also_prefix, bounds).await {
+            Ok(report) => {
+                code = code.max(report.code());
+                reports.push(report);
+            }
+            Err(failure) => {
+                say!("lockctl: could not audit {}: {}", url_shown(&url), failure.message);
+                code = code.max(failure.code);
+            }
+        }
+    }
+    // The worst code wins, but findings (1) outrank an incomplete clean scan (7) only by what they say: report 1.
+    if reports.iter().any(|r| r.code() == 1) && code == audit::EXIT_INCOMPLETE {
+        code = 1;
+    }
+    if cli.json {
+        out!("{}", Value::Array(reports.iter().map(audit::Report::json).collect()));
+    } else {
+        for report in &reports {
+            for line in report.lines() {
+                out!("{line}");
+            }
+        }
+    }
+    Ok(code)
 }
 
 /// What one name looks like in one space.

@@ -1,7 +1,7 @@
 //! Where each primitive keeps its keys under the prefix, and what a name's keys say it is.
 //!
 //! A lock, a fair lock, a multi-lock's resources, a job's runs and an election live under the prefix itself
-//! (`lock:{name}`); a read-write lock under the prefix and `rw:`, a semaphore under the prefix and `sem:`. An operator
+//! (`wlp:{name}`); a read-write lock under the prefix and `rw:`, a semaphore under the prefix and `sem:`. An operator
 //! names a resource without knowing which it is: every space is looked at.
 
 use lock_redis_rs::lock_core::{Inspection, Lock, LockKeys};
@@ -39,7 +39,7 @@ impl Space {
     /// read-write lock's writer too), a read-write lock's readers, a semaphore's permits. Other keys of a name
     /// (fence, channel, queue …) name nothing new.
     pub(crate) fn name_of(base: &str, key: &str) -> Option<(Space, String)> {
-        // The longer prefixes first: `lock:rw:{x}` also starts with `lock:`, but is no plain lock key (`rw:` is not
+        // The longer prefixes first: `wlp:rw:{x}` also starts with `lock:`, but is no plain lock key (`rw:` is not
         // a tag).
         for space in [Space::Rw, Space::Sem, Space::Plain] {
             let prefix = space.prefix(base);
@@ -75,17 +75,17 @@ mod tests {
     #[test]
     fn every_holder_key_names_its_space_and_name() {
         let cases = [
-            ("lock:{a}", Some((Space::Plain, "a"))),
-            ("lock:rw:{a}", Some((Space::Rw, "a"))),
-            ("lock:rw:{a}:readers", Some((Space::Rw, "a"))),
-            ("lock:sem:{a}:permits", Some((Space::Sem, "a"))),
-            ("lock:{a}:fence", None),
-            ("lock:sem:{a}", None),
-            ("lock:{rw:x}", Some((Space::Plain, "rw:x"))),
+            ("wlp:{a}", Some((Space::Plain, "a"))),
+            ("wlp:rw:{a}", Some((Space::Rw, "a"))),
+            ("wlp:rw:{a}:readers", Some((Space::Rw, "a"))),
+            ("wlp:sem:{a}:permits", Some((Space::Sem, "a"))),
+            ("wlp:{a}:fence", None),
+            ("wlp:sem:{a}", None),
+            ("wlp:{rw:x}", Some((Space::Plain, "rw:x"))),
             ("other:{a}", None),
         ];
         for (key, want) in cases {
-            let got = Space::name_of("lock:", key);
+            let got = Space::name_of("wlp:", key);
             assert_eq!(got, want.map(|(s, n)| (s, n.to_owned())), "{key}");
         }
     }
