@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
+use lock_core::backend::{AcquireReply, AcquireRequest};
 use lock_core::{
-    AcquireReply, AcquireRequest, Fencing, Guard, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RenewPolicy,
-    Token, DEFAULT_PREFIX,
+    Fencing, Guard, Lock, LockKeys, LockOptions, LockStore, ReleaseOutcome, RenewPolicy, Token, DEFAULT_PREFIX,
 };
 use rslock::LockManager;
 
@@ -29,7 +29,7 @@ const CORE_NESTED: &[&str] =
 const CORE_NESTED_NOFENCE: &[&str] =
     &["get", "del", "publish", "pexpire", "time", "type", "pttl", "zscore", "zadd", "zrange", "zrem"];
 
-/// What a fair lock's scripts call besides [`CORE_NESTED`]'s commands (see `lock_core::scripts::FAIR_ACQUIRE`).
+/// What a fair lock's scripts call besides [`CORE_NESTED`]'s commands (see `lock_core::backend::scripts::FAIR_ACQUIRE`).
 const CORE_NESTED_FAIR: &[&str] = &[
     "get",
     "set",

@@ -44,7 +44,7 @@ return 0",
 
 /// lock-core's fenced acquire script, for the `floor-fenced` contender: the server-side cost of fencing, without
 /// the library around it.
-static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(lock_core::scripts::ACQUIRE.body()));
+static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| Script::new(lock_core::backend::scripts::ACQUIRE.body()));
 
 /// Commands that only ever run inside the floor's scripts (see `CommandStats::sent`).
 pub(crate) const NESTED: &[&str] = &["get", "del", "publish", "pexpire"];

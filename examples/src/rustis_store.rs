@@ -23,9 +23,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use lock_core::server_error::ServerErrorKind;
-use lock_core::transport::Command;
-use lock_core::{Call, Confirmation, LockError, Ran, ReleaseHub, Reply, Result, ScriptStore, SubscriptionControl};
+use lock_core::backend::server_error::ServerErrorKind;
+use lock_core::backend::Command;
+use lock_core::backend::{Call, Confirmation, Ran, ReleaseHub, Reply, ScriptStore, SubscriptionControl};
+use lock_core::{LockError, Result};
 use rustis::client::{Client, PubSubSplitSink};
 use rustis::resp::{cmd, CommandBuilder, Value};
 use tokio::sync::{mpsc, oneshot};

@@ -1,24 +1,24 @@
 //! Traits and client-independent algorithms for correct distributed locks on Redis.
 //!
-//! `lock-core` holds everything that does not depend on a Redis client:
+//! `lock-core` holds everything that does not depend on a Redis client, for two audiences in two places:
 //!
-//! - the user-facing traits [`DistributedLock`] and [`LockGuard`] (object safe: hold an
-//!   `Arc<dyn DistributedLock>` and swap backends at runtime);
-//! - the backend seam [`ScriptStore`] (run one of lock-core's calls: a script by `EVALSHA`, or one plain command),
-//!   implemented by `lock-redis-rs`, `lock-fred` and the in-memory [`MemoryStore`] (which runs the same Lua
-//!   scripts in an embedded Lua); every `ScriptStore` is a [`LockStore`], the engine's view of a store;
-//! - the [`Lock`]: acquire as one atomic `SET NX PX` (plus a fencing counter, or the token drawn only when asked:
-//!   [`Fencing::OnDemand`]), waiting for release notifications (one waiter per release and process, no barging
-//!   past queued waiters; a safety poll, and jittered backoff where nothing is heard), validity
-//!   `ttl − elapsed − drift` from a monotonic clock started before the request, compare-and-delete release and
-//!   compare-and-extend — on one store, or over N independent ones with [`Lock::redlock`] (quorum, per-instance timeouts,
-//!   fencing tokens kept monotonic across quorums; see the [`redlock`] module for the argument and the limits);
-//! - renewal for long work ([`LockOptions::with_auto_renew`], [`RenewPolicy`]) and scoped locking
-//!   ([`DistributedLockExt::with_lock`]);
-//! - [`LostSignal`], which tells the holder (and its work) when the lock is gone;
-//! - the primitives built on the same engine: the [`multi`]-resource lock ([`Lock::acquire_all`], all or nothing)
-//!   and the run-at-most-once [`job`] lock ([`JobLock`]);
-//! - the Lua [`scripts`] every Redis backend sends, one copy for all clients.
+//! - **the crate root** holds what an application or a framework writes: the traits [`DistributedLock`] and
+//!   [`LockGuard`] (object safe: hold an `Arc<dyn DistributedLock>` and swap backends at runtime), the [`Lock`] and
+//!   every primitive on the same engine, their options, guards, errors and operations;
+//! - **[`backend`]** holds what a backend author needs (as `opendal::raw` does): [`backend::ScriptStore`] (run one
+//!   of lock-core's calls: a script by `EVALSHA`, or one plain command), implemented by `lock-redis-rs`, `lock-fred`
+//!   and the in-memory [`MemoryStore`] (which runs the same Lua scripts in an embedded Lua), the Lua
+//!   [`backend::scripts`] every Redis backend sends, the release hub and the runtime abstraction.
+//!
+//! The [`Lock`] acquires as one atomic `SET NX PX` (plus a fencing counter, or the token drawn only when asked:
+//! [`Fencing::OnDemand`]), waits for release notifications (one waiter per release and process, no barging past
+//! queued waiters; a safety poll, and jittered backoff where nothing is heard), counts validity
+//! `ttl − elapsed − drift` from a monotonic clock started before the request, releases by compare-and-delete and
+//! extends by compare-and-extend, on one store or over N independent ones with [`Lock::redlock`] (quorum,
+//! per-instance timeouts, fencing tokens kept monotonic across quorums; see the [`redlock`] module). Renewal for long
+//! work ([`LockOptions::with_auto_renew`], [`RenewPolicy`]), scoped locking ([`DistributedLockExt::with_lock`]) and
+//! the [`LostSignal`] come with every guard; the [`multi`]-resource lock ([`Lock::acquire_all`]), the [`job`] lock,
+//! the [`election`], the [`semaphore`] and the [`rwlock`] run on the same engine.
 //!
 //! ```
 //! use lock_core::{Lock, LockOptions, MemoryStore};
@@ -55,7 +55,7 @@
 //! | to see who holds a lock, or free a stuck one | [`Lock::inspect`], [`Lock::force_release`] (and `lockctl`, in `lock-redis-rs`); label holders with [`LockOptions::with_holder_label`] |
 //! | traces and metrics | the spans and events listed in [`telemetry`]; its metrics with the `metrics` feature |
 //! | tests without Redis | [`MemoryStore`] |
-//! | to write a backend | implement [`ScriptStore`], prove it with `lock-testkit`'s `conformance_tests!` |
+//! | to write a backend | implement [`backend::ScriptStore`], prove it with `lock-testkit`'s `conformance_tests!` (the [`backend`] module) |
 //!
 //! # Runtimes
 //! Features pick the runtimes lock-core can sleep, time out and spawn on: `rt-tokio` (default), `rt-async-std`,
@@ -90,6 +90,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+pub mod backend;
 mod distributed_lock;
 pub mod election;
 mod engine;
@@ -109,7 +110,7 @@ pub mod namespace;
 mod options;
 mod redisson;
 mod resource;
-pub mod rt;
+mod rt;
 pub mod rwlock;
 mod scoped;
 mod seam;
@@ -119,13 +120,12 @@ mod token;
 pub mod wire;
 
 pub use engine::redlock;
-pub use seam::{scripts, server_error, server_url, transport};
 
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use engine::admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
 pub use engine::lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
-pub use error::{AclRefusal, BoxError, LockError, NotRedis, PlainTextServer, Report, Result};
+pub use error::{LockError, Report, Result};
 pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};
 pub use job::{JobContext, JobLock, JobOptions, JobOutcome, LastRun, RunOutcome, MAX_HOLDER_LABEL};
@@ -136,19 +136,16 @@ pub use memory::MemoryStore;
 pub use multi::{MultiContext, MultiGuard, MultiRelease};
 pub use mutex::MAX_RESOURCES;
 pub use options::{
-    validate_ttl, CrossSlot, Fencing, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT,
-    MIN_TTL, MIN_WAITER_TTL,
+    CrossSlot, Fencing, LockOptions, RenewPolicy, ReplicaAck, RetryPolicy, Shortfall, MAX_TTL, MAX_WAIT, MIN_TTL,
+    MIN_WAITER_TTL,
 };
 pub use redlock::RedlockBuilder;
-pub use resource::{validate_prefix, LockKeys, DEFAULT_PREFIX, LEGACY_PREFIX, MAX_RESOURCE_NAME};
-pub use rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
+pub use resource::{LockKeys, DEFAULT_PREFIX, LEGACY_PREFIX, MAX_RESOURCE_NAME};
 pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};
-pub use seam::notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
-pub use seam::store::{
-    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
-};
-pub use seam::transport::{Call, Ran, Reply, ScriptStore, Topology};
+// The store a `Lock` runs on (what the backends build, and what `Lock::redlock` takes several of) is named by
+// applications too; the rest of a backend's interface is in `backend`.
+pub use seam::store::{LockStore, ReleaseOutcome};
 pub use semaphore::{Permit, Semaphore, SemaphoreState, MAX_PERMITS};
 pub use token::{FencingToken, Token};
 

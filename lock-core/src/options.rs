@@ -52,7 +52,7 @@ pub const MIN_WAITER_TTL: Duration = Duration::from_millis(100);
 /// Either way the token is drawn while the lock is held, in one atomic step with a check that it is: holds of a
 /// resource never overlap on the server, so tokens follow the order of the holds and strictly increase per
 /// resource (also after a restart without persistence: the counter's floor is the server's clock in µs, see
-/// [`scripts::ACQUIRE`](crate::scripts::ACQUIRE)). A holder whose lock expired and was taken can no longer draw
+/// [`scripts::ACQUIRE`](crate::backend::scripts::ACQUIRE)). A holder whose lock expired and was taken can no longer draw
 /// one, so a token in hand was drawn before any later holder's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -207,7 +207,7 @@ impl LockOptions {
     /// (one round trip more), since no replica acknowledged the release's write.
     ///
     /// **When to choose it.** Without it, a release wakes one waiting process (the first its waiters' tries lined up
-    /// on the server; see [`RELEASE`](crate::scripts::RELEASE)), and that process's next waiter tries: the server's
+    /// on the server; see [`RELEASE`](crate::backend::scripts::RELEASE)), and that process's next waiter tries: the server's
     /// work per acquisition does not grow with the number of waiting processes, but whoever's try reaches the
     /// server first wins (a releaser looping straight back, a newcomer), so some processes may wait long. The queue
     /// serves them in order and hands the lock over inside the release, at a price of its own: about 30 server

@@ -330,13 +330,13 @@ impl LockKeys {
     }
 
     /// The mark a try that found the lock held leaves, so that the release announces itself (see
-    /// [`RELEASE`](crate::scripts::RELEASE)); with nobody waiting, a release publishes nothing.
+    /// [`RELEASE`](crate::backend::scripts::RELEASE)); with nobody waiting, a release publishes nothing.
     pub fn awaited(&self) -> &str {
         self.part(4)
     }
 
     /// The processes waiting for the lock, in arrival order: a release wakes the first one only (see
-    /// [`RELEASE`](crate::scripts::RELEASE)), so a lock awaited in many processes costs one retry per release,
+    /// [`RELEASE`](crate::backend::scripts::RELEASE)), so a lock awaited in many processes costs one retry per release,
     /// not one per process.
     pub fn waiting(&self) -> &str {
         self.part(5)

@@ -2,7 +2,7 @@
 //! keys under a prefix: so that a client of another major version refuses them instead of corrupting them.
 //!
 //! Before its first acquisition under a key prefix on a server, a [`Lock`](crate::Lock) runs the script
-//! [`WIRE_VERSION`](crate::scripts::WIRE_VERSION) on `<prefix>wire` (`GET`, and `SET` to its version when there is
+//! [`WIRE_VERSION`](crate::backend::scripts::WIRE_VERSION) on `<prefix>wire` (`GET`, and `SET` to its version when there is
 //! none): nil means it wrote its version; otherwise the reply is the value already there. A different major version
 //! fails the acquisition with [`LockError::WireVersion`](crate::LockError::WireVersion), and a value that is not a
 //! version at all ([`is_version`]) with [`LockError::ForeignKey`](crate::LockError::ForeignKey), before any other

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use lock_core::{Lock, LockOptions, MemoryStore, Reply};
+use lock_core::backend::Reply;
+use lock_core::{Lock, LockOptions, MemoryStore};
 
 #[tokio::test]
 async fn a_force_release_keeps_the_fair_queues_grants() {

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lock_core::transport::Command;
-use lock_core::{Call, Lock, LockOptions, MemoryStore, Ran, ReleaseHub, Result, ScriptStore};
+use lock_core::backend::Command;
+use lock_core::backend::{Call, Ran, ReleaseHub, ScriptStore};
+use lock_core::{Lock, LockOptions, MemoryStore, Result};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -29,6 +29,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("engine", &["engine", "distributed_lock"]),
     ("primitives", &["mutex", "redisson", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),
     ("guide", &["guide"]),
+    // What a backend author needs, re-exported from the layers below (the application's names are the crate root's).
+    ("backend interface", &["backend"]),
 ];
 
 /// Each top-level module of `src` and the top-level modules its code (not its comments or unit tests) names as

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use lock_core::{KeyLayout, Lock, LockError, LockOptions, MemoryStore, Reply};
+use lock_core::backend::Reply;
+use lock_core::{KeyLayout, Lock, LockError, LockOptions, MemoryStore};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

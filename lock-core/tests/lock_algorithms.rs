@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use lock_core::backend::{AcquireReply, AcquireRequest, ExtendReply, ReleaseHub};
 use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockOptions, LockStore, LostReason,
-    MemoryStore, ReleaseHub, ReleaseOutcome, RenewPolicy, RetryPolicy, Token,
+    Lock, LockError, LockKeys, LockOptions, LockStore, LostReason, MemoryStore, ReleaseOutcome, RenewPolicy,
+    RetryPolicy, Token,
 };
 
 /// What the wrapper does to acquire requests.
@@ -206,7 +207,7 @@ async fn dropped_guards_leave_no_background_tasks() {
     // end with them (within the binary's own running time, a few seconds; more on a loaded machine, where 2 s failed
     // beside two CPU burners).
     let t0 = Instant::now();
-    while lock_core::live_background_tasks() != 0 {
+    while lock_core::backend::live_background_tasks() != 0 {
         assert!(t0.elapsed() < ms(30_000), "background tasks still running after 30 s");
         tokio::time::sleep(ms(5)).await;
     }

@@ -23,7 +23,7 @@ async fn an_unbounded_max_hold_renews_and_releases() {
     assert_eq!(store.held_count(), 0);
     // The watchdog ends at its next poll after the release cancelled it.
     let t0 = std::time::Instant::now();
-    while lock_core::live_renewal_tasks() > 0 {
+    while lock_core::backend::live_renewal_tasks() > 0 {
         assert!(t0.elapsed() < ms(2_000), "the watchdog outlived its guard");
         tokio::time::sleep(ms(5)).await;
     }
@@ -32,7 +32,8 @@ async fn an_unbounded_max_hold_renews_and_releases() {
 /// A direct caller of the in-memory store with an absurd TTL gets a lock, not an overflow.
 #[tokio::test]
 async fn the_memory_store_takes_any_ttl_from_a_direct_caller() {
-    use lock_core::{AcquireReply, AcquireRequest, LockKeys, LockStore, Token};
+    use lock_core::backend::{AcquireReply, AcquireRequest};
+    use lock_core::{LockKeys, LockStore, Token};
     let store = MemoryStore::new();
     let keys = LockKeys::new("wlp:", "direct").unwrap();
     let token = Token::generate();
@@ -46,7 +47,10 @@ async fn the_memory_store_takes_any_ttl_from_a_direct_caller() {
         waiting_as: None,
     };
     assert!(matches!(store.acquire(request).await.unwrap(), AcquireReply::Acquired { .. }));
-    assert!(matches!(store.extend(&keys, &token, Duration::MAX).await.unwrap(), lock_core::ExtendReply::Extended));
+    assert!(matches!(
+        store.extend(&keys, &token, Duration::MAX).await.unwrap(),
+        lock_core::backend::ExtendReply::Extended
+    ));
 }
 
 /// Finding 10: a renewal interval at or past the lock's validity (`ttl − drift`) would wake the watchdog after the

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use lock_core::backend::{Call, Ran, ReleaseHub, ScriptStore};
 use lock_core::{
-    Call, DistributedLockExt, HolderLabel, Lock, LockOptions, LockStore, MemoryStore, Ran, ReleaseHub, ReleaseOutcome,
-    RenewPolicy, Result, ScriptStore,
+    DistributedLockExt, HolderLabel, Lock, LockOptions, LockStore, MemoryStore, ReleaseOutcome, RenewPolicy, Result,
 };
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};

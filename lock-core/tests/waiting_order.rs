@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lock_core::{Call, Lock, LockOptions, MemoryStore, Ran, ReleaseHub, Result, RetryPolicy, ScriptStore};
+use lock_core::backend::{Call, Ran, ReleaseHub, ScriptStore};
+use lock_core::{Lock, LockOptions, MemoryStore, Result, RetryPolicy};
 use tokio::sync::Notify;
 
 fn ms(n: u64) -> Duration {

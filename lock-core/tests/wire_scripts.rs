@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use lock_core::scripts::ALL;
+use lock_core::backend::scripts::ALL;
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../wire/scripts")

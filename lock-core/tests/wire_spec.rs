@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use lock_core::scripts::ALL;
+use lock_core::backend::scripts::ALL;
 use lock_core::{Lock, LockKeys, MemoryStore, Semaphore};
 use serde_json::Value;
 

@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use lock_core::{KeyLayout, Lock, LockError, LockOptions, MemoryStore, Reply, Semaphore};
+use lock_core::backend::Reply;
+use lock_core::{KeyLayout, Lock, LockError, LockOptions, MemoryStore, Semaphore};
 
 fn options() -> LockOptions {
     LockOptions::new(Duration::from_secs(5)).with_wait(Duration::ZERO)

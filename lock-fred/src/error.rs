@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use fred::error::{Error, ErrorKind};
-use lock_core::server_error::ServerErrorKind;
-use lock_core::{Call, LockError};
+use lock_core::backend::server_error::ServerErrorKind;
+use lock_core::backend::Call;
+use lock_core::LockError;
 
 /// fred 10.1 reports a command it could not write because no connection was up with `ErrorKind::Unknown` and one
 /// of these messages (seen right after a server restart, while the client reconnects).

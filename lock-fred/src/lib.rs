@@ -19,20 +19,20 @@
 //! # }
 //! ```
 //!
-//! This crate only translates lock-core's [`ScriptStore`](lock_core::ScriptStore) interface (run one script or
+//! This crate only translates lock-core's [`ScriptStore`](lock_core::backend::ScriptStore) interface (run one script or
 //! command, hear releases) to fred: waiting, validity, renewal and fencing rules all live in [`lock_core`], and the
-//! Lua scripts are [`lock_core::scripts`], the same text the `lock-redis-rs` backend sends. Both backends therefore interoperate on the same keys.
+//! Lua scripts are [`lock_core::backend::scripts`], the same text the `lock-redis-rs` backend sends. Both backends therefore interoperate on the same keys.
 //!
 //! # Runtime: tokio only
 //! fred requires tokio (its connections and tasks run on it), so this crate offers no other runtime and has no
 //! runtime features. Create and use a [`FredStore`] inside a tokio runtime.
 //!
 //! # What goes over the wire
-//! - acquire: one `EVALSHA` of [`ACQUIRE`](lock_core::scripts::ACQUIRE) (`SET NX PX` plus the fencing counter);
-//! - release: one `EVALSHA` of [`RELEASE`](lock_core::scripts::RELEASE) (compare-and-delete, then, when a try found
+//! - acquire: one `EVALSHA` of [`ACQUIRE`](lock_core::backend::scripts::ACQUIRE) (`SET NX PX` plus the fencing counter);
+//! - release: one `EVALSHA` of [`RELEASE`](lock_core::backend::scripts::RELEASE) (compare-and-delete, then, when a try found
 //!   the lock held, `PUBLISH` on the resource's release channel, naming the first waiting process, whose store alone
 //!   wakes a waiter; on a cluster `SPUBLISH`, which stays on the lock's shard, heard with `SSUBSCRIBE`);
-//! - extend: one `EVALSHA` of [`EXTEND`](lock_core::scripts::EXTEND) (compare-and-`PEXPIRE`).
+//! - extend: one `EVALSHA` of [`EXTEND`](lock_core::backend::scripts::EXTEND) (compare-and-`PEXPIRE`).
 //!
 //! A lock cycle is therefore two round trips. When the server answers `NOSCRIPT` (after a restart, a failover or
 //! `SCRIPT FLUSH`) the store sends the script body once with `EVAL`, which also caches it again, so the caller
@@ -46,7 +46,7 @@
 //! waiters that they hear nothing; they then take a released lock at their safety poll
 //! (`RetryPolicy::with_safety_poll`, 1 s by default) rather than their backoff. Such a process also lines up to be
 //! woken by releases it never hears, so a release that names it costs the waiters of *other* processes a safety
-//! poll too (see [`RELEASE`](lock_core::scripts::RELEASE)). Grant the channels (the guide's minimal ACL line, chapter 10, does)
+//! poll too (see [`RELEASE`](lock_core::backend::scripts::RELEASE)). Grant the channels (the guide's minimal ACL line, chapter 10, does)
 //! or shorten the safety poll.
 //!
 //! # Keys

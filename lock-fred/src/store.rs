@@ -12,8 +12,9 @@ use fred::error::{Error as FredError, ErrorKind};
 use fred::interfaces::{ClientLike, EventInterface, ServerInterface};
 use fred::prelude::{Builder, Config, Options, Pool, ReconnectPolicy, ServerConfig, Value};
 use fred::types::{ClusterHash, ConnectHandle, CustomCommand, InfoKind};
-use lock_core::transport::Command;
-use lock_core::{scripts, Call, LockError, Ran, ReleaseHub, ReplicaAck, Reply, Result, ScriptStore, Topology};
+use lock_core::backend::Command;
+use lock_core::backend::{scripts, Call, Ran, ReleaseHub, Reply, ScriptStore, Topology};
+use lock_core::{LockError, ReplicaAck, Result};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -497,7 +498,7 @@ impl FredStoreBuilder {
     pub fn from_url(url: &str) -> Result<Self> {
         // Checked first: fred names an internal kind (`RelativeUrlWithoutBase`, `InvalidPort`), and takes a scheme it
         // does not know (`http://`) as plain TCP.
-        lock_core::server_url::check(url, &crate::tls::SCHEMES)?;
+        lock_core::backend::server_url::check(url, &crate::tls::SCHEMES)?;
         crate::tls::refuse_tls_url_without_tls(url, crate::tls::BUILT_WITH_TLS)?;
         let config = Config::from_url(url).map_err(|err| error::from_fred(err, "connect", DEFAULT_COMMAND_TIMEOUT))?;
         Ok(Self::from_config(config))
@@ -646,7 +647,7 @@ impl FredStoreBuilder {
                 // A reply fred cannot decode as the Redis protocol: the server on that port speaks another.
                 match (err.kind(), server) {
                     (fred::error::ErrorKind::Protocol, Some(server)) => {
-                        Err(LockError::backend(lock_core::NotRedis { server }))
+                        Err(LockError::backend(lock_core::backend::NotRedis { server }))
                     }
                     _ => Err(error::from_fred(err, "connect", timeout)),
                 }
@@ -677,7 +678,7 @@ async fn start(
     mut connections: Vec<ConnectHandle>,
     timeout: Duration,
 ) -> Result<FredStore> {
-    // On a cluster, releases are announced on their shard only (see `lock_core::scripts::RELEASE`).
+    // On a cluster, releases are announced on their shard only (see `lock_core::backend::scripts::RELEASE`).
     let sharded = pool.next().is_clustered();
     let deployment = if sharded {
         "cluster"

@@ -12,7 +12,8 @@ use fred::clients::SubscriberClient;
 use fred::error::Error as FredError;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::Message;
-use lock_core::{Confirmation, LockError, ReleaseHub, Result, SubscriptionControl};
+use lock_core::backend::{Confirmation, ReleaseHub, SubscriptionControl};
+use lock_core::{LockError, Result};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -65,7 +66,7 @@ impl SubscriptionControl for Subscriptions {
 }
 
 /// Applies subscription requests one at a time, in order, and restores them after every reconnect. With `sharded`
-/// (a cluster store, whose releases are announced with `SPUBLISH`; see [`lock_core::scripts::RELEASE`]) it uses
+/// (a cluster store, whose releases are announced with `SPUBLISH`; see [`lock_core::backend::scripts::RELEASE`]) it uses
 /// `SSUBSCRIBE`/`SUNSUBSCRIBE`, which fred routes to the shard that owns each channel's slot.
 pub(crate) async fn apply_subscriptions(
     subscriber: SubscriberClient,

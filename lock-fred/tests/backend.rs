@@ -118,7 +118,7 @@ async fn wrongtype_is_typed_and_names_the_key() {
     command(&server, &["HSET", hash.lock(), "field", "value"]);
     assert!(lock.try_acquire("hash", &opts).await.expect("acquire over a hash").is_none(), "a hash holds the lock");
     let extended = store.extend(&hash, &token, ms(1_000)).await.expect("extend over a hash");
-    assert_eq!(extended, lock_core::ExtendReply::OwnedByOther);
+    assert_eq!(extended, lock_core::backend::ExtendReply::OwnedByOther);
     assert_eq!(store.release(&hash, &token).await.expect("release over a hash"), ReleaseOutcome::OwnedByOther);
     assert!(!store.raise_fence(&hash, &token, 7).await.expect("raise-fence over a hash"));
     assert_eq!(command(&server, &["TYPE", hash.lock()]).as_text().as_deref(), Some("hash"), "the hash was touched");

@@ -205,7 +205,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                         Err(err) => panic!("fenced read: {err}"),
                     },
                     Resource::Plain => data
-                        .call(lock_core::Call::plain("read", "GET", &[DATA], &[]))
+                        .call(lock_core::backend::Call::plain("read", "GET", &[DATA], &[]))
                         .await
                         .unwrap()
                         .reply
@@ -226,7 +226,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                     },
                     Resource::Plain => {
                         let args = [value.as_str()];
-                        data.call(lock_core::Call::plain("write", "SET", &[DATA], &args)).await.unwrap();
+                        data.call(lock_core::backend::Call::plain("write", "SET", &[DATA], &args)).await.unwrap();
                         true
                     }
                 };
@@ -252,8 +252,8 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                     Restart::Empty => Duration::ZERO,
                     Restart::ClockBack(by) => by,
                     Restart::ClockToEpoch => match server.memory().command(&["TIME"]) {
-                        Some(lock_core::Reply::Array(parts)) => {
-                            let secs = parts.first().and_then(lock_core::Reply::to_text_lossy);
+                        Some(lock_core::backend::Reply::Array(parts)) => {
+                            let secs = parts.first().and_then(lock_core::backend::Reply::to_text_lossy);
                             Duration::from_secs(secs.and_then(|s| s.parse().ok()).expect("TIME's seconds"))
                         }
                         other => panic!("TIME: {other:?}"),
@@ -269,7 +269,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
         }
     }
     let report = checker.report();
-    let count = data.call(lock_core::Call::plain("count", "GET", &[DATA], &[])).await.unwrap().reply;
+    let count = data.call(lock_core::backend::Call::plain("count", "GET", &[DATA], &[])).await.unwrap().reply;
     let count = count.to_text_lossy().and_then(|v| v.parse().ok()).unwrap_or(0);
     Replayed { breaches: report.overlaps.len() + report.fence_regressions.len(), accepted, count, grants, fences }
 }

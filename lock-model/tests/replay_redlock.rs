@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_core::{AcquireRequest, Guard, Lock, LockKeys, LockOptions, LockStore, Token, DEFAULT_PREFIX};
+use lock_core::backend::AcquireRequest;
+use lock_core::{Guard, Lock, LockKeys, LockOptions, LockStore, Token, DEFAULT_PREFIX};
 use lock_model::redlock::{Action, Phase, RedlockConfig, RedlockModel, State, CLIENTS, NODES};
 use lock_testkit::scripted::{Fault, Gate, Injected, Op, ScriptedServer};
 use lock_testkit::{Checker, Hold};

@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use deadpool::managed::TimeoutType;
-use lock_core::server_error::ServerErrorKind;
-use lock_core::{Call, LockError};
+use lock_core::backend::server_error::ServerErrorKind;
+use lock_core::backend::Call;
+use lock_core::LockError;
 use redis::{ErrorKind, RedisError};
 
 use crate::pool::PoolError;
@@ -72,7 +73,8 @@ pub(crate) fn from_redis(
 pub(crate) fn not_redis(err: &LockError, addr: &redis::ConnectionAddr) -> Option<LockError> {
     let LockError::Backend { source } = err else { return None };
     let redis = source.downcast_ref::<RedisError>()?;
-    (redis.kind() == ErrorKind::Parse).then(|| LockError::backend(lock_core::NotRedis { server: addr.to_string() }))
+    (redis.kind() == ErrorKind::Parse)
+        .then(|| LockError::backend(lock_core::backend::NotRedis { server: addr.to_string() }))
 }
 
 /// Whether the error is a failed TLS handshake (a certificate the client or the server refused), rather than a

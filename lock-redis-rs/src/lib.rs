@@ -1,6 +1,6 @@
 //! A distributed lock on Redis for the [`redis`] crate, with pooled connections and fencing tokens.
 //!
-//! [`RedisStore`] implements lock-core's [`ScriptStore`](lock_core::ScriptStore), the transport every primitive of
+//! [`RedisStore`] implements lock-core's [`ScriptStore`](lock_core::backend::ScriptStore), the transport every primitive of
 //! lock-core runs on (and so its [`LockStore`](lock_core::LockStore)); wrap it in a [`Lock`](lock_core::Lock) to
 //! acquire, extend and release:
 //!
@@ -24,7 +24,7 @@
 //! ```
 //!
 //! # What goes over the wire
-//! Every operation is one Lua script from [`lock_core::scripts`], sent with `EVALSHA`: acquire, release and extend
+//! Every operation is one Lua script from [`lock_core::backend::scripts`], sent with `EVALSHA`: acquire, release and extend
 //! are one round trip each, so an uncontended lock cycle costs exactly two. When the server does not know a script
 //! (after a restart, a failover or `SCRIPT FLUSH`) it answers `NOSCRIPT`, and the store sends the body once with
 //! `EVAL` (which caches it again): invisible to the caller, even when another flush lands in between.

@@ -38,7 +38,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind};
 
-use lock_core::rt;
+use lock_core::backend::rt;
 
 /// Where the connections of a store (and its notification subscriber) go.
 #[derive(Clone)]

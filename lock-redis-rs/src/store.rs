@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::scripts;
-use lock_core::transport::Command;
-use lock_core::{Call, LockError, Ran, ReleaseHub, ReplicaAck, Reply, Result, ScriptStore, Topology};
+use lock_core::backend::scripts;
+use lock_core::backend::Command;
+use lock_core::backend::{Call, Ran, ReleaseHub, Reply, ScriptStore, Topology};
+use lock_core::{LockError, ReplicaAck, Result};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -20,7 +21,7 @@ use crate::error::{self, Deadlines};
 use crate::pool::{ClusterNodes, ClusterPool, Endpoint, Multiplexed, Pool, Pooled, Sentinels};
 use crate::subscriber::Subscriber;
 use crate::tls::{self, TlsOptions};
-use lock_core::rt;
+use lock_core::backend::rt;
 
 /// Connections of a store built from a URL, unless set with [`RedisStoreBuilder::with_pool_size`]. One multiplexed
 /// connection pipelines the commands of every task, which is what a single-threaded Redis serves best.
@@ -115,7 +116,7 @@ const SCHEMES: &[&str] = &["redis", "rediss", "valkey", "valkeys", "redis+unix",
 /// A URL redis-rs did not parse: its error, and the part that is wrong when [`server_url::check`] can name it
 /// (redis-rs says only "did not parse").
 ///
-/// [`server_url::check`]: lock_core::server_url::check
+/// [`server_url::check`]: lock_core::backend::server_url::check
 #[derive(Clone, Debug)]
 struct UrlError {
     client: RedisError,
@@ -134,7 +135,7 @@ impl UrlError {
 /// `url` as redis-rs reads it; a URL it refuses is explained by its part when that can be named.
 fn parse(url: &str) -> std::result::Result<ConnectionInfo, UrlError> {
     url.into_connection_info().map_err(|client| {
-        let part = match lock_core::server_url::check(url, SCHEMES) {
+        let part = match lock_core::backend::server_url::check(url, SCHEMES) {
             Err(LockError::InvalidArgument(part)) => Some(part.into_owned()),
             _ => None,
         };

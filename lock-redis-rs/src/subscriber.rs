@@ -12,7 +12,7 @@
 //! happens. A failover breaks the subscriber's connection (its server died, or the Sentinels disconnected the
 //! clients of the node they demoted), and the reconnect finds the promoted replica.
 //!
-//! On Redis Cluster the releases are announced with `SPUBLISH` (see [`lock_core::scripts::RELEASE`] for why) and
+//! On Redis Cluster the releases are announced with `SPUBLISH` (see [`lock_core::backend::scripts::RELEASE`] for why) and
 //! heard through a second redis-rs cluster connection (RESP3) that `SSUBSCRIBE`s each channel on the shard that owns
 //! its slot; redis-rs routes those subscriptions, follows the slot map and resubscribes after a reconnect by
 //! itself, and hands every message to [`ReleaseHub::deliver`] from its connection driver.
@@ -28,14 +28,15 @@ use std::time::Duration;
 use futures_channel::{mpsc, oneshot};
 use futures_util::future::{self, Either};
 use futures_util::stream::{self, StreamExt};
-use lock_core::{spawn_background, BackgroundTask, Confirmation, LockError, ReleaseHub, Result, SubscriptionControl};
+use lock_core::backend::{spawn_background, BackgroundTask, Confirmation, ReleaseHub, SubscriptionControl};
+use lock_core::{LockError, Result};
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 
 use crate::error::{self, Deadlines};
 use crate::pool::{ClusterNodes, Endpoint};
-use lock_core::rt;
+use lock_core::backend::rt;
 
 /// First pause before reconnecting a lost subscriber connection; doubles on each failure up to the cap.
 const RECONNECT_MIN: Duration = Duration::from_millis(50);

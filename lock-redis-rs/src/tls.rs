@@ -136,7 +136,7 @@ pub(crate) async fn plain_text_server(addr: &redis::ConnectionAddr, bound: Durat
             Err(err) => err.code().map(|_| ()),
         }
     };
-    lock_core::rt::timeout("connect", bound, probe).await.ok().flatten()?;
+    lock_core::backend::rt::timeout("connect", bound, probe).await.ok().flatten()?;
     let server = format!("{bracketed}:{port}");
-    Some(LockError::Tls { source: Box::new(lock_core::PlainTextServer { server }) })
+    Some(LockError::Tls { source: Box::new(lock_core::backend::PlainTextServer { server }) })
 }

@@ -22,6 +22,6 @@ lock_testkit::conformance_tests!(smol, subject());
 #[cfg(not(feature = "async-std"))]
 #[test]
 fn the_smol_path_is_the_one_tested() {
-    assert!(!lock_core::rt::compiled().contains(&"async-std"), "{:?}", lock_core::rt::compiled());
-    assert!(lock_core::rt::compiled().contains(&"smol"));
+    assert!(!lock_core::backend::rt::compiled().contains(&"async-std"), "{:?}", lock_core::backend::rt::compiled());
+    assert!(lock_core::backend::rt::compiled().contains(&"smol"));
 }

@@ -649,12 +649,12 @@ fn case10_ten_thousand_cancelled_operations_leave_nothing_behind() {
         }
         let cancelled = cancelled.load(Ordering::SeqCst);
         let t0 = Instant::now();
-        while lock_keys(&server) != (0, 0) || lock_core::live_renewal_tasks() != 0 {
+        while lock_keys(&server) != (0, 0) || lock_core::backend::live_renewal_tasks() != 0 {
             assert!(
                 t0.elapsed() < ms(3_000),
                 "after 3 s: keys {:?}, renewal tasks {}",
                 lock_keys(&server),
-                lock_core::live_renewal_tasks()
+                lock_core::backend::live_renewal_tasks()
             );
             tokio::time::sleep(ms(20)).await;
         }
@@ -1098,7 +1098,7 @@ fn fair_worker(id: u32, dir: &std::path::Path) {
             tasks.push(tokio::spawn(async move {
                 let g = waiter.acquire(FAIR_RESOURCE, &fair_options(waiter_ttl)).await.unwrap();
                 let keys = ["faults:fair:order"];
-                let call = lock_core::Call::plain("order", "INCR", &keys, &[]);
+                let call = lock_core::backend::Call::plain("order", "INCR", &keys, &[]);
                 let n = waiter.stores()[0].call(call).await.unwrap().reply.as_int().unwrap();
                 std::fs::write(dir.join(format!("grant-{id}-{j}")), n.to_string()).unwrap();
                 tokio::time::sleep(ms(5)).await;
@@ -1248,7 +1248,7 @@ fn case21_fair_queue_moves_when_the_subscriber_connection_drops() {
 /// Kills every pub/sub connection of the server `lock` talks to (from that lock's own command connection).
 async fn server_kill_pubsub(lock: &Lock) {
     let args = ["KILL", "TYPE", "pubsub"];
-    let call = lock_core::Call::plain("kill", "CLIENT", &[], &args);
+    let call = lock_core::backend::Call::plain("kill", "CLIENT", &[], &args);
     lock.stores()[0].call(call).await.unwrap();
 }
 
@@ -1404,7 +1404,7 @@ fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
                     Err(err) => panic!("fenced read: {err}"),
                 }
             } else {
-                let call = lock_core::Call::plain("read", "GET", &[LOCK_SET_DATA], &[]);
+                let call = lock_core::backend::Call::plain("read", "GET", &[LOCK_SET_DATA], &[]);
                 Some(data.call(call).await.unwrap().reply.to_text_lossy().unwrap_or_default())
             };
             if id == PAUSED_WORKER && add == 1 {
@@ -1424,7 +1424,9 @@ fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
                         }
                     } else {
                         let args = [after.as_str()];
-                        data.call(lock_core::Call::plain("write", "SET", &[LOCK_SET_DATA], &args)).await.unwrap();
+                        data.call(lock_core::backend::Call::plain("write", "SET", &[LOCK_SET_DATA], &args))
+                            .await
+                            .unwrap();
                         true
                     }
                 }

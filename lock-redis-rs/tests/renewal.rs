@@ -93,8 +93,8 @@ async fn renewal_stops_at_release_drop_and_cancel() {
         }
     }
     let t0 = Instant::now();
-    while lock_core::live_renewal_tasks() != 0 {
-        assert!(t0.elapsed() < ms(2_000), "{} renewal tasks leaked", lock_core::live_renewal_tasks());
+    while lock_core::backend::live_renewal_tasks() != 0 {
+        assert!(t0.elapsed() < ms(2_000), "{} renewal tasks leaked", lock_core::backend::live_renewal_tasks());
         sleep(ms(10)).await;
     }
 }

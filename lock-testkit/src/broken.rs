@@ -21,8 +21,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use lock_core::transport::Command;
-use lock_core::{Call, MemoryStore, Ran, ReleaseHub, Reply, Result, ScriptStore};
+use lock_core::backend::Command;
+use lock_core::backend::{Call, Ran, ReleaseHub, Reply, ScriptStore};
+use lock_core::{MemoryStore, Result};
 
 /// Which rule a [`BrokenStore`] breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -104,7 +104,7 @@ pub async fn release_notifications_reach_waiters_from_every_primary(store: &Stor
 }
 
 /// Releases are announced with sharded pub/sub (`SPUBLISH`, on the shard that owns the lock's slot), never with a
-/// classic `PUBLISH`, which the cluster bus broadcasts to every node (see `lock_core::scripts::RELEASE`). Not in
+/// classic `PUBLISH`, which the cluster bus broadcasts to every node (see `lock_core::backend::scripts::RELEASE`). Not in
 /// [`cluster_tests!`](crate::cluster_tests)'s default list, since a backend may choose classic pub/sub; ours list
 /// it. Every case of the calling test binary must use the same backend: no node may have counted a `PUBLISH`.
 pub async fn releases_are_announced_on_their_shard_only(store: &StoreFactory) {

@@ -274,7 +274,7 @@ pub async fn election_a_cut_off_candidate_keeps_no_claim(s: &Subject) {
         let started = Instant::now();
         while started.elapsed() < ms(3_000) {
             let counts = join_all(s.engine().stores().iter().map(|store| {
-                let call = lock_core::Call::plain("test", "ZCARD", &waiting_key, &[]);
+                let call = lock_core::backend::Call::plain("test", "ZCARD", &waiting_key, &[]);
                 async move { ok(store.call(call).await, "ZCARD").reply.as_int().unwrap_or(0) }
             }))
             .await;

@@ -837,7 +837,7 @@ impl World {
         let mut left = unexpired_members(memory, &exp);
         let expired: Vec<String> = members(memory, &exp).into_iter().filter(|m| !left.contains(m)).collect();
         for hash in ["slots", "grants"] {
-            if let Some(lock_core::Reply::Array(items)) = memory.command(&["HGETALL", &self.sem_key(hash)]) {
+            if let Some(lock_core::backend::Reply::Array(items)) = memory.command(&["HGETALL", &self.sem_key(hash)]) {
                 // `slots` maps slot → token, `grants` token → grant: keep the tokens.
                 let tokens = items.chunks(2).filter_map(|pair| pair.get(usize::from(hash == "slots"))?.as_text());
                 left.extend(tokens.map(str::to_owned).filter(|token| !expired.contains(token)));
@@ -871,7 +871,7 @@ fn without_expiry(memory: &lock_core::MemoryStore, base: &str, parts: &[&str]) -
     parts
         .iter()
         .map(|part| format!("{base}:{part}"))
-        .filter(|key| matches!(memory.command(&["PTTL", key]), Some(lock_core::Reply::Int(-1))))
+        .filter(|key| matches!(memory.command(&["PTTL", key]), Some(lock_core::backend::Reply::Int(-1))))
         .map(|key| format!("{key} (no expiry)"))
         .collect()
 }
@@ -879,7 +879,7 @@ fn without_expiry(memory: &lock_core::MemoryStore, base: &str, parts: &[&str]) -
 /// The members of the sorted set `key` on `memory` scored after the server's clock (their expiry, in ms).
 fn unexpired_members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> {
     let now = match memory.command(&["TIME"]) {
-        Some(lock_core::Reply::Array(parts)) => {
+        Some(lock_core::backend::Reply::Array(parts)) => {
             let part = |i: usize| parts.get(i).and_then(|p| p.as_text()).and_then(|t| t.parse::<u64>().ok());
             part(0).zip(part(1)).map(|(secs, micros)| secs.saturating_mul(1_000).saturating_add(micros / 1_000))
         }
@@ -887,7 +887,9 @@ fn unexpired_members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> 
     };
     let Some(now) = now else { return members(memory, key) };
     match memory.command(&["ZRANGEBYSCORE", key, &format!("({now}"), "+inf"]) {
-        Some(lock_core::Reply::Array(items)) => items.iter().filter_map(|i| i.as_text().map(str::to_owned)).collect(),
+        Some(lock_core::backend::Reply::Array(items)) => {
+            items.iter().filter_map(|i| i.as_text().map(str::to_owned)).collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -895,7 +897,9 @@ fn unexpired_members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> 
 /// The members of the sorted set `key` on `memory`.
 fn members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> {
     match memory.command(&["ZRANGE", key, "0", "-1"]) {
-        Some(lock_core::Reply::Array(items)) => items.iter().filter_map(|i| i.as_text().map(str::to_owned)).collect(),
+        Some(lock_core::backend::Reply::Array(items)) => {
+            items.iter().filter_map(|i| i.as_text().map(str::to_owned)).collect()
+        }
         _ => Vec::new(),
     }
 }
@@ -903,7 +907,7 @@ fn members(memory: &lock_core::MemoryStore, key: &str) -> Vec<String> {
 /// How many members of the sorted set `key` on `memory` are scored past the server's clock now (live holds).
 fn live_members(memory: &lock_core::MemoryStore, key: &str) -> usize {
     let now_ms = match memory.command(&["TIME"]) {
-        Some(lock_core::Reply::Array(t)) => {
+        Some(lock_core::backend::Reply::Array(t)) => {
             let secs = t.first().and_then(|v| v.as_text()?.parse::<u64>().ok()).unwrap_or(0);
             let micros = t.get(1).and_then(|v| v.as_text()?.parse::<u64>().ok()).unwrap_or(0);
             secs * 1_000 + micros / 1_000
@@ -911,7 +915,7 @@ fn live_members(memory: &lock_core::MemoryStore, key: &str) -> usize {
         _ => 0,
     };
     match memory.command(&["ZRANGEBYSCORE", key, &format!("({now_ms}"), "+inf"]) {
-        Some(lock_core::Reply::Array(items)) => items.len(),
+        Some(lock_core::backend::Reply::Array(items)) => items.len(),
         _ => 0,
     }
 }

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures_util::future::{join, join_all, select, Either};
-use lock_core::{Call, Lock, LockError, LockOptions, Reply, MIN_WAITER_TTL};
+use lock_core::backend::{Call, Reply};
+use lock_core::{Lock, LockError, LockOptions, MIN_WAITER_TTL};
 
 use crate::conformance::{ok, some};
 use crate::or_panic::ms;

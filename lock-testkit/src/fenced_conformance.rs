@@ -8,10 +8,10 @@
 use std::collections::BTreeSet;
 
 use futures_util::future::join_all;
+use lock_core::backend::Reply;
 use lock_core::fenced::FencedResource;
 use lock_core::{
-    Election, ElectionOptions, FencingToken, JobLock, JobOptions, JobOutcome, LockError, LockOptions, Reply, RwLock,
-    Semaphore,
+    Election, ElectionOptions, FencingToken, JobLock, JobOptions, JobOutcome, LockError, LockOptions, RwLock, Semaphore,
 };
 
 use crate::conformance::{ok, some};
@@ -32,7 +32,7 @@ fn resource(s: &Subject, guard: &str) -> FencedResource {
 
 async fn raw(s: &Subject, command: &'static str, keys: &[&str], args: &[&str]) -> Reply {
     let store = some(s.engine().stores().first().cloned(), "the lock's first store");
-    ok(store.call(lock_core::Call::plain("test", command, keys, args)).await, command).reply
+    ok(store.call(lock_core::backend::Call::plain("test", command, keys, args)).await, command).reply
 }
 
 async fn remove(s: &Subject, keys: &[&str]) {

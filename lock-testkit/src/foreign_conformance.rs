@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use lock_core::{Call, Fencing, JobOptions, Lock, LockError, LockKeys, LockOptions, ReleaseOutcome};
+use lock_core::backend::Call;
+use lock_core::{Fencing, JobOptions, Lock, LockError, LockKeys, LockOptions, ReleaseOutcome};
 
 use crate::conformance::ok;
 use crate::runtime::sleep;
@@ -70,7 +71,7 @@ pub async fn a_foreign_holder_of_any_type_holds_the_lock(s: &Subject) {
         let waited = lock.acquire(&r, &LockOptions::new(ms(5_000)).with_wait(ms(150))).await;
         assert!(matches!(waited, Err(LockError::Contended { .. })), "{kind}: a waiting acquire: {waited:?}");
         // On Redis Cluster two names are in two slots, which a multi-lock refuses before any I/O.
-        if lock.stores().iter().all(|store| store.topology() != lock_core::Topology::Cluster) {
+        if lock.stores().iter().all(|store| store.topology() != lock_core::backend::Topology::Cluster) {
             let both = ok(lock.try_acquire_all(&[&r, &fresh("other")], &LockOptions::new(ms(5_000))).await, "multi");
             assert!(both.is_none(), "{kind}: a multi-lock took a resource a foreign {kind} holds");
         }
@@ -148,7 +149,7 @@ pub async fn a_release_or_extension_that_finds_a_foreign_holder_is_typed(s: &Sub
 
         // The same for a multi-lock, one of whose keys another library's client took (Cluster: two names are in two
         // slots, which a multi-lock refuses before any I/O).
-        if lock.stores().iter().any(|store| store.topology() == lock_core::Topology::Cluster) {
+        if lock.stores().iter().any(|store| store.topology() == lock_core::backend::Topology::Cluster) {
             continue;
         }
         let (a, b) = (fresh(kind), fresh(kind));

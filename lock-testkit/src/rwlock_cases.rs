@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use futures_util::future::select;
-use lock_core::{Call, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RwLock};
+use lock_core::backend::Call;
+use lock_core::{Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RwLock};
 use rand::SeedableRng;
 
 use crate::checker::{Checker, Hold};
@@ -266,7 +267,7 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     for _ in 0..2 {
         let keys = [base.as_str(), &readers, &queue, &beats, &fence, &mark];
         let args = [token.as_str(), "30000", "1"];
-        let call = Call::script("acquire", &lock_core::scripts::RW_READ, &keys, &args);
+        let call = Call::script("acquire", &lock_core::backend::scripts::RW_READ, &keys, &args);
         replies.push(store.call(call).await.or_panic().reply);
     }
     assert_eq!(replies[0], replies[1], "a retried read granted differently");
@@ -274,7 +275,7 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     assert_eq!(rw.state().await.or_panic().readers, 1, "a retried read added a reader");
     let release = [base.as_str(), &readers, &queue, &beats, &channel, &mark];
     let args = [token.as_str(), "o", "0"];
-    let call = Call::script("release", &lock_core::scripts::RW_RELEASE, &release, &args);
+    let call = Call::script("release", &lock_core::backend::scripts::RW_RELEASE, &release, &args);
     assert_eq!(store.call(call).await.or_panic().reply.as_int(), Some(1));
 
     let writer = lock_core::Token::generate();
@@ -283,7 +284,7 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
         let grants = format!("{base}:grants");
         let keys = [base.as_str(), &fence, &queue, &beats, &channel, &mark, &grants, &readers];
         let args = [writer.as_str(), "30000", "1", "", "600", "0", "o", "0", ""];
-        let call = Call::script("acquire", &lock_core::scripts::FAIR_ACQUIRE, &keys, &args);
+        let call = Call::script("acquire", &lock_core::backend::scripts::FAIR_ACQUIRE, &keys, &args);
         replies.push(store.call(call).await.or_panic().reply);
     }
     assert_eq!(replies[0], replies[1], "a retried write granted twice (another fence)");

@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use futures_util::future::{join, join_all, select, Either};
-use lock_core::{Call, LockError, LockOptions, ReleaseOutcome, RenewPolicy, RetryPolicy, RwLock, RwState};
+use lock_core::backend::Call;
+use lock_core::{LockError, LockOptions, ReleaseOutcome, RenewPolicy, RetryPolicy, RwLock, RwState};
 
 use crate::conformance::{ok, some};
 use crate::or_panic::ms;

@@ -37,10 +37,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use event_listener::Event;
-use lock_core::{
-    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, Confirmation, ExtendReply, LockError, LockKeys,
-    LockStore, MemoryStore, ReleaseHub, ReleaseOutcome, Result, SubscriptionControl, Token,
+use lock_core::backend::{
+    AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, Confirmation, ExtendReply, ReleaseHub,
+    SubscriptionControl,
 };
+use lock_core::{LockError, LockKeys, LockStore, MemoryStore, ReleaseOutcome, Result, Token};
 
 use crate::runtime::sleep;
 
@@ -605,7 +606,7 @@ impl ScriptedServer {
 }
 
 fn spawn(fut: impl Future<Output = ()> + Send + 'static) {
-    if let Some(task) = lock_core::spawn_background(fut) {
+    if let Some(task) = lock_core::backend::spawn_background(fut) {
         task.detach();
     }
 }
@@ -849,13 +850,14 @@ impl LockStore for ScriptedStore {
             let origin = self.hub.as_ref().map(|hub| hub.origin()).unwrap_or_default();
             let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
             let args = [token.as_str(), origin, "0"];
-            let call = lock_core::Call::script("release", &lock_core::scripts::RELEASE, &call_keys, &args);
+            let call =
+                lock_core::backend::Call::script("release", &lock_core::backend::scripts::RELEASE, &call_keys, &args);
             let (ran, published) = memory.run_observed(call).await?;
             for (channel, payload) in published {
                 self.server.publish_payload(&channel, Some(payload), self.id);
             }
             let code = ran.reply.as_int().ok_or_else(|| LockError::backend("no release reply"))?;
-            lock_core::scripts::parse_release(code)
+            lock_core::backend::scripts::parse_release(code)
         };
         self.run(Op::Release, keys, token, apply).await
     }
@@ -904,7 +906,7 @@ impl LockStore for ScriptedStore {
     /// `extend` or `fence` of a token (the first argument) gets the same faults as the mutex's calls, and the messages its
     /// script publishes reach the subscribed clients through the notification rules, as a `RELEASE`'s do. Other
     /// calls (reads: `inspect`, states) run as they are.
-    async fn call(&self, call: lock_core::Call<'_>) -> Result<lock_core::Ran> {
+    async fn call(&self, call: lock_core::backend::Call<'_>) -> Result<lock_core::backend::Ran> {
         let op = match call.operation {
             "acquire" => Some(Op::Acquire),
             "release" => Some(Op::Release),
@@ -937,7 +939,7 @@ impl LockStore for ScriptedStore {
         self.run_as(op, first, &token, None, apply).await
     }
 
-    fn topology(&self) -> lock_core::Topology {
+    fn topology(&self) -> lock_core::backend::Topology {
         self.server.shared.data.topology()
     }
 
@@ -959,23 +961,23 @@ async fn observed_release(
     keys: &[LockKeys],
     token: &Token,
 ) -> Result<Vec<(ReleaseOutcome, bool)>> {
-    static OBSERVED: std::sync::OnceLock<lock_core::scripts::Script> = std::sync::OnceLock::new();
+    static OBSERVED: std::sync::OnceLock<lock_core::backend::scripts::Script> = std::sync::OnceLock::new();
     let script = OBSERVED.get_or_init(|| {
         let body = format!(
             "local n = #KEYS / 3\nlocal marked = {{}}\nfor i = 1, n do\n  marked[i] = redis.call('EXISTS', KEYS[2 * n + i])\n\
              end\nlocal function release()\n{}\nend\nlocal codes = release()\nlocal reply = {{}}\nfor i = 1, n do\n  \
              reply[2 * i - 1] = codes[i]\n  reply[2 * i] = (codes[i] == 1 and marked[i] == 1) and 1 or 0\nend\n\
              return reply\n",
-            lock_core::scripts::MULTI_RELEASE.body()
+            lock_core::backend::scripts::MULTI_RELEASE.body()
         );
-        lock_core::scripts::Script::new("observed-release", Box::leak(body.into_boxed_str()))
+        lock_core::backend::scripts::Script::new("observed-release", Box::leak(body.into_boxed_str()))
     });
-    let call_keys = lock_core::scripts::multi_release_keys(keys);
+    let call_keys = lock_core::backend::scripts::multi_release_keys(keys);
     let args = [token.as_str(), "scripted", "0"];
-    let ran = memory.call(lock_core::Call::script("release", script, &call_keys, &args)).await?;
+    let ran = memory.call(lock_core::backend::Call::script("release", script, &call_keys, &args)).await?;
     let ints = ran.reply.as_ints().filter(|i| i.len() == 2 * keys.len());
     let ints = ints.ok_or_else(|| LockError::backend(format!("observed release replied {:?}", ran.reply)))?;
-    ints.chunks(2).map(|pair| Ok((lock_core::scripts::parse_release(pair[0])?, pair[1] == 1))).collect()
+    ints.chunks(2).map(|pair| Ok((lock_core::backend::scripts::parse_release(pair[0])?, pair[1] == 1))).collect()
 }
 
 /// Yields once to the executor (any runtime).

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use futures_util::future::select;
-use lock_core::{Call, Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, Semaphore};
+use lock_core::backend::Call;
+use lock_core::{Lock, LockError, LockOptions, ReleaseOutcome, RenewPolicy, Semaphore};
 use rand::SeedableRng;
 
 use crate::checker::{Checker, Hold};
@@ -183,7 +184,7 @@ pub async fn a_retried_acquire_returns_the_same_grant(connect: &UrlFactory) {
     let args = [token.as_str(), "2", "30000", "3", "1", ""];
     let mut replies = Vec::new();
     for _ in 0..2 {
-        let call = Call::script("acquire", &lock_core::scripts::SEM_ACQUIRE, &call_keys, &args);
+        let call = Call::script("acquire", &lock_core::backend::scripts::SEM_ACQUIRE, &call_keys, &args);
         replies.push(store.call(call).await.or_panic().reply);
     }
     assert_eq!(replies[0], replies[1], "a retry with the same token granted again");

@@ -217,7 +217,7 @@ pub async fn a_fenced_write_the_acl_refuses_is_auth_and_writes_nothing(connect: 
 /// read, if any.
 async fn probe(store: &Arc<dyn LockStore>, command: &'static str, words: &[&str]) -> Option<LockError> {
     let (keys, args) = words.split_at(words.len().min(1));
-    store.call(lock_core::transport::Call::plain("probe", command, keys, args)).await.err()
+    store.call(lock_core::backend::Call::plain("probe", command, keys, args)).await.err()
 }
 
 /// [`probe`] again every 20 ms until the server refuses it (at most 5 s): the error read, if it came.
@@ -255,7 +255,7 @@ pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
     let limited = connect(server.url_for("locker", "secret", false)).await.or_panic();
     match probe(&limited, "DBSIZE", &[]).await {
         Some(LockError::Auth { source }) => {
-            let refusal = source.downcast_ref::<lock_core::AclRefusal>();
+            let refusal = source.downcast_ref::<lock_core::backend::AclRefusal>();
             assert_eq!(refusal.and_then(|r| r.command.as_deref()), Some("DBSIZE"), "{source}");
         }
         other => panic!("NOPERM: expected Auth, got {other:?}"),

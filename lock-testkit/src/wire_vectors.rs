@@ -8,7 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Call, LockError, LockStore, Reply};
+use lock_core::backend::{Call, Reply};
+use lock_core::{LockError, LockStore};
 use serde_json::Value;
 
 /// One vector file's outcome: the cases that failed, with why.
@@ -66,7 +67,7 @@ async fn run_case(store: &dyn LockStore, case: &Value) -> Result<(), String> {
         }
         let before = server_time_us(store).await?;
         let reply = if let Some(name) = step.get("script").and_then(Value::as_str) {
-            let script = lock_core::scripts::ALL
+            let script = lock_core::backend::scripts::ALL
                 .iter()
                 .find(|s| s.name() == name)
                 .ok_or_else(|| format!("step {n}: no script {name}"))?;

@@ -1089,7 +1089,9 @@ async fn a_redlock_leaders_term_is_written_back_to_its_records() {
     let fence = lock_core::LockKeys::new(lock.key_prefix(), "primary").unwrap().fence().to_owned();
     // The server's clock (the counters' time floor) in µs, and a million seconds more.
     let time = match servers[0].memory().command(&["TIME"]) {
-        Some(lock_core::Reply::Array(parts)) => parts.iter().map(|p| p.to_text_lossy().unwrap()).collect::<Vec<_>>(),
+        Some(lock_core::backend::Reply::Array(parts)) => {
+            parts.iter().map(|p| p.to_text_lossy().unwrap()).collect::<Vec<_>>()
+        }
         other => panic!("TIME: {other:?}"),
     };
     let now_us = time[0].parse::<u64>().unwrap() * 1_000_000 + time[1].parse::<u64>().unwrap();

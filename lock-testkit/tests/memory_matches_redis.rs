@@ -9,8 +9,9 @@
 
 use std::time::Duration;
 
-use lock_core::transport::Call;
-use lock_core::{scripts, LockError, MemoryStore, Reply, ScriptStore};
+use lock_core::backend::Call;
+use lock_core::backend::{scripts, Reply, ScriptStore};
+use lock_core::{LockError, MemoryStore};
 use lock_testkit::RedisServer;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

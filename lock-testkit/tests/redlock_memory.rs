@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lock_core::transport::Command;
-use lock_core::{
-    scripts, AcquireReply, AcquireRequest, Call, Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore, Ran,
-    ReleaseHub, ReleaseOutcome, ScriptStore, Token,
-};
+use lock_core::backend::Command;
+use lock_core::backend::{scripts, AcquireReply, AcquireRequest, Call, Ran, ReleaseHub, ScriptStore};
+use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, MemoryStore, ReleaseOutcome, Token};
 use lock_testkit::{conformance_tests, Checker, Hold, Subject};
 
 const UP: u8 = 0;

@@ -2,8 +2,8 @@
 //! vanished between two commands, fence counters in formats Lua reads as numbers but `INCRBY` refuses.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking
 
-use lock_core::scripts::{self, parse_holder};
-use lock_core::AcquireReply;
+use lock_core::backend::scripts::{self, parse_holder};
+use lock_core::backend::AcquireReply;
 use lock_testkit::{RedisServer, Reply};
 
 fn server() -> RedisServer {

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lock_core::{
-    AcquireReply, AcquireRequest, ExtendReply, Lock, LockError, LockKeys, LockStore, ReleaseOutcome, Result, Token,
-};
+use lock_core::backend::{AcquireReply, AcquireRequest, ExtendReply};
+use lock_core::{Lock, LockError, LockKeys, LockStore, ReleaseOutcome, Result, Token};
 
 use super::{order, Ctx, ROUNDS};
 use crate::alloc;

@@ -496,7 +496,7 @@ impl Lock {
     }
 
     /// The guard of a lock a fair queue's release granted to our waiter holding `token` (see
-    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): held from the grant's lease, counted from `granted.since`,
+    /// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)): held from the grant's lease, counted from `granted.since`,
     /// and extended to the full TTL in the background when the lease was shorter. `None` when the announcement
     /// cannot be used (no time to count from, no token where one was asked for, the lease already spent, replica
     /// acknowledgement asked for): the waiter's next try then returns the grant.

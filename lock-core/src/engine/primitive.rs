@@ -263,7 +263,7 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
     }
 
     /// Whether a [`Fencing::OnDemand`](crate::Fencing::OnDemand) token may be drawn after the grant by
-    /// [`FENCE`](crate::scripts::FENCE), which reads the plain lock key. Otherwise the token is drawn with the
+    /// [`FENCE`](crate::backend::scripts::FENCE), which reads the plain lock key. Otherwise the token is drawn with the
     /// grant.
     fn draws_fence_later(&self) -> bool {
         false

@@ -154,7 +154,7 @@ pub(crate) fn forward_wake_ups(stores: &[Arc<dyn LockStore>]) {
 const PASS_ON_BOUND: Duration = crate::engine::lock::DEFAULT_OPERATION_TIMEOUT;
 
 /// Passes a wake-up this process cannot use on to the next waiting process (see
-/// [`PASS_ON`](crate::scripts::PASS_ON)), in the background: it is called where a message is delivered or a
+/// [`PASS_ON`](crate::backend::scripts::PASS_ON)), in the background: it is called where a message is delivered or a
 /// registration dropped, neither of which may wait. Without a runtime (or once the store is gone) the wake-up is
 /// dropped, and the other processes' waiters try at their safety poll.
 fn pass_on(store: &Weak<dyn LockStore>, keys: LockKeys) {

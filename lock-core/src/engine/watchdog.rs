@@ -46,7 +46,7 @@ pub(crate) trait Renewable: Send + Sync + 'static {
 /// With a `policy` it renews by it, the first time at `first` (a lock granted with a short lease, by a fair
 /// queue's release, renews at once), then every interval. Without one it extends the lock to `ttl` once, at
 /// `first`, retrying until it succeeds or the validity runs out, and stops (a fair queue's grantee whose lease was
-/// shorter than its TTL, see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+/// shorter than its TTL, see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)).
 pub(crate) fn start(
     target: Weak<dyn Renewable>,
     ttl: Duration,

@@ -8,7 +8,7 @@
 //! - **`at_least_for`** keeps the lock after a short run, so a replica whose timer fires a little late does not run
 //!   the same job again. It is measured **on the Redis server's clock from the start of the run**, so the
 //!   replicas' clocks never enter (ShedLock measures it on each node's clock).
-//! - **The finish is owner-checked** ([`JOB_FINISH`](crate::scripts::JOB_FINISH)): a run that overran never deletes
+//! - **The finish is owner-checked** ([`JOB_FINISH`](crate::backend::scripts::JOB_FINISH)): a run that overran never deletes
 //!   or prolongs the next run's lock (ShedLock's Redis provider does, by default).
 //! - **Per-tick mode** ([`JobLock::run_tick`]): the same scheduled tick (an id the caller derives from the
 //!   scheduled fire time, say `unix_secs / period`) never runs twice, whatever the durations.
@@ -491,7 +491,7 @@ impl JobTarget {
 }
 
 impl JobTarget {
-    /// [`JOB_START`](crate::scripts::JOB_START).
+    /// [`JOB_START`](crate::backend::scripts::JOB_START).
     async fn acquire_on(&self, store: &dyn LockStore, ask: Ask<'_>) -> Result<Grant> {
         let keys = &self.keys[0];
         let ttl = crate::seam::scripts::ttl_millis(ask.ttl).to_string();
@@ -520,7 +520,7 @@ impl JobTarget {
         Ok(grant)
     }
 
-    /// [`JOB_FINISH`](crate::scripts::JOB_FINISH): owner-checked, keeping the lock for `at_least_for`.
+    /// [`JOB_FINISH`](crate::backend::scripts::JOB_FINISH): owner-checked, keeping the lock for `at_least_for`.
     async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let ending = *self.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());

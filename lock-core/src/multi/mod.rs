@@ -2,7 +2,7 @@
 //!
 //! It uses the single lock's keys (`prefix{resource}`, its fencing counter and release channel), so a multi-lock on
 //! {A, B} and a single lock on B exclude each other, and each resource's fencing tokens come from one counter
-//! whichever kind of lock took it. One atomic script ([`MULTI_ACQUIRE`](crate::scripts::MULTI_ACQUIRE)) takes every
+//! whichever kind of lock took it. One atomic script ([`MULTI_ACQUIRE`](crate::backend::scripts::MULTI_ACQUIRE)) takes every
 //! resource or none, so no caller ever holds some while it waits for others, and two callers naming the same
 //! resources in opposite orders cannot deadlock.
 //!

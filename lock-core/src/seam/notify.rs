@@ -5,10 +5,10 @@
 //! at its safety poll ([`RetryPolicy::with_safety_poll`](crate::RetryPolicy::with_safety_poll), 1 s by default).
 //!
 //! No herd, within a process or across processes. A mutex's release names **one** waiting process (the first its
-//! waiters' tries lined up on the server, see [`RELEASE`](crate::scripts::RELEASE)), and that process's hub wakes
+//! waiters' tries lined up on the server, see [`RELEASE`](crate::backend::scripts::RELEASE)), and that process's hub wakes
 //! **one** waiter (the one that has been listening longest). A woken waiter that gives up passes its wake-up on to
 //! the next local waiter; a hub named by a release with no waiter left for it passes the wake-up on to the next
-//! waiting process ([`PASS_ON`](crate::scripts::PASS_ON)), so a wake-up is lost only with a process that died while
+//! waiting process ([`PASS_ON`](crate::backend::scripts::PASS_ON)), so a wake-up is lost only with a process that died while
 //! it was on its way (its waiters' peers then wait for their safety poll, once).
 
 use std::collections::HashMap;
@@ -170,7 +170,7 @@ struct Place {
     /// When the waiter's own loop last ran: peers renew only places whose waiter shows it is still polled, so a
     /// waiter stuck in a future nobody polls loses its place like one whose process died.
     alive: std::time::Instant,
-    /// A release granted this waiter the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+    /// A release granted this waiter the lock (see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)).
     granted: Option<Granted>,
 }
 
@@ -217,7 +217,7 @@ pub(crate) struct Presence {
     pub(crate) listens: bool,
 }
 
-/// Runs [`PASS_ON`](crate::scripts::PASS_ON) for a lock, in the background.
+/// Runs [`PASS_ON`](crate::backend::scripts::PASS_ON) for a lock, in the background.
 pub(crate) type Forward = Box<dyn Fn(LockKeys) + Send + Sync>;
 
 /// How many channels without waiters a hub stays subscribed to (see [`Registry::idle`]).
@@ -263,7 +263,7 @@ impl ReleaseHub {
     }
 
     /// Whether a try on `channel` should line this process up to be woken by the release (see
-    /// [`RELEASE`](crate::scripts::RELEASE)): only while a waiter of ours is registered on it and the server
+    /// [`RELEASE`](crate::backend::scripts::RELEASE)): only while a waiter of ours is registered on it and the server
     /// confirmed the subscription, so that a release that names this process reaches it. A `try_acquire`, a
     /// waiter's first try (before it subscribed) and a waiter that cannot hear releases do not line up: a release
     /// that named them would wake nobody.
@@ -384,8 +384,8 @@ impl ReleaseHub {
     ///
     /// A payload `<origin> <token>` (a fair lock's release) wakes only the waiter holding `token`, if it is ours,
     /// whichever process released; `<origin>+<fence> <token>` (or `<origin>+ <token>`) also tells it that the
-    /// release granted it the lock (see [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)); `<origin>><process>` (a
-    /// mutex's release that names the first waiting process, see [`RELEASE`](crate::scripts::RELEASE)) wakes the
+    /// release granted it the lock (see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)); `<origin>><process>` (a
+    /// mutex's release that names the first waiting process, see [`RELEASE`](crate::backend::scripts::RELEASE)) wakes the
     /// longest-waiting local waiter if `<process>` is this hub, or passes the wake-up on when none is left, and is
     /// ignored by every other hub; a payload `<origin>` wakes the longest-waiting local waiter unless the release
     /// was our own (already woken locally).
@@ -466,7 +466,7 @@ impl ReleaseHub {
 
     /// A waiter woken for a release on `channel` could not use it (its try was blocked by another resource): the
     /// wake-up goes to another local waiter that has not tried since it came, or, with none, to the next waiting
-    /// process ([`PASS_ON`](crate::scripts::PASS_ON), which wakes it only if the lock is free).
+    /// process ([`PASS_ON`](crate::backend::scripts::PASS_ON), which wakes it only if the lock is free).
     pub(crate) fn pass_wake_on(&self, channel: &str) {
         let state = self.channels().get(channel).cloned();
         let passed = state.is_some_and(|state| lock(&state).pass_to_another());

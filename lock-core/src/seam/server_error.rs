@@ -9,7 +9,7 @@
 //! configuration) stays the backend's to map.
 //!
 //! ```
-//! use lock_core::server_error::ServerErrorKind;
+//! use lock_core::backend::server_error::ServerErrorKind;
 //!
 //! let valkey = "ERR ACL failure in script: User locker has no permissions to run the 'incrby' command script: \
 //!               e4b630ca3f4eca507701b11eb4f233603551fa65, on @user_script:1.";

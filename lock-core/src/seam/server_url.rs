@@ -3,7 +3,7 @@
 //! (`RelativeUrlWithoutBase`, fred).
 //!
 //! ```
-//! use lock_core::server_url::check;
+//! use lock_core::backend::server_url::check;
 //! const SCHEMES: &[&str] = &["redis", "rediss"];
 //! assert!(check("redis://:secret@10.0.0.7:6379/2", SCHEMES).is_ok());
 //! let err = check("redis://10.0.0.7:637900", SCHEMES).unwrap_err().to_string();

@@ -36,7 +36,7 @@ pub struct AcquireRequest<'a> {
     /// [`ReplicaAck::check`] to the count; a store without replicas reports 0.
     pub replicas: Option<ReplicaAck>,
     /// When the lock is held: the [`origin`](ReleaseHub::origin) of the hub to wake when it is released (the
-    /// try lines its process up on the server, see [`RELEASE`](crate::scripts::RELEASE)); `None` when the waiter's
+    /// try lines its process up on the server, see [`RELEASE`](crate::backend::scripts::RELEASE)); `None` when the waiter's
     /// process cannot hear releases.
     pub waiting_as: Option<&'a str>,
 }
@@ -227,10 +227,10 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     }
 
     /// Runs one of lock-core's calls: how the primitives beyond the mutex (the job lock, and those to come) reach
-    /// a store. Every [`ScriptStore`](crate::ScriptStore) has it.
+    /// a store. Every [`ScriptStore`](crate::backend::ScriptStore) has it.
     ///
     /// # Errors
-    /// As [`ScriptStore::run`](crate::ScriptStore::run); the default, for a store that is not a Redis client, is
+    /// As [`ScriptStore::run`](crate::backend::ScriptStore::run); the default, for a store that is not a Redis client, is
     /// [`Unsupported`](crate::LockError::Unsupported) (raised before any I/O).
     ///
     /// # Cancel safety

@@ -17,7 +17,7 @@ use crate::seam::notify::ReleaseHub;
 /// A Lua script of lock-core, with its SHA-1 digest (computed once).
 ///
 /// ```
-/// let script = &lock_core::scripts::EXTEND;
+/// let script = &lock_core::backend::scripts::EXTEND;
 /// assert_eq!(script.name(), "extend");
 /// assert_eq!(script.sha1().len(), 40);
 /// assert!(script.body().contains("PEXPIRE"));

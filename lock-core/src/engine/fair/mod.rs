@@ -1,8 +1,8 @@
 //! Waiting in a fair lock's queue (see [`LockOptions::with_fair_queue`]): one place per waiter on the server, kept
 //! by heartbeats, and a wake-up only for the waiter whose turn it is.
 //!
-//! The server decides the order ([`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE)) and hands the lock over
-//! ([`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE) grants it to the live head); this loop only keeps the place,
+//! The server decides the order ([`FAIR_ACQUIRE`](crate::backend::scripts::FAIR_ACQUIRE)) and hands the lock over
+//! ([`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE) grants it to the live head); this loop only keeps the place,
 //! returns a grant it is told of, and otherwise tries when told to. A waiter tries when
 //! - a release names its token as the new head without granting it (the hub wakes only that waiter, in whichever
 //!   process it waits), or announces a grant the waiter cannot count from (see [`Lock::granted`]);
@@ -44,7 +44,7 @@ pub(crate) fn heartbeats_key(keys: &LockKeys) -> String {
 }
 
 /// The key of `keys`' fair-queue grants: token → how a release grants it the lock (see
-/// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+/// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)).
 pub(crate) fn grants_key(keys: &LockKeys) -> String {
     keys.aux(crate::namespace::Aux::Grants)
 }
@@ -57,7 +57,7 @@ pub(crate) struct FairSpec {
     /// `prefix{resource}:heartbeats`: token → expiry of its place, server ms.
     heartbeats: String,
     /// `prefix{resource}:grants`: token → how a release grants it the lock (see
-    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)).
+    /// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)).
     grants: String,
     /// The waiter TTL, and in ms.
     waiter_ttl: Duration,
@@ -82,13 +82,13 @@ impl FairSpec {
     }
 
     /// The lease a release grants a waiter of this queue acquiring with `ttl` (see
-    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE)): never longer than its waiter TTL, so a head that died just
+    /// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)): never longer than its waiter TTL, so a head that died just
     /// before its turn holds the lock no longer than its place would have held up the queue.
     pub(crate) fn lease(&self, ttl: Duration) -> Duration {
         ttl.min(self.waiter_ttl)
     }
 
-    /// [`FAIR_ACQUIRE`](crate::scripts::FAIR_ACQUIRE) of `keys` on one store; `readers` is a read-write lock's
+    /// [`FAIR_ACQUIRE`](crate::backend::scripts::FAIR_ACQUIRE) of `keys` on one store; `readers` is a read-write lock's
     /// readers key, for its writer (whom a release only tells: its grant depends on readers).
     pub(crate) async fn acquire(
         &self,
@@ -179,7 +179,7 @@ impl FairTarget {
         self.fair.acquire(&self.keys[0], None, store, ask).await
     }
 
-    /// [`FAIR_RELEASE`](crate::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
+    /// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
     async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let fair = &self.fair;

@@ -70,7 +70,7 @@ macro_rules! lock_prelude {
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` the waiting processes;
 /// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (decimal, may be empty) the
 /// counter's floor in place of the server's clock (see
-/// [`AcquireRequest::fence_floor`](crate::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
+/// [`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
 /// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up).
 /// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
 /// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). A lock key of another
@@ -753,7 +753,7 @@ pub const MIN_CLUSTER_VERSION: (u32, u32) = (7, 0);
 /// script error at the first lock.
 ///
 /// ```
-/// use lock_core::scripts::require_version;
+/// use lock_core::backend::scripts::require_version;
 /// assert!(require_version("# Server\r\nredis_version:7.0.15\r\n", true).is_ok());
 /// assert!(require_version("redis_version:6.2.14\r\n", true).is_err());
 /// assert!(require_version("redis_version:6.2.14\r\n", false).is_ok());
@@ -783,7 +783,7 @@ pub fn require_version(info: &str, cluster: bool) -> Result<()> {
 }
 
 /// Whether a server error is an ACL refusal, on Redis and Valkey alike (see
-/// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
+/// [`ServerErrorKind::of`](crate::backend::server_error::ServerErrorKind::of)).
 pub fn is_acl_refusal(message: &str) -> bool {
     crate::seam::server_error::ServerErrorKind::of(message) == crate::seam::server_error::ServerErrorKind::AclRefused
 }
@@ -801,7 +801,7 @@ pub fn script_sha(message: &str) -> Option<&str> {
 /// let message = "ERR The user executing the script can't run this command or subcommand script: \
 ///                0123456789012345678901234567890123456789, on @user_script:3.";
 /// let body = "\nlocal x = 1\nreturn redis.call('INCRBY', KEYS[1], 1)\n";
-/// assert_eq!(lock_core::scripts::refused_command(body, message).as_deref(), Some("INCRBY"));
+/// assert_eq!(lock_core::backend::scripts::refused_command(body, message).as_deref(), Some("INCRBY"));
 /// ```
 pub fn refused_command(body: &str, message: &str) -> Option<String> {
     let at = message.find("@user_script:")? + "@user_script:".len();
@@ -815,14 +815,14 @@ pub fn refused_command(body: &str, message: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// The [`AclRefusal`](crate::AclRefusal) an ACL error message describes (see
-/// [`server_error::acl_refusal`](crate::server_error::acl_refusal)).
-pub fn acl_refusal(message: &str) -> crate::AclRefusal {
+/// The [`AclRefusal`](crate::backend::AclRefusal) an ACL error message describes (see
+/// [`server_error::acl_refusal`](crate::backend::server_error::acl_refusal)).
+pub fn acl_refusal(message: &str) -> crate::error::AclRefusal {
     crate::seam::server_error::acl_refusal(message)
 }
 
 /// Whether a server error message is `WRONGTYPE` (from a command or from our scripts; see
-/// [`ServerErrorKind::of`](crate::server_error::ServerErrorKind::of)).
+/// [`ServerErrorKind::of`](crate::backend::server_error::ServerErrorKind::of)).
 pub fn is_wrongtype(message: &str) -> bool {
     crate::seam::server_error::ServerErrorKind::of(message) == crate::seam::server_error::ServerErrorKind::WrongType
 }

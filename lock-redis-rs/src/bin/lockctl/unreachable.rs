@@ -2,7 +2,8 @@
 //! answer, and this one's error is shown for it.
 
 use async_trait::async_trait;
-use lock_redis_rs::lock_core::{Call, LockError, Ran, Result, ScriptStore};
+use lock_redis_rs::lock_core::backend::{Call, Ran, ScriptStore};
+use lock_redis_rs::lock_core::{LockError, Result};
 
 /// Answers every call with the error its connection failed with.
 #[derive(Debug)]
