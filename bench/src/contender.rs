@@ -135,7 +135,11 @@ impl Contender {
 
     /// `lock` (over any stores) with default options except `fencing`.
     pub(crate) fn core_over(name: &str, lock: Lock, fencing: bool) -> Self {
-        let options = LockOptions::new(TTL).with_fencing(fencing);
+        let options = LockOptions::new(TTL).with_fencing_mode(if fencing {
+            lock_core::Fencing::OnAcquire
+        } else {
+            lock_core::Fencing::Off
+        });
         let nested = if fencing { CORE_NESTED } else { CORE_NESTED_NOFENCE };
         Contender { name: name.to_owned(), client: Client::Core { lock, options, draw: false }, nested }
     }

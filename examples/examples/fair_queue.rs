@@ -37,7 +37,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let (name, fair, served) = (resource.clone(), fair.clone(), served.clone());
         pods.push(tokio::spawn(async move {
             let guard = lock.acquire(&name, &fair).await?;
-            println!("  pod {pod} granted, fencing token {:?}", guard.fencing_token().map(|f| f.get()));
+            println!("  pod {pod} granted, fencing token {:?}", guard.fence().await?);
             served.lock().map(|mut s| s.push(pod)).ok();
             tokio::time::sleep(Duration::from_millis(20)).await;
             guard.release().await?;

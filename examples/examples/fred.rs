@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(3));
     let guard = lock.acquire("example:daily-report", &opts).await?;
-    let fence = guard.fencing_token().map(|f| f.get());
+    let fence = guard.fence().await?;
     println!("acquired {:?} (fencing token {fence:?}); pass the token to whatever the lock protects", guard.resource());
 
     // Another store stands in for another process; it waits and is woken by the release notification.
@@ -50,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "the other store got the lock after waiting {:?}, with fencing token {:?}",
             started.elapsed(),
-            guard.fencing_token().map(|f| f.get())
+            guard.fence().await?
         );
         guard.release().await?;
         Ok::<_, LockError>(())

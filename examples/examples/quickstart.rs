@@ -60,12 +60,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             for _ in 0..INCREMENTS {
                 let guard = lock.acquire("quickstart:counter", &options).await?;
                 // Read-modify-write with a pause in the middle: without the lock, workers would lose updates.
+                // The fence is drawn on first use, while the lock is held: it exceeds every earlier holder's.
+                let fence = guard.fence().await?;
                 let current = counter.read();
                 tokio::time::sleep(Duration::from_micros(200)).await;
-                if !counter.write(current + 1, guard.fencing_token()) {
+                if !counter.write(current + 1, Some(fence)) {
                     eprintln!("worker {worker}: write rejected (stale fencing token)");
                 }
-                fences.extend(guard.fencing_token());
+                fences.push(fence);
                 guard.release().await?;
             }
             Ok::<_, lock_core::LockError>((worker, fences))

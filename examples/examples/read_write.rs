@@ -42,8 +42,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     first.release().await?;
     second.release().await?;
     let write = writer.await??;
-    let token = write.fencing_token().map(|t| t.get());
-    println!("the readers left; the writer holds it with fencing token {token:?} and rewrites the config");
+    let token = write.fence().await?;
+    println!("the readers left; the writer holds it with fencing token {token} and rewrites the config");
 
     // Keep reading what we just wrote, without letting another writer in between.
     let read = write.downgrade().await?;

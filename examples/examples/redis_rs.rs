@@ -40,8 +40,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(3));
     let guard = lock.acquire("example:daily-report", &opts).await?;
-    let fence = guard.fencing_token().map(|f| f.get());
-    println!("acquired {:?} (fencing token {fence:?}); pass the token to whatever the lock protects", guard.resource());
+    let fence = guard.fence().await?; // drawn now: one round trip that checks the hold
+    println!("acquired {:?} (fencing token {fence}); pass the token to whatever the lock protects", guard.resource());
 
     // Another store stands in for another process; it waits and is woken by the release notification.
     let other = Lock::new(RedisStore::connect(&url).await?);
@@ -49,9 +49,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let started = Instant::now();
         let guard = other.acquire("example:daily-report", &opts).await?;
         println!(
-            "the other store got the lock after waiting {:?}, with fencing token {:?}",
+            "the other store got the lock after waiting {:?}, with fencing token {}",
             started.elapsed(),
-            guard.fencing_token().map(|f| f.get())
+            guard.fence().await?
         );
         guard.release().await?;
         Ok::<_, LockError>(())
@@ -68,6 +68,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Without fencing, acquire is a plain SET NX PX and no per-resource counter key is created.
     let opts = LockOptions::new(Duration::from_secs(5)).with_fencing(false);
     let guard = lock.try_acquire("example:cache-refresh", &opts).await?.ok_or("cache-refresh is held")?;
-    println!("fencing off: token {:?}; release -> {:?}", guard.fencing_token(), guard.release().await?);
+    println!(
+        "fencing off: fence() says {:?}; release -> {:?}",
+        guard.fence().await.err().map(|e| e.to_string()),
+        guard.release().await?
+    );
     Ok(())
 }

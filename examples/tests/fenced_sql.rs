@@ -14,7 +14,7 @@ async fn fences(n: usize) -> Vec<FencingToken> {
     let mut fences = Vec::new();
     for _ in 0..n {
         let guard = lock.acquire("accounts/alice", &LockOptions::new(Duration::from_secs(5))).await.unwrap();
-        fences.push(guard.fencing_token().expect("fencing is on by default"));
+        fences.push(guard.fence().await.expect("fencing is on by default"));
         guard.release().await.unwrap();
     }
     fences

@@ -22,7 +22,7 @@ pub struct Capabilities {
     /// A guard dropped without [`release`](LockGuard::release) is released promptly in the background (when a
     /// runtime is available); otherwise the lock lives until its TTL.
     pub release_on_drop: bool,
-    /// Acquisitions with fencing on carry [`FencingToken`]s.
+    /// Acquisitions with fencing on carry [`FencingToken`]s ([`LockGuard::fence`]).
     pub fencing: bool,
 }
 
@@ -46,7 +46,7 @@ impl Capabilities {
 ///
 /// let guard = lock.acquire("invoice/42", &opts).await?;
 /// assert!(lock.try_acquire("invoice/42", &opts).await?.is_none());
-/// println!("fencing token {:?}", guard.fencing_token());
+/// println!("fencing token {}", guard.fence().await?);
 /// guard.release().await?;
 /// # Ok(())
 /// # }
@@ -94,27 +94,38 @@ pub trait LockGuard: Send + Sync + Debug {
     /// The owner token of this acquisition.
     fn token(&self) -> &Token;
 
-    /// The fencing token of this acquisition (`None` when fencing was turned off). Pass it to the protected
-    /// resource with every write.
-    fn fencing_token(&self) -> Option<FencingToken>;
-
-    /// The fencing token, drawn now when the acquisition draws it on demand
-    /// ([`Fencing::OnDemand`](crate::Fencing::OnDemand)) and has not yet; otherwise the one drawn with the grant,
-    /// without I/O. The default returns [`fencing_token`](Self::fencing_token).
+    /// The fencing token of this hold: the one drawn with the grant, or, when the acquisition draws it on demand
+    /// ([`Fencing::OnDemand`](crate::Fencing::OnDemand), the default for a lock on one resource and one server),
+    /// drawn now by one round trip that checks the lock still holds this acquisition's token and advances the
+    /// counter in the same step; later calls return the same token without I/O. Pass it to the protected resource
+    /// with every write.
+    ///
+    /// This is the one way to a fence: there is no accessor that answers `None` for "not drawn yet" where code
+    /// written for tokens drawn with the grant would read "fencing is off" and write unfenced (the old
+    /// `fencing_token()`, removed in 0.2, no longer compiles):
+    ///
+    /// ```compile_fail
+    /// # use lock_core::{Lock, LockOptions, MemoryStore};
+    /// # async fn old(lock: Lock) -> lock_core::Result<()> {
+    /// let guard = lock.acquire("x", &LockOptions::new(std::time::Duration::from_secs(1))).await?;
+    /// let fence = guard.fencing_token().expect("fencing is on by default");
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`InvalidArgument`](crate::LockError::InvalidArgument) when the acquisition has no token (fencing off);
-    /// [`Lost`](crate::LockError::Lost) when drawing found the lock no longer ours (no token is drawn then);
-    /// backend errors.
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) when the acquisition has no token (fencing off, or a
+    /// read hold, whose [`epoch`](crate::ReadGuard::epoch) is another thing); [`Lost`](crate::LockError::Lost) when
+    /// drawing found the lock no longer ours (no token is drawn then); backend errors.
     ///
     /// # Cancel safety
     /// Dropping the future may advance the resource's counter without keeping a token; a later call draws another,
     /// still within this hold.
-    async fn fence(&self) -> Result<FencingToken> {
-        self.fencing_token().ok_or_else(|| {
-            crate::LockError::invalid(format!("no fencing token for {:?}: fencing is off", self.resource()))
-        })
-    }
+    async fn fence(&self) -> Result<FencingToken>;
+
+    /// The fencing token if it has been drawn already (with the grant, or by an earlier [`fence`](Self::fence)),
+    /// without I/O: for a log line or a metric. `None` does not mean that fencing is off; code that protects a
+    /// resource calls [`fence`](Self::fence).
+    fn drawn_fence(&self) -> Option<FencingToken>;
 
     /// The monotonic instant until which this holder may trust the lock: `ttl − elapsed − drift`, measured from
     /// before the request that granted (or last extended) it.

@@ -29,7 +29,7 @@
 //! let lock = Lock::new(MemoryStore::new());
 //! let opts = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(2));
 //! let guard = lock.acquire("reports/daily", &opts).await?;
-//! let fence = guard.fencing_token();
+//! let fence = guard.fence().await?; // drawn on first use; pass it to whatever the lock protects
 //! // Do the work; pass `fence` to whatever the lock protects; stop if `guard.is_lost()`.
 //! # let _ = fence;
 //! guard.release().await?;

@@ -59,20 +59,22 @@ pub const MIN_WAITER_TTL: Duration = Duration::from_millis(100);
 pub enum Fencing {
     /// No token: acquire is a plain `SET NX PX`, and no counter is kept.
     Off,
-    /// Drawn by the acquire itself, in the same atomic step and round trip as the grant (the default): the guard
-    /// has its token at once ([`Guard::fencing_token`](crate::Guard::fencing_token)). The grant then costs a
-    /// script with the counter's read, the clock and the increment on the server (about 8 µs of server CPU per
-    /// cycle against 3 µs for `SET NX PX`; see BENCHMARKS.md).
-    #[default]
+    /// Drawn by the acquire itself, in the same atomic step and round trip as the grant: the guard has its token at
+    /// once ([`LockGuard::fence`](crate::LockGuard::fence) answers without I/O). The grant then costs a script with
+    /// the counter's read, the clock and the increment on the server (about 8 µs of server CPU per cycle against 3
+    /// µs for `SET NX PX`; see BENCHMARKS.md).
     OnAcquire,
     /// Drawn only when the holder asks ([`Guard::fence`](crate::Guard::fence), or
-    /// [`LockGuard::fence`](crate::LockGuard::fence)), by one more round trip that checks the lock still holds
-    /// this acquisition's owner token and advances the counter in the same step; later calls return the same
-    /// token without I/O. The acquire is then the plain `SET NX PX` of a lock without fencing: a holder that
-    /// never asks pays nothing for fencing, one that asks pays a round trip more than with [`OnAcquire`](Self::OnAcquire).
-    /// For a single resource on one server (single, Sentinel or Cluster), plain or fair; over Redlock, and for the
-    /// primitives built on the lock (several resources, job, election, semaphore, read-write), the token is drawn
-    /// with the grant as in [`OnAcquire`](Self::OnAcquire), and asking for it returns it at once.
+    /// [`LockGuard::fence`](crate::LockGuard::fence)), by one more round trip that checks the lock still holds this
+    /// acquisition's owner token and advances the counter in the same step; later calls return the same token
+    /// without I/O (the default). It is as safe as a token drawn with the grant: a fence is only drawn while the
+    /// token still holds the key, so it exceeds every earlier holder's. The acquire is the plain `SET NX PX` of a lock
+    /// without fencing: a holder that never asks pays nothing for fencing, one that asks pays a round trip more than
+    /// with [`OnAcquire`](Self::OnAcquire). For a single resource on one server (single, Sentinel or Cluster), plain
+    /// or fair; over Redlock, and for the primitives built on the lock (several resources, job, election,
+    /// semaphore, read-write), the token is drawn with the grant as in [`OnAcquire`](Self::OnAcquire), and asking
+    /// for it returns it at once.
+    #[default]
     OnDemand,
 }
 
@@ -99,7 +101,7 @@ impl Default for LockOptions {
             ttl: Duration::from_secs(10),
             wait: Duration::from_secs(10),
             retry: RetryPolicy::default(),
-            fencing: Fencing::OnAcquire,
+            fencing: Fencing::OnDemand,
             renew: None,
             replicas: None,
             cross_slot: CrossSlot::Reject,
@@ -133,22 +135,23 @@ impl LockOptions {
         self
     }
 
-    /// Turns fencing tokens on (the default, [`Fencing::OnAcquire`]) or off. Off, acquire is a plain `SET NX PX`
-    /// and the backend keeps no per-resource counter.
+    /// Turns fencing tokens on (the default, [`Fencing::OnDemand`]) or off. Off, no token can be drawn and the
+    /// backend keeps no per-resource counter.
     pub fn with_fencing(mut self, on: bool) -> Self {
-        self.fencing = if on { Fencing::OnAcquire } else { Fencing::Off };
+        self.fencing = if on { Fencing::OnDemand } else { Fencing::Off };
         self
     }
 
-    /// Chooses when the fencing token is drawn (see [`Fencing`]): with the grant (the default), only when the
-    /// holder asks for it, or never.
+    /// Chooses when the fencing token is drawn (see [`Fencing`]): when the holder asks for it (the default), with
+    /// the grant, or never.
     ///
     /// ```
     /// use lock_core::{Fencing, LockOptions};
     /// use std::time::Duration;
     ///
-    /// let opts = LockOptions::new(Duration::from_secs(5)).with_fencing_mode(Fencing::OnDemand);
-    /// assert_eq!(opts.fencing_mode(), Fencing::OnDemand);
+    /// assert_eq!(LockOptions::new(Duration::from_secs(5)).fencing_mode(), Fencing::OnDemand);
+    /// let opts = LockOptions::new(Duration::from_secs(5)).with_fencing_mode(Fencing::OnAcquire);
+    /// assert_eq!(opts.fencing_mode(), Fencing::OnAcquire);
     /// assert!(opts.fencing());
     /// ```
     pub fn with_fencing_mode(mut self, mode: Fencing) -> Self {

@@ -17,14 +17,33 @@ use crate::token::FencingToken;
 pub struct LockContext {
     /// The resource name.
     pub resource: String,
-    /// The fencing token to pass to the protected resource (`None` when fencing is off). With
-    /// [`Fencing::OnDemand`] it is drawn before the work starts: the work has no guard to ask later.
+    /// The fencing token to pass to the protected resource (`None` only when fencing is off). Drawn before the work
+    /// starts (with [`Fencing::OnDemand`], the default, by one round trip): the work has no guard to ask later.
     pub fencing_token: Option<FencingToken>,
     /// Turns lost if the lock is lost while the work runs (the work is also cancelled then).
     pub lost: LostSignal,
 }
 
 /// Scoped locking for every [`DistributedLock`], including `dyn DistributedLock`.
+///
+/// Rustdoc marks this trait "not dyn compatible" (its method is generic over the work), and that is fine: you never
+/// hold it as an object. It is implemented for every `DistributedLock`, so it works on the object you do hold: an
+/// `Arc<dyn DistributedLock>` gets `with_lock` through the blanket impl (bring this trait into scope).
+///
+/// ```
+/// use lock_core::{DistributedLock, DistributedLockExt, Lock, LockOptions, MemoryStore};
+/// use std::{sync::Arc, time::Duration};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lock_core::Result<()> {
+/// let lock: Arc<dyn DistributedLock> = Arc::new(Lock::new(MemoryStore::new()));
+/// let fence = lock.with_lock("nightly", &LockOptions::new(Duration::from_secs(5)), |ctx| async move {
+///     ctx.fencing_token
+/// }).await?;
+/// assert!(fence.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait DistributedLockExt: DistributedLock {
     /// Acquires `resource` (waiting up to the options' budget), runs `work` while renewing the lock, and releases
@@ -71,8 +90,10 @@ pub trait DistributedLockExt: DistributedLock {
             None => options.clone().with_auto_renew(RenewPolicy::default()),
         };
         let guard = self.acquire(resource, &options).await?;
+        // The work gets its fence before it starts: drawn now when it is drawn on demand.
         let fencing_token = match options.fencing_mode() {
-            Fencing::OnDemand => match guard.fence().await {
+            Fencing::Off => None,
+            _ => match guard.fence().await {
                 Ok(fence) => Some(fence),
                 Err(err) => {
                     // Released in the background if this is dropped; the error is what the caller needs.
@@ -80,7 +101,6 @@ pub trait DistributedLockExt: DistributedLock {
                     return Err(err);
                 }
             },
-            _ => guard.fencing_token(),
         };
         let lost = guard.lost_signal();
         let ctx = LockContext { resource: resource.to_owned(), fencing_token, lost: lost.clone() };

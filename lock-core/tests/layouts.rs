@@ -32,6 +32,7 @@ async fn each_layout_writes_the_keys_its_library_reads() {
         assert_eq!(guard.keys().lock(), key, "{layout:?}");
         assert_eq!(text(&memory, &["GET", key]).as_deref(), Some(guard.token().as_str()), "{layout:?}");
         assert_eq!(guard.keys().fence(), fence, "{layout:?}: the counter shares the lock key's slot");
+        guard.fence().await.unwrap();
         assert!(text(&memory, &["GET", fence]).is_some(), "{layout:?}: no fence drawn");
         // Another holder's token at that key holds the lock.
         let other = Lock::new(memory.clone()).with_layout(layout.clone());
@@ -76,7 +77,7 @@ async fn redissons_layout_keeps_a_hold_count_and_its_token_counter() {
     assert_eq!(memory.command(&["HGET", "orders", &field]), Some(Reply::Bulk(b"1".to_vec())));
     let pttl = memory.command(&["PTTL", "orders"]).and_then(|r| r.as_int()).unwrap();
     assert!((1..=5_000).contains(&pttl), "{pttl}");
-    let fence = guard.fencing_token().unwrap().get();
+    let fence = guard.fence().await.ok().unwrap().get();
     assert!(fence > 41, "the token is not above Redisson's: {fence}");
     assert_eq!(text(&memory, &["GET", "redisson_lock_token:{orders}"]), Some(fence.to_string()));
     // A Redisson holder (another field) holds it; a name with `{` follows Redisson's rule for the counter.

@@ -286,7 +286,8 @@ fn a_lock_deleted_while_held_is_reported_as_such_not_as_an_overrun() {
     seen.capture(|| {
         run(async {
             let lock = Lock::new(MemoryStore::new());
-            let guard = lock.acquire("ledger-3", &LockOptions::new(ms(30_000))).await.unwrap();
+            let eager = LockOptions::new(ms(30_000)).with_fencing_mode(lock_core::Fencing::OnAcquire);
+            let guard = lock.acquire("ledger-3", &eager).await.unwrap();
             assert!(lock.force_release("ledger-3").await.unwrap().released());
             assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::AlreadyExpired);
             let both = lock.acquire_all(&["a-1", "a-2"], &LockOptions::new(ms(30_000))).await.unwrap();

@@ -11,7 +11,7 @@
 //! let lock = Lock::new(store);
 //! let opts = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(2));
 //! let guard = lock.acquire("reports/daily", &opts).await?;
-//! let fence = guard.fencing_token();
+//! let fence = guard.fence().await?;
 //! // ... do the work, passing `fence` to the resource the lock protects ...
 //! # let _ = fence;
 //! guard.release().await?;

@@ -41,9 +41,8 @@ fn keys(name: &str) -> LockKeys {
     LockKeys::new("wlp:", name).unwrap_or_else(|err| panic!("keys: {err}"))
 }
 
-#[track_caller]
-fn fence_of(guard: &lock_fred::lock_core::Guard) -> u64 {
-    guard.fencing_token().map(|f| f.get()).unwrap_or_else(|| panic!("fencing is on by default"))
+async fn fence_of(guard: &lock_fred::lock_core::Guard) -> u64 {
+    guard.fence().await.map(|f| f.get()).unwrap_or_else(|err| panic!("no fence: {err}"))
 }
 
 fn is_fred_source(err: &LockError) -> bool {
@@ -59,7 +58,7 @@ async fn noscript_after_script_flush_is_invisible() {
 
     command(&server, &["SCRIPT", "FLUSH"]);
     let guard = lock.acquire("flush", &opts).await.unwrap_or_else(|err| panic!("acquire after flush: {err:?}"));
-    let first = fence_of(&guard);
+    let first = fence_of(&guard).await;
     command(&server, &["SCRIPT", "FLUSH"]);
     guard.extend(ms(5_000)).await.unwrap_or_else(|err| panic!("extend after flush: {err:?}"));
     command(&server, &["SCRIPT", "FLUSH"]);
@@ -69,7 +68,7 @@ async fn noscript_after_script_flush_is_invisible() {
     );
     command(&server, &["SCRIPT", "FLUSH"]);
     let again = lock.acquire("flush", &opts).await.unwrap_or_else(|err| panic!("second acquire after flush: {err:?}"));
-    assert!(fence_of(&again) > first);
+    assert!(fence_of(&again).await > first);
     again.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
 
     // Proof that the flushes bit: each of the four script calls after a flush had to send its body with EVAL.
@@ -87,7 +86,7 @@ async fn fence_after_restart_exceeds_fence_before() {
     let mut before = 0;
     for _ in 0..3 {
         let guard = lock.acquire("restart", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
-        before = before.max(fence_of(&guard));
+        before = before.max(fence_of(&guard).await);
         guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
     }
 
@@ -97,7 +96,7 @@ async fn fence_after_restart_exceeds_fence_before() {
     // The wait budget covers the reconnect: transient errors are retried like contention.
     let started = Instant::now();
     let guard = lock.acquire("restart", &opts).await.unwrap_or_else(|err| panic!("acquire after restart: {err:?}"));
-    let after = fence_of(&guard);
+    let after = fence_of(&guard).await;
     println!("fence before restart {before}, after {after}, reconnected in {:?}", started.elapsed());
     assert!(after > before, "fence went back from {before} to {after}");
     guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
@@ -111,7 +110,10 @@ async fn wrongtype_is_typed_and_names_the_key() {
     let server = server();
     let store = store(&server).await;
     let lock = Lock::new(store.clone());
-    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
+    // Drawn with the grant: the fenced acquire script reads the counter.
+    let opts = LockOptions::new(ms(5_000))
+        .with_wait(Duration::ZERO)
+        .with_fencing_mode(lock_fred::lock_core::Fencing::OnAcquire);
     let token = Token::generate();
 
     let hash = keys("hash");
@@ -232,8 +234,10 @@ async fn one_lock_cycle_is_two_evalsha() {
 
     let server = server();
     let lock = Lock::new(store(&server).await);
-    // Warm up: the first call on a fresh server loads the scripts.
-    let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO);
+    // Warm up: the first call on a fresh server loads the scripts. The fence drawn with the grant: two scripts.
+    let opts = LockOptions::new(ms(5_000))
+        .with_wait(Duration::ZERO)
+        .with_fencing_mode(lock_fred::lock_core::Fencing::OnAcquire);
     for name in ["warm", "warm"] {
         let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
         guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
@@ -242,7 +246,7 @@ async fn one_lock_cycle_is_two_evalsha() {
     command(&server, &["CONFIG", "RESETSTAT"]);
     for i in 0..CYCLES {
         let guard = lock.acquire(&format!("cycle-{i}"), &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
-        assert!(guard.fencing_token().is_some());
+        assert!(guard.fence().await.ok().is_some());
         assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("release: {err:?}")), ReleaseOutcome::Released);
     }
     let calls = command_calls(&server);
@@ -264,7 +268,8 @@ async fn waiting_acquire_cycle_round_trips() {
     const CYCLES: u64 = 100;
     let server = server();
     let lock = Lock::new(store(&server).await);
-    let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000));
+    let opts =
+        LockOptions::new(ms(5_000)).with_wait(ms(5_000)).with_fencing_mode(lock_fred::lock_core::Fencing::OnAcquire);
     let warm = lock.acquire("warm", &opts).await.unwrap_or_else(|err| panic!("acquire: {err:?}"));
     warm.release().await.unwrap_or_else(|err| panic!("release: {err:?}"));
 
@@ -460,7 +465,11 @@ async fn a_callers_pool_without_a_timeout_keeps_the_stores_bound() {
     let lock = Lock::new(store).with_operation_timeout(Duration::from_secs(30));
     for fencing in [true, false] {
         proxy.blackhole(false);
-        let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO).with_fencing(fencing);
+        let opts = LockOptions::new(ms(5_000)).with_wait(Duration::ZERO).with_fencing_mode(if fencing {
+            lock_fred::lock_core::Fencing::OnAcquire
+        } else {
+            lock_fred::lock_core::Fencing::Off
+        });
         let warm = lock.try_acquire("unbounded-warm", &opts).await.expect("acquire").expect("free");
         assert_eq!(warm.release().await.expect("release"), ReleaseOutcome::Released);
         proxy.blackhole(true);

@@ -21,7 +21,13 @@ async fn acknowledged_grants_are_on_the_replica_and_a_shortfall_is_given_back() 
         FredStoreBuilder::from_url(&primary.url()).unwrap().with_command_timeout(ms(3_000)).connect().await.unwrap();
     let lock = Lock::new(store);
     for fencing in [true, false] {
-        let opts = LockOptions::new(ms(10_000)).with_fencing(fencing).with_replica_ack(ReplicaAck::new(1, ms(1_000)));
+        let opts = LockOptions::new(ms(10_000))
+            .with_fencing_mode(if fencing {
+                lock_fred::lock_core::Fencing::OnAcquire
+            } else {
+                lock_fred::lock_core::Fencing::Off
+            })
+            .with_replica_ack(ReplicaAck::new(1, ms(1_000)));
         let g = lock.try_acquire(&format!("acked-{fencing}"), &opts).await.unwrap().expect("free");
         let on_replica = replica.command(&["GET", g.keys().lock()]).unwrap();
         assert_eq!(on_replica, Reply::Bulk(Some(g.token().as_str().as_bytes().to_vec())), "fencing={fencing}");

@@ -159,8 +159,10 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                 };
                 plans.lock().unwrap().next.entry(usize::from(c)).or_default().push_back(fault);
                 let lock = locks[usize::from(c)].clone();
-                client.attempt =
-                    Some(tokio::spawn(async move { lock.try_acquire("replay", &LockOptions::new(TTL)).await }));
+                client.attempt = Some(tokio::spawn(async move {
+                    lock.try_acquire("replay", &LockOptions::new(TTL).with_fencing_mode(lock_core::Fencing::OnAcquire))
+                        .await
+                }));
                 assert!(client.request.wait_arrivals(1, Duration::from_secs(10)).await, "the acquire never came");
             }
             Action::Apply(c) => {
@@ -197,7 +199,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                 let Some((guard, _)) = client.guard.as_ref().filter(|(g, _)| Instant::now() < g.valid_until()) else {
                     continue;
                 };
-                let fence = guard.fencing_token().expect("fencing is on by default");
+                let fence = guard.fence().await.expect("fencing is on by default");
                 let read = match resource {
                     Resource::Fenced => match fenced.get(fence, DATA).await {
                         Ok(value) => value,
@@ -216,7 +218,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
             Action::Write(c) => {
                 let client = &mut clients[usize::from(c)];
                 let (Some(read), Some((guard, _))) = (client.read.take(), client.guard.as_ref()) else { continue };
-                let fence = guard.fencing_token().expect("fencing is on by default");
+                let fence = guard.fence().await.expect("fencing is on by default");
                 let value = (read + 1).to_string();
                 let written = match resource {
                     Resource::Fenced => match fenced.set(fence, DATA, &value).await {
@@ -236,7 +238,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
                 let client = &mut clients[usize::from(c)];
                 client.read = None;
                 if let Some((guard, since)) = client.guard.take() {
-                    checker.record(Hold { owner: format!("client {c}"), ..Hold::of(&guard, since) });
+                    checker.record(Hold { owner: format!("client {c}"), ..Hold::as_drawn(&guard, since) });
                     let _ = guard.release().await;
                 }
             }
@@ -265,7 +267,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
     }
     for client in &mut clients {
         if let Some((guard, since)) = client.guard.take() {
-            checker.record(Hold::of(&guard, since));
+            checker.record(Hold::as_drawn(&guard, since));
         }
     }
     let report = checker.report();

@@ -171,7 +171,10 @@ async fn replay(config: RedlockConfig, actions: &[Action]) -> Replayed {
                     instances[n].plans.lock().unwrap().acquire.entry(usize::from(c)).or_default().push_back(fault);
                 }
                 let lock = locks[usize::from(c)].clone();
-                let task = tokio::spawn(async move { lock.try_acquire("replay", &LockOptions::new(TTL)).await });
+                let task = tokio::spawn(async move {
+                    lock.try_acquire("replay", &LockOptions::new(TTL).with_fencing_mode(lock_core::Fencing::OnAcquire))
+                        .await
+                });
                 for gate in &request {
                     assert!(gate.wait_arrivals(1, WITHIN).await, "an acquire never left");
                 }
@@ -251,7 +254,7 @@ async fn replay(config: RedlockConfig, actions: &[Action]) -> Replayed {
             Action::DropOrphan(_) => {}
             Action::Release(c) => {
                 if let Some((guard, since)) = clients[usize::from(c)].guard.take() {
-                    checker.record(Hold { owner: format!("client {c}"), ..Hold::of(&guard, since) });
+                    checker.record(Hold { owner: format!("client {c}"), ..Hold::as_drawn(&guard, since) });
                     let _ = guard.release().await;
                 }
             }
@@ -259,7 +262,7 @@ async fn replay(config: RedlockConfig, actions: &[Action]) -> Replayed {
     }
     for (c, client) in clients.iter_mut().enumerate() {
         if let Some((guard, since)) = client.guard.take() {
-            checker.record(Hold { owner: format!("client {c}"), ..Hold::of(&guard, since) });
+            checker.record(Hold { owner: format!("client {c}"), ..Hold::as_drawn(&guard, since) });
         }
     }
     let write_backs = instances
@@ -274,7 +277,7 @@ async fn finish(client: &mut Client, fences: &mut Vec<u64>) -> bool {
     let attempt = client.attempt.take().expect("an attempt in flight");
     match attempt.task.await.unwrap() {
         Ok(Some(guard)) => {
-            fences.push(guard.fencing_token().expect("fencing is on by default").get());
+            fences.push(guard.fence().await.expect("fencing is on by default").get());
             client.guard = Some((guard, Instant::now()));
             true
         }

@@ -15,7 +15,7 @@
 //! let lock = Lock::new(store);
 //! let options = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(5));
 //! let guard = lock.acquire("reports/daily", &options).await?;
-//! let fence = guard.fencing_token(); // pass it to what the lock protects
+//! let fence = guard.fence().await?; // drawn on first use; pass it to what the lock protects
 //! // ... work; stop if `guard.is_lost()` ...
 //! # let _ = fence;
 //! guard.release().await?;

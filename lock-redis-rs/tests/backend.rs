@@ -19,8 +19,10 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Options whose acquire draws the fence with the grant (the fenced acquire script these cases count and break);
+/// the default draws it on demand (`the_default_lock_cycle_is_set_and_one_script`).
 fn opts(ttl_ms: u64, wait_ms: u64) -> LockOptions {
-    LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms))
+    LockOptions::new(ms(ttl_ms)).with_wait(ms(wait_ms)).with_fencing_mode(lock_core::Fencing::OnAcquire)
 }
 
 fn start() -> RedisServer {
@@ -42,8 +44,8 @@ fn command_calls(server: &RedisServer) -> BTreeMap<String, u64> {
     server.command_calls().expect("INFO commandstats")
 }
 
-fn fence(guard: &lock_redis_rs::lock_core::Guard) -> FencingToken {
-    guard.fencing_token().expect("fencing is on")
+async fn fence(guard: &lock_redis_rs::lock_core::Guard) -> FencingToken {
+    guard.fence().await.expect("fencing is on")
 }
 
 /// `SCRIPT FLUSH` before acquire, extend and release: each gets `NOSCRIPT`, falls back to `EVAL` and succeeds.
@@ -72,7 +74,7 @@ async fn fence_keeps_increasing_across_a_restart_without_persistence() {
     let mut server = start();
     let lock = Lock::new(connect(&server).await);
     let first = lock.try_acquire("restart", &opts(5_000, 0)).await.expect("acquire").expect("free");
-    let f1 = fence(&first);
+    let f1 = fence(&first).await;
     assert_eq!(first.release().await.expect("release"), ReleaseOutcome::Released);
 
     server.restart().expect("restart");
@@ -81,7 +83,7 @@ async fn fence_keeps_increasing_across_a_restart_without_persistence() {
 
     // The pooled connection died with the old process; a waiting acquire retries past that one failure.
     let second = lock.acquire("restart", &opts(5_000, 3_000)).await.expect("acquire after restart");
-    let f2 = fence(&second);
+    let f2 = fence(&second).await;
     assert!(f2 > f1, "fence went backwards across a restart: {f1} then {f2}");
     assert_eq!(second.release().await.expect("release"), ReleaseOutcome::Released);
 }
@@ -154,7 +156,7 @@ async fn foreign_key_types_are_wrongtype() {
     assert_eq!(command(&server, &["EXISTS", keys.lock()]), Reply::Int(0));
     // With fencing off the counter is not read, so the lock works.
     let guard = lock.try_acquire("counted", &opts(5_000, 0).with_fencing(false)).await.expect("acquire").expect("free");
-    assert_eq!(guard.fencing_token(), None);
+    assert_eq!(guard.fence().await.ok(), None);
     assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
 }
 
@@ -289,7 +291,7 @@ async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
             assert!(t0.elapsed() < freed_within, "{name} still locked {freed_within:?} after the cancellations");
             tokio::time::sleep(ms(10)).await;
         };
-        last_fence.insert(name.clone(), fence(&guard));
+        last_fence.insert(name.clone(), fence(&guard).await);
         // Replies stay matched to their requests: a stale reply would be the wrong shape or the wrong outcome.
         guard.extend(ms(5_000)).await.expect("extend");
         assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
@@ -299,7 +301,7 @@ async fn cancelled_commands_leave_no_lock_and_no_stale_reply() {
     }
     for name in &names {
         let guard = lock.try_acquire(name, &opts(5_000, 0)).await.expect("acquire").expect("free");
-        assert!(fence(&guard) > last_fence[name], "fences must keep increasing");
+        assert!(fence(&guard).await > last_fence[name], "fences must keep increasing");
         assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
     }
 }
@@ -342,7 +344,7 @@ async fn two_round_trips_per_uncontended_lock_cycle() {
     let seen = monitored(&server, async {
         for _ in 0..100 {
             let guard = lock.try_acquire("rt", &o).await.expect("acquire").expect("free");
-            assert!(guard.fencing_token().is_some());
+            assert!(guard.fence().await.ok().is_some());
             assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
         }
     })
@@ -373,6 +375,32 @@ async fn two_round_trips_per_uncontended_lock_cycle() {
         *by_name.entry(name).or_default() += 1;
     }
     assert_eq!(by_name, BTreeMap::from([("evalsha", 100), ("set", 100)]), "SET NX PX + release script");
+
+    // The default, a fence drawn on demand: the same two round trips for a holder that never asks, and one more
+    // (the `fence` script) for one that does.
+    let o = LockOptions::new(ms(5_000));
+    // Warm up the fence script (the first call of a script on a server loads it).
+    lock.try_acquire("rt", &o).await.expect("acquire").expect("free").fence().await.expect("fence");
+    tokio::time::sleep(ms(50)).await;
+    for ask in [false, true] {
+        command(&server, &["CONFIG", "RESETSTAT"]);
+        let seen = monitored(&server, async {
+            for _ in 0..100 {
+                let guard = lock.try_acquire("rt", &o).await.expect("acquire").expect("free");
+                if ask {
+                    guard.fence().await.expect("fence");
+                }
+                assert_eq!(guard.release().await.expect("release"), ReleaseOutcome::Released);
+            }
+        })
+        .await;
+        let mut by_name: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, name) in &seen {
+            *by_name.entry(name).or_default() += 1;
+        }
+        let scripts = if ask { 200 } else { 100 };
+        assert_eq!(by_name, BTreeMap::from([("evalsha", scripts), ("set", 100)]), "default, fence asked: {ask}");
+    }
 }
 
 /// The same cycles through `Lock::acquire` with a wait budget: an uncontended waiting acquire is still one round

@@ -71,12 +71,12 @@ enum Held {
 }
 
 impl Held {
-    fn fence(&self) -> Option<FencingToken> {
+    async fn fence(&self) -> Option<FencingToken> {
         match self {
-            Held::Lock(g) => g.fencing_token(),
-            Held::Permit(p) => p.fencing_token(),
+            Held::Lock(g) => g.fence().await.ok(),
+            Held::Permit(p) => p.fence().await.ok(),
             Held::Read(_) => None,
-            Held::Write(w) => w.fencing_token(),
+            Held::Write(w) => w.fence().await.ok(),
             Held::Leader(l) => Some(l.term()),
         }
     }
@@ -154,7 +154,7 @@ async fn work(worker: String) {
         };
         let acquired_ns = monotonic_nanos();
         holds += 1;
-        let fence = held.fence();
+        let fence = held.fence().await;
         let mut write = "none".to_owned();
         if mode == "exclusive" {
             if let Some(fence) = fence {

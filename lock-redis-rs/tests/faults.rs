@@ -83,10 +83,10 @@ async fn fenced_increment(
 ) -> Result<WriteOutcome, LockError> {
     let g = lock.acquire(resource, opts).await?;
     let start = Instant::now();
-    let fence = g.fencing_token().map_or(0, |f| f.get());
+    let fence = g.fence().await.ok().map_or(0, |f| f.get());
     let value = counter.read().unwrap();
     let outcome = counter.write(fence, value, value + 1).unwrap();
-    checker.record(Hold::of(&g, start));
+    checker.record(Hold::of(&g, start).await);
     let _ = g.release().await;
     Ok(outcome)
 }
@@ -200,9 +200,13 @@ fn worker_entry() {
     runtime().block_on(async move {
         let lock = single(&env(URL)).await;
         let mut history = Recorder::open(&dir, id).unwrap();
-        let opts = LockOptions::new(ttl).with_wait(ms(10_000)).with_fencing(fencing);
+        let opts = LockOptions::new(ttl).with_wait(ms(10_000)).with_fencing_mode(if fencing {
+            lock_core::Fencing::OnAcquire
+        } else {
+            lock_core::Fencing::Off
+        });
         let g = lock.acquire("faults:holder", &opts).await.unwrap();
-        let fence = g.fencing_token().map_or(0, |f| f.get());
+        let fence = g.fence().await.ok().map_or(0, |f| f.get());
         history
             .record(EventKind::Acquired {
                 token: g.token().to_string(),
@@ -306,10 +310,14 @@ fn case04_paused_holder_is_told_and_its_late_write_is_rejected() {
         spawned.worker.pause();
         runtime().block_on(async {
             let lock = single(&server.url()).await;
-            let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000)).with_fencing(fencing);
+            let opts = LockOptions::new(ms(5_000)).with_wait(ms(5_000)).with_fencing_mode(if fencing {
+                lock_core::Fencing::OnAcquire
+            } else {
+                lock_core::Fencing::Off
+            });
             let mut counter = oracle.client().unwrap();
             let g = lock.acquire("faults:holder", &opts).await.unwrap();
-            let fence = g.fencing_token().map_or(0, |f| f.get());
+            let fence = g.fence().await.ok().map_or(0, |f| f.get());
             let value = counter.read().unwrap();
             assert_eq!(counter.write(fence, value, value + 1).unwrap(), WriteOutcome::Accepted);
             // Hold on while the paused one wakes up and tries its write.
@@ -535,14 +543,14 @@ fn case08_restart_without_persistence_inside_quorum() {
         let now = Instant::now();
         checker.record(Hold {
             owner: "first".into(),
-            fence: first.fencing_token().map(|f| f.get()),
+            fence: first.drawn_fence().map(|f| f.get()),
             start: now - ms(400),
             end: first.valid_until(),
         });
         if let Some(second) = &second {
             checker.record(Hold {
                 owner: "second".into(),
-                fence: second.fencing_token().map(|f| f.get()),
+                fence: second.drawn_fence().map(|f| f.get()),
                 start: now,
                 end: second.valid_until(),
             });
@@ -823,7 +831,7 @@ fn case14_soak_random_faults_zero_fenced_safety_violations() {
                         }
                     };
                     let token = g.token().to_string();
-                    let fence = g.fencing_token().map_or(0, |f| f.get());
+                    let fence = g.fence().await.ok().map_or(0, |f| f.get());
                     let valid_until = instant_nanos(g.valid_until());
                     history.record(EventKind::Acquired { token: token.clone(), fence, valid_until }).unwrap();
                     let value = counter.read().unwrap();
@@ -983,7 +991,7 @@ fn case17_job_and_multi_fences_increase_across_a_restart_without_persistence() {
             };
             let set = lock.try_acquire_all(&["case17-a", "case17-b"], &LockOptions::new(ms(2_000))).await.unwrap();
             let set = set.expect("free");
-            let fences: Vec<u64> = set.fencing_tokens().iter().map(|(_, f)| f.unwrap().get()).collect();
+            let fences: Vec<u64> = set.fences().iter().map(|(_, f)| f.unwrap().get()).collect();
             set.release().await.unwrap();
             (job, fences)
         })
@@ -1264,7 +1272,7 @@ fn case22_fair_waiter_whose_grant_replies_are_lost_gets_the_same_grant() {
         let waiter = Lock::from_arc(store_with_timeout(&proxies[0].url(), ms(200)).await);
         let fair = |wait: u64| LockOptions::new(ms(10_000)).with_wait(ms(wait)).with_fair_queue(ms(20_000));
         let holder = direct.try_acquire(FAIR_RESOURCE, &fair(0)).await.unwrap().unwrap();
-        let before = holder.fencing_token().unwrap().get();
+        let before = holder.fence().await.ok().unwrap().get();
         let waiting = tokio::spawn(async move { waiter.acquire(FAIR_RESOURCE, &fair(8_000)).await });
         until_queued(&direct, 1).await;
         proxies[0].drop_replies(true);
@@ -1279,7 +1287,7 @@ fn case22_fair_waiter_whose_grant_replies_are_lost_gets_the_same_grant() {
         tokio::time::sleep(ms(500)).await;
         proxies[0].drop_replies(false);
         let guard = waiting.await.unwrap().expect("the waiter gets the grant it was given");
-        let fence = guard.fencing_token().unwrap().get();
+        let fence = guard.fence().await.ok().unwrap().get();
         let counter: u64 = server_text(&servers[0], &["GET", keys.fence()]).parse().unwrap();
         assert_eq!(fence, counter, "the lost grants moved the counter more than once");
         assert!(fence > before);
@@ -1319,7 +1327,12 @@ impl Held {
     async fn take(primitive: &str, lock: &Lock, id: u32, ttl: Duration) -> Held {
         let opts = LockOptions::new(ttl).with_wait(ms(60_000));
         match primitive {
-            "lock" => Held::Lock(lock.acquire(LOCK_SET_NAME, &opts).await.unwrap()),
+            "lock" => {
+                let guard = lock.acquire(LOCK_SET_NAME, &opts).await.unwrap();
+                // Drawn on demand, right away: the holder's writes below carry it.
+                guard.fence().await.unwrap();
+                Held::Lock(guard)
+            }
             "semaphore" => {
                 let sem = lock_core::Semaphore::new(lock.clone(), LOCK_SET_NAME, 1).unwrap();
                 Held::Permit(sem.acquire(1, &opts).await.unwrap())
@@ -1353,8 +1366,8 @@ impl Held {
 
     fn fence(&self) -> lock_core::FencingToken {
         match self {
-            Held::Lock(g) => g.fencing_token().unwrap(),
-            Held::Permit(p) => p.fencing_token().unwrap(),
+            Held::Lock(g) => g.drawn_fence().unwrap(),
+            Held::Permit(p) => p.drawn_fence().unwrap(),
             Held::Leader(l) => l.term(),
         }
     }

@@ -189,6 +189,6 @@ async fn sentinel_data_nodes_with_an_acl_user() {
     let lock = Lock::new(store);
     let guard = lock.try_acquire("behind-sentinel", &LockOptions::default()).await;
     let guard = guard.unwrap_or_else(|err| panic!("acquire: {err:?}")).unwrap_or_else(|| panic!("free"));
-    assert!(guard.fencing_token().is_some());
+    assert!(guard.fence().await.ok().is_some());
     assert_eq!(guard.release().await.unwrap_or_else(|err| panic!("{err:?}")), ReleaseOutcome::Released);
 }

@@ -181,7 +181,7 @@ async fn fencing_tokens_increase_under_contention_and_instance_kills() {
                     let g = lock.acquire("fencing-kills", &opts).await.unwrap();
                     let start = Instant::now();
                     tokio::task::yield_now().await;
-                    checker.record(Hold::of(&g, start));
+                    checker.record(Hold::of(&g, start).await);
                     let _ = g.release().await;
                 }
             })

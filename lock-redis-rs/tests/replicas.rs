@@ -35,7 +35,9 @@ async fn an_acknowledged_grant_is_on_the_replica_when_acquire_returns() {
     let (primary, replica) = pair();
     let lock = Lock::new(store(&primary).await);
     for fencing in [true, false] {
-        let opts = LockOptions::new(ms(10_000)).with_fencing(fencing).with_replica_ack(ack(1_000));
+        let opts = LockOptions::new(ms(10_000))
+            .with_fencing_mode(if fencing { lock_core::Fencing::OnAcquire } else { lock_core::Fencing::Off })
+            .with_replica_ack(ack(1_000));
         let g = lock.try_acquire(&format!("acked-{fencing}"), &opts).await.unwrap().expect("free");
         let on_replica = replica.command(&["GET", g.keys().lock()]).unwrap();
         assert_eq!(on_replica, Reply::Bulk(Some(g.token().as_str().as_bytes().to_vec())), "fencing={fencing}");

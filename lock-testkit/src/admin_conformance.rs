@@ -49,6 +49,8 @@ pub async fn inspect_shows_holder_ttl_fence_and_label(s: &Subject) {
 
     let opts = LockOptions::new(ms(5_000)).with_holder_label(label("worker 7 pid 12"));
     let guard = ok(lock.acquire(&r, &opts).await, "acquire");
+    // Drawn on demand (the default) before the inspection, which reads the counter.
+    let fence = guard.fence().await.ok().map(|f| f.get());
     let seen = ok(lock.inspect(&r).await, "inspect a held lock");
     let holder = some(seen.holder().cloned(), "inspect a held lock");
     assert_eq!(holder.label.as_deref(), Some("worker 7 pid 12"));
@@ -57,7 +59,6 @@ pub async fn inspect_shows_holder_ttl_fence_and_label(s: &Subject) {
     assert!(guard.token().as_str().starts_with(&owner), "owner id {owner} is not a prefix of {}", guard.token());
     let ttl = some(holder.ttl, "the holder's TTL");
     assert!(ttl <= ms(5_000) && ttl > ms(3_000), "remaining TTL {ttl:?} of a lock taken for 5 s");
-    let fence = guard.fencing_token().map(|f| f.get());
     assert!(fence.is_some(), "fencing is on by default");
     assert_eq!(seen.fence(), fence, "the counter an inspection reads is the token the guard got");
 
@@ -124,7 +125,7 @@ pub async fn force_release_frees_wakes_and_keeps_the_fence(s: &Subject) {
     assert!(forced.released(), "the forced release found nothing to free: {forced:?}");
     let previous = some(forced.previous().next().cloned(), "the freed holder");
     assert_eq!(previous.label.as_deref(), Some("stuck job"));
-    assert!(next.fencing_token() > stuck.fencing_token(), "the next holder's fencing token is not higher");
+    assert!(next.fence().await.ok() > stuck.fence().await.ok(), "the next holder's fencing token is not higher");
     assert!(stuck.extend(ms(30_000)).await.is_err(), "the freed holder extended the next holder's lock");
     assert_eq!(ok(stuck.release().await, "the freed holder's release"), ReleaseOutcome::OwnedByOther);
     assert!(ok(lock.inspect(&r).await, "inspect").is_held(), "the freed holder's release touched the next lock");
@@ -201,7 +202,7 @@ pub async fn force_release_hands_a_fair_lock_to_the_head(s: &Subject) {
     let (head, forced_at) = futures_util::future::join(head, force).await;
     let head = ok(head, "the head's acquire");
     assert!(forced_at.elapsed() < ms(2_000), "the head was not woken by the forced release");
-    assert!(head.fencing_token() > stuck.fencing_token());
+    assert!(head.fence().await.ok() > stuck.fence().await.ok());
     ok(head.release().await, "release");
     drop(stuck);
 }
@@ -587,11 +588,11 @@ pub async fn every_primitive_fences_alike(s: &Subject) {
                 Fencing::Off => {
                     let drawn = guard.fence().await;
                     assert!(matches!(drawn, Err(LockError::InvalidArgument { .. })), "{what}: fence() off: {drawn:?}");
-                    guard.fencing_token()
+                    guard.fence().await.ok()
                 }
                 _ => {
                     let drawn = ok(guard.fence().await, "fence");
-                    assert_eq!(guard.fencing_token(), Some(drawn), "{what}: the guard keeps the token it drew");
+                    assert_eq!(guard.fence().await.ok(), Some(drawn), "{what}: the guard keeps the token it drew");
                     Some(drawn)
                 }
             };
@@ -608,12 +609,12 @@ pub async fn every_primitive_fences_alike(s: &Subject) {
         let o = opts(mode).with_cross_slot(lock_core::CrossSlot::Ordered);
         let guard = ok(lock.acquire_all(&names, &o).await, "acquire_all");
         for (name, last) in names.iter().zip(&mut last) {
-            check("multi-lock", mode, guard.fencing_token(name), last);
+            check("multi-lock", mode, guard.fence_of(name), last);
         }
         assert!(ok(guard.release().await, "release").all_released());
     }
     let guard = ok(lock.acquire(names[0], &opts(Fencing::OnAcquire)).await, "lock on a multi-lock's resource");
-    check("lock after the multi-lock", Fencing::OnAcquire, guard.fencing_token(), &mut last[0]);
+    check("lock after the multi-lock", Fencing::OnAcquire, guard.fence().await.ok(), &mut last[0]);
     ok(guard.release().await, "release");
 
     // An election's terms, then a lock on its name.
@@ -628,7 +629,7 @@ pub async fn every_primitive_fences_alike(s: &Subject) {
         ok(leader.resign().await, "resign");
     }
     let guard = ok(lock.acquire(&r, &opts(Fencing::OnAcquire)).await, "lock on an election's name");
-    check("lock after the election", Fencing::OnAcquire, guard.fencing_token(), &mut last);
+    check("lock after the election", Fencing::OnAcquire, guard.fence().await.ok(), &mut last);
     ok(guard.release().await, "release");
 
     // A job's runs: fencing on or off, by its options.
@@ -658,14 +659,14 @@ pub async fn every_primitive_fences_alike(s: &Subject) {
     let mut last = 0;
     for mode in modes {
         let permit = ok(pool.acquire(1, &opts(mode)).await, "permit");
-        check("semaphore", mode, permit.fencing_token(), &mut last);
+        check("semaphore", mode, permit.fence().await.ok(), &mut last);
         ok(permit.release().await, "release");
     }
     let rw = ok(RwLock::new(lock.clone(), &r), "RwLock::new");
     let mut last = 0;
     for mode in modes {
         let writer = ok(rw.write(&opts(mode)).await, "write");
-        check("writer", mode, writer.fencing_token(), &mut last);
+        check("writer", mode, writer.fence().await.ok(), &mut last);
         ok(writer.release().await, "release");
     }
 }

@@ -23,14 +23,18 @@ pub struct Hold {
 
 impl Hold {
     /// The hold of `guard` from `start` (when its acquire returned) until now, or its validity deadline if that
-    /// came first: call it right before releasing.
-    pub fn of(guard: &dyn lock_core::LockGuard, start: Instant) -> Hold {
-        Hold {
-            owner: guard.token().to_string(),
-            fence: guard.fencing_token().map(|f| f.get()),
-            start,
-            end: Instant::now().min(guard.valid_until()),
-        }
+    /// came first: call it right before releasing. Its fence is drawn now if it is drawn on demand and was not yet
+    /// (while the lock is held, so it is this hold's), and none is recorded when drawing found the lock gone.
+    pub async fn of(guard: &dyn lock_core::LockGuard, start: Instant) -> Hold {
+        let fence = guard.fence().await.ok().map(|f| f.get());
+        Hold { owner: guard.token().to_string(), fence, start, end: Instant::now().min(guard.valid_until()) }
+    }
+
+    /// As [`of`](Self::of), with the fence only if it was drawn already: no I/O, for a harness that controls every
+    /// call the lock makes (the schedule explorer, the model replays).
+    pub fn as_drawn(guard: &dyn lock_core::LockGuard, start: Instant) -> Hold {
+        let fence = guard.drawn_fence().map(|f| f.get());
+        Hold { owner: guard.token().to_string(), fence, start, end: Instant::now().min(guard.valid_until()) }
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn many_resources_over_all_slots_16_workers(store: &StoreFactory) {
                     let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("{name}: {err:?}"));
                     let start = Instant::now();
                     tokio::task::yield_now().await;
-                    checkers[name].record(Hold::of(&*guard, start));
+                    checkers[name].record(Hold::of(&*guard, start).await);
                     assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
                 }
             })
@@ -209,7 +209,7 @@ pub async fn slot_migration_mid_run_is_invisible(store: &StoreFactory) {
                     let guard = lock.acquire(name, &opts).await.unwrap_or_else(|err| panic!("{name}: {err:?}"));
                     let start = Instant::now();
                     tokio::time::sleep(ms(1)).await;
-                    checkers[name].record(Hold::of(&*guard, start));
+                    checkers[name].record(Hold::of(&*guard, start).await);
                     assert_eq!(
                         guard.release().await.unwrap_or_else(|err| panic!("{name}: {err:?}")),
                         ReleaseOutcome::Released
@@ -422,7 +422,7 @@ pub async fn multi_resource_ordered_is_all_or_nothing_under_contention(store: &S
                 let start = Instant::now();
                 tokio::time::sleep(ms(1)).await;
                 for (i, name) in names.iter().enumerate() {
-                    let fence = guard.fencing_token(name).map(|f| f.get());
+                    let fence = guard.fence_of(name).map(|f| f.get());
                     let end = Instant::now().min(guard.valid_until());
                     checkers[i].record(Hold { owner: guard.token().to_string(), fence, start, end });
                 }
@@ -437,7 +437,7 @@ pub async fn multi_resource_ordered_is_all_or_nothing_under_contention(store: &S
                 let guard = lock.acquire(&middle, &opts).await.or_panic();
                 let start = Instant::now();
                 tokio::time::sleep(ms(1)).await;
-                let fence = guard.fencing_token().map(|f| f.get());
+                let fence = guard.fence().await.ok().map(|f| f.get());
                 checkers[1].record(Hold { owner: guard.token().to_string(), fence, start, end: Instant::now() });
                 guard.release().await.or_panic();
             }

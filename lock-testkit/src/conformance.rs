@@ -82,7 +82,7 @@ pub async fn exclusive_under_contention(s: &Subject) {
                 let g = ok(lock.acquire(&r, &o).await, "acquire under contention");
                 let start = Instant::now();
                 sleep(ms(1)).await;
-                checker.record(Hold::of(&*g, start));
+                checker.record(Hold::of(&*g, start).await);
                 assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
             }
         }
@@ -101,7 +101,7 @@ pub async fn waiter_acquires_after_release(s: &Subject) {
     let lock = s.lock();
     let r = fresh("waiter");
     let a = some(try_get(lock, &r, &opts(10_000, 0)).await, "holder");
-    let a_fence = a.fencing_token();
+    let a_fence = a.fence().await.ok();
     let waiter = async {
         let g = ok(lock.acquire(&r, &opts(10_000, 5_000)).await, "waiter");
         (Instant::now(), g)
@@ -116,7 +116,7 @@ pub async fn waiter_acquires_after_release(s: &Subject) {
     assert!(acquired_at >= released_at, "waiter acquired before the holder released");
     let gap = acquired_at - released_at;
     assert!(gap < ms(1000), "waiter took {gap:?} after the release");
-    if let (Some(fa), Some(fb)) = (a_fence, b.fencing_token()) {
+    if let (Some(fa), Some(fb)) = (a_fence, b.fence().await.ok()) {
         assert!(fb > fa);
     }
     assert_eq!(ok(b.release().await, "release"), ReleaseOutcome::Released);
@@ -277,16 +277,16 @@ pub async fn fencing_tokens_strictly_increase(s: &Subject) {
     let mut last = None;
     for i in 0..20 {
         let g = some(try_get(lock, &r, &opts(5_000, 0)).await, "acquire");
-        let fence = g.fencing_token().unwrap_or_else(|| panic!("fencing is on by default (acquisition {i})"));
+        let fence = g.fence().await.ok().unwrap_or_else(|| panic!("fencing is on by default (acquisition {i})"));
         assert!(last.is_none_or(|l| fence > l), "fence {fence} after {last:?}");
         last = Some(fence);
         assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
     }
     let short = some(try_get(lock, &r, &opts(50, 0)).await, "short holder");
-    let short_fence = short.fencing_token();
+    let short_fence = short.fence().await.ok();
     sleep(ms(120)).await;
     let next = some(try_get(lock, &r, &opts(5_000, 0)).await, "after expiry");
-    assert!(next.fencing_token() > short_fence && short_fence > last);
+    assert!(next.fence().await.ok() > short_fence && short_fence > last);
     drop(short);
     assert_eq!(ok(next.release().await, "release"), ReleaseOutcome::Released);
 }
@@ -305,16 +305,16 @@ pub async fn fencing_on_demand_follows_hold_order(s: &Subject) {
     for i in 0..12 {
         let g = if i % 3 == 0 {
             let g = some(try_get(lock, &r, &opts(5_000, 0)).await, "eager holder");
-            assert!(g.fencing_token().is_some(), "a token drawn with the grant is there at once");
+            assert!(g.fence().await.ok().is_some(), "a token drawn with the grant is there at once");
             g
         } else {
             let g = some(try_get(lock, &r, &lazy).await, "lazy holder");
             // `Some` only where the token is drawn with the grant anyway (Redlock).
-            let at_grant = g.fencing_token();
+            let at_grant = g.fence().await.ok();
             let drawn = ok(g.fence().await, "fence");
             assert!(at_grant.is_none_or(|t| t == drawn), "drawn {drawn}, the grant said {at_grant:?}");
             assert_eq!(ok(g.fence().await, "second fence"), drawn, "a guard draws its token once");
-            assert_eq!(g.fencing_token(), Some(drawn));
+            assert_eq!(g.fence().await.ok(), Some(drawn));
             g
         };
         let fence = ok(g.fence().await, "fence");
@@ -338,11 +338,11 @@ pub async fn fencing_on_demand_refused_once_the_lock_is_gone(s: &Subject) {
     let r = fresh("on-demand-gone");
     let lazy = LockOptions::new(ms(30_000)).with_wait(ms(0)).with_fencing_mode(Fencing::OnDemand);
     let before = some(ok(lock.try_acquire(&r, &opts(5_000, 0)).await, "try"), "first holder");
-    let first = before.fencing_token();
+    let first = before.fence().await.ok();
     ok(before.release().await, "release");
 
     let stuck = some(ok(lock.try_acquire(&r, &lazy).await, "try"), "lazy holder");
-    if stuck.fencing_token().is_none() {
+    if stuck.fence().await.ok().is_none() {
         // Drawn later: free the lock under the holder, as an expiry while it was paused would.
         assert!(ok(lock.force_release(&r).await, "force_release").released());
         let next = some(ok(lock.try_acquire(&r, &lazy).await, "try"), "next holder");
@@ -361,7 +361,7 @@ pub async fn fencing_on_demand_refused_once_the_lock_is_gone(s: &Subject) {
 
     let short = some(ok(lock.try_acquire(&r, &opts(50, 0).with_fencing_mode(Fencing::OnDemand)).await, "try"), "short");
     sleep(ms(80)).await;
-    if short.fencing_token().is_none() {
+    if short.fence().await.ok().is_none() {
         match short.fence().await {
             Err(LockError::Lost { .. }) => {}
             other => panic!("a holder past its validity drew a token: {other:?}"),
@@ -397,7 +397,7 @@ pub async fn cancelled_fence_draws_keep_the_order(s: &Subject) {
         assert_eq!(ok(g.release().await, "release"), ReleaseOutcome::Released);
     }
     let free = some(try_get(lock, &r, &opts(5_000, 0)).await, "the lock after the storm");
-    assert!(free.fencing_token() > last, "the next grant's token is above the storm's");
+    assert!(free.fence().await.ok() > last, "the next grant's token is above the storm's");
     ok(free.release().await, "release");
 }
 
@@ -407,7 +407,7 @@ pub async fn fencing_can_be_turned_off(s: &Subject) {
     let r = fresh("nofence");
     let o = opts(5_000, 0).with_fencing(false);
     let a = some(try_get(lock, &r, &o).await, "holder");
-    assert_eq!(a.fencing_token(), None);
+    assert_eq!(a.fence().await.ok(), None);
     assert!(try_get(lock, &r, &o).await.is_none());
     assert!(try_get(lock, &r, &opts(5_000, 0)).await.is_none());
     assert_eq!(ok(a.release().await, "release"), ReleaseOutcome::Released);

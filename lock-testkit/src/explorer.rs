@@ -1206,7 +1206,7 @@ async fn act(world: Arc<World>, actor: Actor) -> Seen {
         hold_for(&session.work, &world, &mut seen, Some(&believed), |ttl| guard.extend(ttl)).await;
         draw(&guard, session, DrawAt::AfterWork, &world, &mut seen).await;
         drop(believed);
-        world.checker.record(Hold::of(&guard, start));
+        world.checker.record(Hold::as_drawn(&guard, start));
         match session.end {
             End::Drop => drop(guard),
             End::Release { cancel } => match cut(guard.release(), cancel).await {
@@ -1225,8 +1225,8 @@ async fn draw(guard: &Guard, session: &Session, at: DrawAt, world: &World, seen:
     let Some((cancel, _)) = session.draw.filter(|(_, when)| *when == at) else { return };
     match cut(guard.fence(), cancel).await {
         None => seen.cancelled += 1,
-        Some(Ok(fence)) if guard.fencing_token() != Some(fence) => {
-            seen.unexplained.push(format!("drew {fence}, the guard says {:?}", guard.fencing_token()));
+        Some(Ok(fence)) if guard.fence().await.ok() != Some(fence) => {
+            seen.unexplained.push(format!("drew {fence}, the guard says {:?}", guard.fence().await.ok()));
         }
         Some(Ok(_)) => {}
         Some(Err(err)) => seen.note("fence", &err, world),
@@ -1263,7 +1263,7 @@ async fn act_sem(world: &World, process: usize, session: &Session, permits: u32,
     let start = Instant::now();
     hold_for(&session.work, world, seen, None, |ttl| permit.extend(ttl)).await;
     let end = Instant::now().min(permit.valid_until());
-    let fence = permit.fencing_token().map(|f| f.get());
+    let fence = permit.fence().await.ok().map(|f| f.get());
     for slot in permit.slots() {
         match world.slots.get(*slot as usize) {
             Some(checker) => checker.record(Hold { owner: owner.clone(), fence, start, end }),
@@ -1314,7 +1314,7 @@ async fn act_multi(world: &World, lock: &Lock, session: &Session, other_first: b
     let end = Instant::now().min(guard.valid_until());
     let owner = guard.token().to_string();
     for (name, checker) in [(RESOURCE, &world.checker), (OTHER, &world.other_checker)] {
-        let fence = guard.fencing_token(name).map(|f| f.get());
+        let fence = guard.fence_of(name).map(|f| f.get());
         checker.record(Hold { owner: owner.clone(), fence, start, end });
     }
     match session.end {
@@ -1455,7 +1455,7 @@ impl RwHeld {
     fn fence(&self) -> Option<u64> {
         match self {
             RwHeld::Read(r) => r.epoch().map(|e| e.get()),
-            RwHeld::Write(w) => w.fencing_token().map(|f| f.get()),
+            RwHeld::Write(w) => w.drawn_fence().map(|f| f.get()),
         }
     }
     fn valid_until(&self) -> Instant {

@@ -98,7 +98,7 @@ pub async fn fair_release_grants_the_head(s: &Subject) {
     let r = fresh("grant");
     let waiter_ms = 600;
     let holder = some(ok(lock.try_acquire(&r, &fair(10_000, 0, waiter_ms)).await, "holder"), "holder");
-    let before = holder.fencing_token();
+    let before = holder.fence().await.ok();
     let waiting = fair(10_000, 10_000, waiter_ms);
     let mut head = Box::pin(lock.acquire(&r, &waiting));
     // Polled until it holds its place and listens for its turn (and a little more, for its subscription).
@@ -126,7 +126,7 @@ pub async fn fair_release_grants_the_head(s: &Subject) {
     let g = ok(head.await, "the head");
     let owner = granted.owner.unwrap_or_default();
     assert!(!owner.is_empty() && g.token().as_str().starts_with(&owner), "granted to {owner}, not to the head");
-    assert!(g.fencing_token() > before, "the grant's token {:?} after {before:?}", g.fencing_token());
+    assert!(g.fence().await.ok() > before, "the grant's token {:?} after {before:?}", g.fence().await.ok());
     // Past the lease, still held: extended to its TTL in the background, and the guard knows it.
     sleep(ms(waiter_ms + 200)).await;
     assert!(!g.is_lost(), "the grant was not extended past its lease: {:?}", g.lost_signal().reason());
@@ -145,7 +145,7 @@ pub async fn fair_fencing_on_demand_draws_in_hold_order(s: &Subject) {
     let r = fresh("on-demand");
     let lazy = |wait_ms| fair(10_000, wait_ms, 2_000).with_fencing_mode(lock_core::Fencing::OnDemand);
     let holder = some(ok(lock.try_acquire(&r, &lazy(0)).await, "holder"), "holder");
-    assert_eq!(holder.fencing_token(), None, "an on-demand grant carries no token");
+    assert_eq!(holder.drawn_fence(), None, "an on-demand grant carries no token");
     let first = ok(holder.fence().await, "the holder's fence");
     let waiter = async {
         let g = ok(lock.acquire(&r, &lazy(10_000)).await, "queued acquire");
@@ -159,8 +159,9 @@ pub async fn fair_fencing_on_demand_draws_in_hold_order(s: &Subject) {
     };
     let (second, ()) = join(Box::pin(waiter), Box::pin(release)).await;
     assert!(second > first, "the waiter drew {second} after the holder's {first}");
-    let plain = some(ok(lock.try_acquire(&r, &fair(10_000, 0, 2_000)).await, "eager"), "eager");
-    assert!(plain.fencing_token() > Some(second), "a grant's token after the drawn ones must be higher");
+    let eager = fair(10_000, 0, 2_000).with_fencing_mode(lock_core::Fencing::OnAcquire);
+    let plain = some(ok(lock.try_acquire(&r, &eager).await, "eager"), "eager");
+    assert!(plain.drawn_fence() > Some(second), "a grant's token after the drawn ones must be higher");
     ok(plain.release().await, "release");
     until_queued(lock, &r, 0).await;
 }

@@ -67,12 +67,12 @@ pub async fn fenced_write_refuses_a_holder_whose_lease_ran_out(s: &Subject) {
     let (guard, data, name) = fresh("lease");
     let r = resource(s, &guard);
     let old = ok(lock.acquire(&name, &LockOptions::new(ms(300))).await, "the first holder");
-    let old_fence = some(old.fencing_token(), "fencing is on by default");
+    let old_fence = some(old.fence().await.ok(), "fencing is on by default");
     ok(r.set(old_fence, &data, "old-1").await, "a write while the lease lasts");
     // The holder pauses here; its lease runs out and the next holder takes the lock.
     let next = LockOptions::new(ms(10_000)).with_wait(ms(30_000));
     let new = ok(lock.acquire(&name, &next).await, "the next holder");
-    let new_fence = some(new.fencing_token(), "fencing is on by default");
+    let new_fence = some(new.fence().await.ok(), "fencing is on by default");
     assert!(new_fence > old_fence, "fence {new_fence} after {old_fence}");
     assert_eq!(ok(r.get(new_fence, &data).await, "the next holder reads").as_deref(), Some("old-1"));
     expect_stale(r.set(old_fence, &data, "old-2").await, old_fence, new_fence);
@@ -104,7 +104,7 @@ pub async fn fenced_read_modify_write_loses_no_update_in_any_interleaving(s: &Su
     let mut fences = Vec::new();
     for holder in 0..3 {
         let g = ok(lock.acquire(&name, &LockOptions::new(ms(5_000))).await, "acquire");
-        fences.push(some(g.fencing_token(), "fencing is on by default"));
+        fences.push(some(g.fence().await.ok(), "fencing is on by default"));
         ok(g.release().await, "release");
         assert!(holder == 0 || fences[holder - 1] < fences[holder], "fences out of order: {fences:?}");
     }
@@ -220,7 +220,7 @@ pub async fn fenced_writes_take_every_primitives_fence(s: &Subject) {
     let mut fences = Vec::new();
     for _ in 0..2 {
         let g = ok(lock.acquire(&name, &opts).await, "lock");
-        fences.push(g.fencing_token());
+        fences.push(g.fence().await.ok());
         ok(g.release().await, "release");
     }
     newer_fence_wins(s, "a lock's fence", fences[0], fences[1]).await;
@@ -231,7 +231,7 @@ pub async fn fenced_writes_take_every_primitives_fence(s: &Subject) {
     let mut fences = Vec::new();
     for _ in 0..2 {
         let g = ok(lock.acquire_all(&[a.as_str(), b.as_str()], &opts_all).await, "acquire_all");
-        fences.push((g.fencing_token(&a), g.fencing_token(&b)));
+        fences.push((g.fence_of(&a), g.fence_of(&b)));
         ok(g.release().await, "release all");
     }
     newer_fence_wins(s, "a multi-lock's first resource", fences[0].0, fences[1].0).await;
@@ -243,7 +243,7 @@ pub async fn fenced_writes_take_every_primitives_fence(s: &Subject) {
         let mut fences = Vec::new();
         for _ in 0..2 {
             let w = ok(rw.write(&opts).await, "write");
-            fences.push(w.fencing_token());
+            fences.push(w.fence().await.ok());
             ok(w.release().await, "release the write lock");
         }
         newer_fence_wins(s, "a write lock's fence", fences[0], fences[1]).await;
@@ -253,7 +253,7 @@ pub async fn fenced_writes_take_every_primitives_fence(s: &Subject) {
         let mut fences = Vec::new();
         for _ in 0..2 {
             let p = ok(sem.acquire(1, &opts).await, "permit");
-            fences.push(p.fencing_token());
+            fences.push(p.fence().await.ok());
             ok(p.release().await, "release the permit");
         }
         newer_fence_wins(s, "a permit's fence (one slot)", fences[0], fences[1]).await;
@@ -389,7 +389,7 @@ pub async fn fenced_stream_appends_only_current_holders_in_fence_order(s: &Subje
         // Each holder's lease runs out (it "paused"); the next one takes the lock and appends.
         let next = LockOptions::new(ms(300)).with_wait(ms(30_000));
         let holder = ok(lock.acquire(&name, &next).await, "a holder");
-        let fence = some(holder.fencing_token(), "fencing is on by default");
+        let fence = some(holder.fence().await.ok(), "fencing is on by default");
         let text = fence.get().to_string();
         let id = ok(r.xadd(fence, &data, &[("round", &round.to_string()), ("fence", &text)]).await, "append");
         appended.push((id, fence.get()));

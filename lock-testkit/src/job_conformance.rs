@@ -202,7 +202,7 @@ pub async fn job_fencing_tokens_increase_and_agree_with_the_lock(s: &Subject) {
         assert!(fence > last, "round {round}: {fence} after {last}");
         last = fence;
         let guard = ok(s.engine().acquire(&job, &LockOptions::new(ms(2_000))).await, "single lock");
-        let single = guard.fencing_token().map(|f| f.get()).unwrap_or(0);
+        let single = guard.fence().await.ok().map(|f| f.get()).unwrap_or(0);
         assert!(single > last, "single lock {single} after job {last}");
         last = single;
         match ok(jobs.run(&job, &JobOptions::new(ms(2_000)), |_| async {}).await, "run beside the lock") {

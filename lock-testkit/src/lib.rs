@@ -51,6 +51,7 @@ mod cluster;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod cluster_cases;
+pub mod composition;
 pub mod conformance;
 pub mod election_cases;
 pub mod election_conformance;

@@ -76,7 +76,7 @@ pub async fn opposite_orders_never_deadlock(s: &Subject) {
         for (i, resource) in r.iter().enumerate() {
             checkers[i].record(Hold {
                 owner: guard.token().to_string(),
-                fence: guard.fencing_token(resource).map(|f| f.get()),
+                fence: guard.fence_of(resource).map(|f| f.get()),
                 start,
                 end: Instant::now().min(guard.valid_until()),
             });
@@ -101,7 +101,7 @@ pub async fn opposite_orders_never_deadlock(s: &Subject) {
             let start = Instant::now();
             checkers[i % 2].record(Hold {
                 owner: g.token().to_string(),
-                fence: g.fencing_token().map(|f| f.get()),
+                fence: g.fence().await.ok().map(|f| f.get()),
                 start,
                 end: Instant::now().min(g.valid_until()),
             });
@@ -165,7 +165,7 @@ pub async fn fences_agree_with_single_locks_per_resource(s: &Subject) {
         if round % 2 == 0 {
             let g = ok(lock.acquire_all(&names(&r), &opts(5_000, 1_000)).await, "multi");
             for (i, resource) in r.iter().enumerate() {
-                let fence = g.fencing_token(resource).map(|f| f.get()).unwrap_or_else(|| panic!("no fence {i}"));
+                let fence = g.fence_of(resource).map(|f| f.get()).unwrap_or_else(|| panic!("no fence {i}"));
                 assert!(fence > last[i], "resource {i}: {fence} after {}", last[i]);
                 last[i] = fence;
             }
@@ -173,7 +173,7 @@ pub async fn fences_agree_with_single_locks_per_resource(s: &Subject) {
         } else {
             for (i, resource) in r.iter().enumerate() {
                 let g = ok(lock.acquire(resource, &opts(5_000, 1_000)).await, "single");
-                let fence = g.fencing_token().map(|f| f.get()).unwrap_or_else(|| panic!("no fence {i}"));
+                let fence = g.fence().await.ok().map(|f| f.get()).unwrap_or_else(|| panic!("no fence {i}"));
                 assert!(fence > last[i], "resource {i}: single {fence} after {}", last[i]);
                 last[i] = fence;
                 ok(g.release().await, "release");
@@ -181,7 +181,7 @@ pub async fn fences_agree_with_single_locks_per_resource(s: &Subject) {
         }
     }
     let unfenced = ok(lock.acquire_all(&names(&r), &opts(5_000, 1_000).with_fencing(false)).await, "no fencing");
-    assert!(unfenced.fencing_tokens().iter().all(|(_, f)| f.is_none()));
+    assert!(unfenced.fences().iter().all(|(_, f)| f.is_none()));
     assert!(ok(unfenced.release().await, "release").all_released());
 }
 
@@ -317,11 +317,11 @@ pub async fn on_demand_fencing_gives_every_resource_a_token(s: &Subject) {
     let r = fresh("ondemand", 2);
     let lazy = opts(5_000, 0).with_fencing_mode(lock_core::Fencing::OnDemand);
     let single = ok(lock.acquire(&r[0], &opts(5_000, 0)).await, "single lock");
-    let before = some(single.fencing_token(), "the single lock's token");
+    let before = some(single.fence().await.ok(), "the single lock's token");
     ok(single.release().await, "release");
     for list in [vec![r[0].as_str(), r[0].as_str()], vec![r[0].as_str()], names(&r)] {
         let guard = ok(lock.acquire_all(&list, &lazy).await, "acquire_all on demand");
-        for (resource, token) in guard.fencing_tokens() {
+        for (resource, token) in guard.fences() {
             let token = some(token, "a multi-lock's token on demand");
             if resource == r[0] {
                 assert!(token > before, "{resource}: token {token} not above the single lock's {before}");

@@ -102,7 +102,7 @@ pub fn worker(connect: &UrlFactory) {
                             let write = (i + t) % 4 == 0;
                             let (fence, hold) = if write {
                                 let Ok(w) = rw.write(&renewed()).await else { continue };
-                                (w.fencing_token().map_or(0, |f| f.get()), HoldRef::Write(w))
+                                (w.fence().await.ok().map_or(0, |f| f.get()), HoldRef::Write(w))
                             } else {
                                 let Ok(r) = rw.read(&renewed()).await else { continue };
                                 (r.epoch().map_or(0, |f| f.get()), HoldRef::Read(r))
@@ -412,7 +412,7 @@ pub fn soak_readers_and_writers_in_three_processes_under_kills_and_pauses(connec
         until(&rw, "the soak's holds expired", |st| !st.writer && st.readers == 0 && st.waiting_writers == 0).await;
         let w = tokio::time::timeout(ms(5_000), rw.write(&renewed())).await.or_panic().or_panic();
         let highest = intervals.iter().filter(|h| h.0).map(|w| w.1).max().unwrap_or(0);
-        assert!(w.fencing_token().map_or(0, |f| f.get()) > highest, "a token after the soak below one within it");
+        assert!(w.fence().await.ok().map_or(0, |f| f.get()) > highest, "a token after the soak below one within it");
         w.release().await.or_panic();
     });
 }

@@ -234,7 +234,7 @@ pub async fn rw_dead_reader_costs_its_own_ttl_while_others_renew(s: &Subject) {
 pub async fn rw_downgrade_is_atomic_and_lets_readers_in(s: &Subject) {
     let Some(rw) = rwlock(s, "downgrade") else { return };
     let w = ok(rw.write(&opts(10_000, 0)).await, "write");
-    let token = some(w.fencing_token(), "a writer's token");
+    let token = some(w.fence().await.ok(), "a writer's token");
     let reader = async {
         let r = ok(rw.read(&slow(10_000, 10_000, 5_000)).await, "the waiting reader");
         (Instant::now(), r)
@@ -271,7 +271,7 @@ pub async fn rw_downgrade_is_atomic_and_lets_readers_in(s: &Subject) {
     let (next, released) = join(Box::pin(next), Box::pin(hold)).await;
     assert_eq!(released, ReleaseOutcome::Released);
     let next = ok(next, "the queued writer");
-    assert!(next.fencing_token() > Some(token));
+    assert!(next.fence().await.ok() > Some(token));
     ok(next.release().await, "release");
 }
 
@@ -288,7 +288,7 @@ pub async fn rw_writers_are_fenced_and_readers_get_the_epoch(s: &Subject) {
     let mut stale = None;
     for round in 0..6 {
         let w = ok(rw.write(&opts(5_000, 0)).await, "write");
-        let token = some(w.fencing_token(), "fencing is on by default").get();
+        let token = some(w.fence().await.ok(), "fencing is on by default").get();
         assert!(token > last, "round {round}: token {token} after {last}");
         last = token;
         stored = token;

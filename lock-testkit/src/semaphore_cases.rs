@@ -80,7 +80,7 @@ pub fn worker(connect: &UrlFactory) {
                         loop {
                             let Ok(permit) = sem.acquire(1, &renewed()).await else { continue };
                             let start = monotonic_nanos();
-                            let fence = permit.fencing_token().map_or(0, |f| f.get());
+                            let fence = permit.fence().await.ok().map_or(0, |f| f.get());
                             let slot = permit.slots().first().copied().unwrap_or(u32::MAX);
                             for _ in 0..3 {
                                 let until = instant_nanos(permit.valid_until());
@@ -297,7 +297,7 @@ pub fn soak_holders_in_three_processes_under_kills_and_pauses(connect: &UrlFacto
     rt.block_on(async {
         let sem = semaphore(connect, &server.url(), 2).await;
         let permit = sem.acquire(1, &renewed()).await.or_panic();
-        let fence = permit.fencing_token().map_or(0, |f| f.get());
+        let fence = permit.fence().await.ok().map_or(0, |f| f.get());
         assert!(fence > highest, "token {fence} after a restart, {highest} before");
         permit.release().await.or_panic();
     });

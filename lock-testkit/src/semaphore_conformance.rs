@@ -76,7 +76,7 @@ pub async fn semaphore_slots_are_distinct_and_fence_per_slot(s: &Subject) {
         assert_eq!(unique.len(), all.len(), "round {round}: two permits share a slot: {all:?}");
         assert!(all.iter().all(|s| *s < 4), "round {round}: a slot out of range: {all:?}");
         for permit in [&a, &b] {
-            let fence = some(permit.fencing_token(), "fencing is on by default").get();
+            let fence = some(permit.fence().await.ok(), "fencing is on by default").get();
             for slot in permit.slots() {
                 if let Some(before) = last.insert(*slot, fence) {
                     assert!(fence > before, "slot {slot}: token {fence} after {before}");

@@ -193,7 +193,8 @@ async fn trial(store: &StoreFactory, with_wait: bool, t: usize) -> Trial {
     let deployment = blocking(|| RedisSentinel::start().or_panic()).await;
     let lock = Lock::from_arc(store(&deployment).await);
     let name = format!("trial-{t}");
-    let mut opts = LockOptions::new(ms(30_000));
+    // The fence drawn with the grant, so a grant lost in the failover loses its fence with it.
+    let mut opts = LockOptions::new(ms(30_000)).with_fencing_mode(lock_core::Fencing::OnAcquire);
     if with_wait {
         opts = opts.with_replica_ack(ReplicaAck::new(1, ms(1_000)));
     }
@@ -202,8 +203,8 @@ async fn trial(store: &StoreFactory, with_wait: bool, t: usize) -> Trial {
     let (deployment, failover) = fail_over(deployment).await;
     let primary = deployment.primary().or_panic();
     let missing = primary.command(&["GET", guard.keys().lock()]).or_panic() != stored(&guard);
-    let before = guard.fencing_token().or_panic().get();
-    let plain = LockOptions::new(ms(5_000));
+    let before = guard.drawn_fence().or_panic().get();
+    let plain = LockOptions::new(ms(5_000)).with_fencing_mode(lock_core::Fencing::OnAcquire);
     let (double_grant, next) = match try_until_answered(&lock, &name, &plain).await {
         Some(second) => {
             drop(guard);
@@ -214,7 +215,7 @@ async fn trial(store: &StoreFactory, with_wait: bool, t: usize) -> Trial {
             (false, lock.try_acquire(&name, &plain).await.or_panic().or_panic())
         }
     };
-    let after = next.fencing_token().or_panic().get();
+    let after = next.fence().await.ok().or_panic().get();
     next.release().await.or_panic();
     Trial { missing, double_grant, fences: (before, after), failover }
 }
@@ -271,10 +272,10 @@ async fn lose_a_grant(store: &StoreFactory, counter_ahead: bool) {
     let deployment = blocking(|| RedisSentinel::start().or_panic()).await;
     let lock = Lock::from_arc(store(&deployment).await);
     let name = format!("lost-{counter_ahead}");
-    let opts = LockOptions::new(ms(30_000));
+    let opts = LockOptions::new(ms(30_000)).with_fencing_mode(lock_core::Fencing::OnAcquire);
     // A first grant creates the counter on both nodes.
     let first = lock.acquire(&name, &opts).await.or_panic();
-    let (first_fence, fence_key) = (first.fencing_token().or_panic().get(), first.keys().fence().to_owned());
+    let (first_fence, fence_key) = (first.fence().await.ok().or_panic().get(), first.keys().fence().to_owned());
     first.release().await.or_panic();
     let mut conn = crate::Connection::open(deployment.primary().or_panic().addr(), ms(5_000)).or_panic();
     if counter_ahead {
@@ -293,7 +294,7 @@ async fn lose_a_grant(store: &StoreFactory, counter_ahead: bool) {
     assert_eq!(promoted.command(&["GET", lost.keys().lock()]).or_panic(), Reply::Bulk(None), "replicated");
     let second = try_until_answered(&lock, &name, &opts).await;
     let second = second.unwrap_or_else(|| panic!("the lost grant was not granted again"));
-    let (a, b) = (lost.fencing_token().or_panic().get(), second.fencing_token().or_panic().get());
+    let (a, b) = (lost.fence().await.ok().or_panic().get(), second.fence().await.ok().or_panic().get());
     println_report(&format!("lost grant (counter ahead of the clock: {counter_ahead}): fencing token {a} then {b}"));
     if counter_ahead {
         assert_eq!(b, a, "the lost increment is made again: the token repeats");

@@ -23,6 +23,12 @@ use crate::{RedisServer, Reply};
 pub type UrlFactory =
     dyn Fn(String) -> Pin<Box<dyn Future<Output = lock_core::Result<Arc<dyn LockStore>>> + Send>> + Send + Sync;
 
+/// Options whose acquire draws the fence with the grant ([`lock_core::Fencing::OnAcquire`]): the cases about the
+/// fenced acquire script's own checks.
+fn eager(ttl: std::time::Duration) -> LockOptions {
+    LockOptions::new(ttl).with_fencing_mode(lock_core::Fencing::OnAcquire)
+}
+
 fn start() -> RedisServer {
     RedisServer::start().unwrap_or_else(|err| panic!("redis-server: {err}"))
 }
@@ -120,7 +126,7 @@ pub async fn a_fence_counter_incrby_refuses_leaves_no_key(connect: &UrlFactory) 
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "odd-fence").or_panic();
     server.command(&["SET", keys.fence(), "1e3"]).or_panic();
-    let err = lock.try_acquire("odd-fence", &LockOptions::new(ms(30_000))).await.err();
+    let err = lock.try_acquire("odd-fence", &eager(ms(30_000))).await.err();
     match err {
         Some(LockError::WrongType { key, .. }) => assert_eq!(key, keys.fence()),
         other => panic!("expected WrongType, got {other:?}"),
@@ -176,7 +182,7 @@ fn server_with_locker(rules: &str) -> RedisServer {
 pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connect: &UrlFactory) {
     let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
-    let err = lock.try_acquire("no-incrby", &LockOptions::new(ms(30_000))).await.err();
+    let err = lock.try_acquire("no-incrby", &eager(ms(30_000))).await.err();
     match &err {
         Some(LockError::Auth { source }) => {
             let text = format!("{source}");
@@ -323,9 +329,9 @@ pub async fn every_error_says_its_cause_once(connect: &UrlFactory) {
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     // A fencing counter of another type (a lock key of another type is another library's lock: it holds).
     server.command(&["HSET", "wlp:{foreign}:fence", "f", "v"]).or_panic();
-    errors.push(("wrong type", lock.try_acquire("foreign", &LockOptions::new(ms(5_000))).await.err(), "WRONGTYPE"));
+    errors.push(("wrong type", lock.try_acquire("foreign", &eager(ms(5_000))).await.err(), "WRONGTYPE"));
     let limited = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
-    let refused = limited.try_acquire("no-incrby", &LockOptions::new(ms(5_000))).await.err();
+    let refused = limited.try_acquire("no-incrby", &eager(ms(5_000))).await.err();
     errors.push(("ACL refusal", refused, "incrby"));
     errors.push(("wrong password", connect(server.url_for("locker", "wrong", false)).await.err(), "auth"));
     let down = {
@@ -544,7 +550,11 @@ pub async fn a_release_announces_itself_only_when_someone_tried(connect: &UrlFac
     let published = || server.command_calls().or_panic().get("publish").copied().unwrap_or(0);
     for fencing in [true, false] {
         let resource = format!("announce-{fencing}");
-        let options = LockOptions::new(ms(10_000)).with_fencing(fencing);
+        let options = LockOptions::new(ms(10_000)).with_fencing_mode(if fencing {
+            lock_core::Fencing::OnAcquire
+        } else {
+            lock_core::Fencing::Off
+        });
         let before = published();
         for _ in 0..20 {
             here.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
@@ -579,7 +589,17 @@ pub async fn a_release_mark_the_acl_refuses_is_auth_not_wrongtype(connect: &UrlF
     let _held = holder.try_acquire("marked", &LockOptions::new(ms(30_000))).await.or_panic().or_panic();
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     for fencing in [true, false] {
-        let err = lock.try_acquire("marked", &LockOptions::new(ms(30_000)).with_fencing(fencing)).await.err();
+        let err = lock
+            .try_acquire(
+                "marked",
+                &LockOptions::new(ms(30_000)).with_fencing_mode(if fencing {
+                    lock_core::Fencing::OnAcquire
+                } else {
+                    lock_core::Fencing::Off
+                }),
+            )
+            .await
+            .err();
         assert!(matches!(err, Some(LockError::Auth { .. })), "fencing {fencing}: expected Auth, got {err:?}");
     }
 }
@@ -596,7 +616,11 @@ pub async fn a_listening_waiter_does_not_poll_while_the_lock_is_held(connect: &U
     let calls = |name: &str| server.command_calls().or_panic().get(name).copied().unwrap_or(0);
     for fencing in [true, false] {
         let resource = format!("not-polled-{fencing}");
-        let options = LockOptions::new(ms(10_000)).with_fencing(fencing);
+        let options = LockOptions::new(ms(10_000)).with_fencing_mode(if fencing {
+            lock_core::Fencing::OnAcquire
+        } else {
+            lock_core::Fencing::Off
+        });
         // Scripts and connections exist before counting.
         there.try_acquire(&resource, &options).await.or_panic().or_panic().release().await.or_panic();
         let guard = here.try_acquire(&resource, &options).await.or_panic().or_panic();
@@ -649,7 +673,11 @@ pub(crate) async fn hand_on_through_processes(
 ) {
     use futures_util::StreamExt;
     assert_eq!(locks.len(), HANDED_ON + 1);
-    let options = LockOptions::new(ms(30_000)).with_fencing(fencing);
+    let options = LockOptions::new(ms(30_000)).with_fencing_mode(if fencing {
+        lock_core::Fencing::OnAcquire
+    } else {
+        lock_core::Fencing::Off
+    });
     for lock in locks {
         // Scripts and connections exist before counting.
         lock.try_acquire(resource, &options).await.or_panic().or_panic().release().await.or_panic();

@@ -74,7 +74,7 @@ pub async fn mutual_tls_with_a_client_certificate_works(connect: &TlsFactory) {
     };
     let lock = Lock::from_arc(connect(how).await.or_panic());
     let guard = lock.try_acquire("over-mtls", &LockOptions::new(Duration::from_secs(5))).await.or_panic().or_panic();
-    assert!(guard.fencing_token().is_some());
+    assert!(guard.fence().await.ok().is_some());
     assert_eq!(guard.release().await.or_panic(), ReleaseOutcome::Released);
 }
 

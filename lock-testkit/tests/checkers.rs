@@ -20,8 +20,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Fences drawn with the grant: the broken stores break the grant's reply.
 fn opts() -> LockOptions {
-    LockOptions::new(ms(5_000)).with_wait(ms(10_000))
+    LockOptions::new(ms(5_000)).with_wait(ms(10_000)).with_fencing_mode(lock_core::Fencing::OnAcquire)
 }
 
 fn hold(owner: String, fence: Option<u64>, start: Instant, valid_until: Instant) -> Hold {
@@ -53,7 +54,7 @@ async fn mutex_workload(lock: Lock) -> Findings {
                 let g = lock.acquire("checked", &opts()).await.unwrap();
                 let start = Instant::now();
                 sleep(ms(3)).await;
-                let h = hold(format!("t{task}.{round}"), g.fencing_token().map(|f| f.get()), start, g.valid_until());
+                let h = hold(format!("t{task}.{round}"), g.fence().await.ok().map(|f| f.get()), start, g.valid_until());
                 holds.lock().unwrap().push(h);
                 let _ = g.release().await;
             }
@@ -84,7 +85,7 @@ async fn semaphore_workload(lock: Lock) -> Findings {
                 let p = sem.acquire(1, &opts()).await.unwrap();
                 let start = Instant::now();
                 sleep(ms(3)).await;
-                let h = hold(format!("t{task}.{round}"), p.fencing_token().map(|f| f.get()), start, p.valid_until());
+                let h = hold(format!("t{task}.{round}"), p.fence().await.ok().map(|f| f.get()), start, p.valid_until());
                 permits.lock().unwrap().push((p.slots().to_vec(), h));
                 let _ = p.release().await;
             }
@@ -132,7 +133,8 @@ async fn rwlock_workload(lock: Lock) -> Findings {
             let start = Instant::now();
             written.store(true, Ordering::SeqCst);
             sleep(ms(3)).await;
-            writes.lock().unwrap().push(hold(name.into(), w.fencing_token().map(|f| f.get()), start, w.valid_until()));
+            let fence = w.fence().await.ok().map(|f| f.get());
+            writes.lock().unwrap().push(hold(name.into(), fence, start, w.valid_until()));
             let _ = w.release().await;
         }
     };

@@ -223,7 +223,7 @@ async fn fencing_tokens_stay_monotonic_across_changing_quorums() {
                 let g = lock.acquire("fencing-chaos", &opts).await.unwrap();
                 let start = Instant::now();
                 tokio::task::yield_now().await;
-                checker.record(Hold::of(&g, start));
+                checker.record(Hold::of(&g, start).await);
                 // A release may miss a down instance; that key then expires, which only delays the next holder.
                 let _ = g.release().await;
             }
@@ -261,7 +261,7 @@ async fn fence_write_back_only_when_counters_disagree() {
         async move {
             let before = raises(&instances);
             let g = lock.acquire("in-step", &opts).await.unwrap();
-            let t = g.fencing_token().unwrap().get();
+            let t = g.fence().await.ok().unwrap().get();
             g.release().await.unwrap();
             let sent = raises(&instances) - before;
             assert!(expect_raises.contains(&sent), "{sent} write-backs for token {t}, expected {expect_raises:?}");

@@ -132,6 +132,12 @@ if not busy and (not first or first == token) then
     redis.call('ZREM', KEYS[4], token)
     redis.pcall('HDEL', KEYS[7], token)
   end
+  -- A read-write lock's writer taking the lock while readers wait (they left the mark): they waited for a waiting
+  -- writer's place and know no expiry of this hold; told, they look again and wait for it (a writer that dies holding
+  -- announces nothing). The mark stays for this writer's release.
+  if KEYS[8] and redis.call('PTTL', KEYS[6]) ~= -2 then
+    redis.call(ARGV[8] == '1' and 'SPUBLISH' or 'PUBLISH', KEYS[5], ARGV[7])
+  end
   if not fencing then
     return {1}
   end

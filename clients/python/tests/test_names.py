@@ -7,7 +7,7 @@ import json
 import pytest
 
 from wirelock import keys as K
-from wirelock.scripts import default_scripts_dir
+from wirelock.scripts import PROTOCOL_VERSION, default_scripts_dir
 
 DOC = json.loads((default_scripts_dir().parent / "vectors" / "names.json").read_text(encoding="utf-8"))
 
@@ -27,7 +27,7 @@ ATTR = {
 
 
 def test_header():
-    assert DOC["format"] == 1 and DOC["protocol"] == "1.0"
+    assert DOC["format"] == 1 and DOC["protocol"] == PROTOCOL_VERSION
     assert DOC["max_resource_name_bytes"] == K.MAX_RESOURCE_NAME
 
 

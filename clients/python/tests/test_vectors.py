@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from wirelock.scripts import ScriptSet, decode, default_scripts_dir, error_text
+from wirelock.scripts import PROTOCOL_VERSION, ScriptSet, decode, default_scripts_dir, error_text
 
 VECTORS = default_scripts_dir().parent / "vectors"
 COMMANDS = {
@@ -40,7 +40,7 @@ def _cases():
     assert files, f"no vector files in {VECTORS}"
     for path in files:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        assert doc["format"] == 1 and doc["protocol"] == "1.0", path
+        assert doc["format"] == 1 and doc["protocol"] == PROTOCOL_VERSION, path
         for case in doc["cases"]:
             yield pytest.param(case, id=f"{path.stem}:{case['id']}")
 

@@ -18,7 +18,7 @@ from wirelock import tokens as T
 
 def test_version_key_written_once(client, r):
     client.mutex.acquire("a", ttl=1.0).release()
-    assert r.get("wlp:wire") == "1.0" and r.pttl("wlp:wire") == -1
+    assert r.get("wlp:wire") == "1.1" and r.pttl("wlp:wire") == -1
     client.semaphore.acquire("a", limit=1, ttl=1.0).release()
     assert r.keys("*wire*") == ["wlp:wire"]  # covers <P>sem: and <P>rw: too
 
@@ -36,7 +36,7 @@ def test_version_key_refuses_other_major(make_client, r, found):
     ):
         with pytest.raises(ProtocolVersionMismatch) as refused:
             acquire()
-        assert found in str(refused.value) and "1.0" in str(refused.value)
+        assert found in str(refused.value) and "1.1" in str(refused.value)
     assert r.keys("*") == ["wlp:wire"]  # nothing else written
     # A refusal is not remembered: once the key holds a compatible version, the prefix works.
     r.set("wlp:wire", "1.12")
@@ -74,7 +74,21 @@ def test_version_key_other_prefix_and_wrong_type(make_client, r):
         client.mutex.acquire("a", ttl=1.0)
     assert r.keys("*") == ["app:wire"]
     make_client().mutex.acquire("a", ttl=1.0).release()  # the default prefix has its own key
-    assert r.get("wlp:wire") == "1.0"
+    assert r.get("wlp:wire") == "1.1"
+
+
+def test_version_key_checked_again_after_five_minutes(client, r, monkeypatch):
+    """A success is remembered for at most five minutes, so a version key lost (FLUSHALL, failover) is written again."""
+    import wirelock.connection as C
+
+    assert C.RECHECK_AFTER == 300.0
+    client.mutex.acquire("a", ttl=1.0).release()
+    r.delete("wlp:wire")
+    client.mutex.acquire("a", ttl=1.0).release()
+    assert r.exists("wlp:wire") == 0  # remembered
+    monkeypatch.setattr(C, "RECHECK_AFTER", 0.0)
+    client.mutex.acquire("a", ttl=1.0).release()
+    assert r.get("wlp:wire") == "1.1"
 
 
 def test_compatible_version():
@@ -149,12 +163,33 @@ def test_names_and_prefixes():
 
 
 def test_message_grammar():
+    """WIRE.md 6.5 (1.1): the four forms read exactly; anything else is foreign (handled as a broadcast)."""
     from wirelock.listener import parse_message
 
-    assert parse_message("abc") == ("broadcast", "abc", None, None)
+    o, w = "0123456789abcdef", "fedcba9876543210"
+    assert parse_message(o) == ("broadcast", o, None, None)
     assert parse_message("") == ("broadcast", "", None, None)
-    assert parse_message("a>b") == ("named", "a", "b", None)
-    assert parse_message("a 0123456789abcdef") == ("told", "a", "0123456789abcdef", None)
-    assert parse_message("a+42 0123456789abcdef") == ("granted", "a", "0123456789abcdef", "42")
-    assert parse_message("a+ 0123456789abcdef") == ("granted", "a", "0123456789abcdef", None)
-    assert parse_message("wlp:{x y}>z")[0] == "told"  # a space wins (section 19's known gap)
+    assert parse_message("force-release") == ("broadcast", "force-release", None, None)
+    assert parse_message(f"{o}>{w}") == ("named", o, w, None)
+    assert parse_message(f">{w}") == ("named", "", w, None)
+    assert parse_message(f"{o} {w}") == ("told", o, w, None)
+    assert parse_message(f"force-release {w}") == ("told", "force-release", w, None)
+    assert parse_message(f"{o}+42 {w}") == ("granted", o, w, "42")
+    assert parse_message(f"{o}+ {w}") == ("granted", o, w, None)
+    assert parse_message(f"+99999999999999999999999 {w}") == ("granted", "", w, "99999999999999999999999")
+    for foreign in (
+        "abc",  # not 16 hex digits
+        "0",  # Redisson's release
+        "registry:a b",  # Spring's lock key with a space: 1.0 read it as told (section 19's old gap)
+        "registry:x 0123456789abcdef",  # …even with a waiter id after the space
+        "registry:a>b",
+        "wlp:{x y}>z",
+        o.upper(),  # upper-case hex is not an origin
+        f"{o}>{w[:15]}",  # a short process
+        f"{o} {w}x",
+        f"{o}+4a {w}",  # a fence of digits only
+        f"{o}+42  {w}",
+        f"{o}>{w}\n",
+        f"{o}\n",
+    ):
+        assert parse_message(foreign) == ("foreign", foreign, None, None), foreign

@@ -127,7 +127,7 @@ fn client(args: &[String]) -> Result<(), Error> {
         let lock = Lock::new(RedisStore::connect(url).await?);
         let options = LockOptions::new(TTL).with_wait(Duration::from_secs(10));
         let guard = lock.acquire("demo/record", &options).await?;
-        let token = guard.fencing_token().map(|t| t.get()).ok_or("fencing is on by default")?;
+        let token = guard.fence().await?.get();
         println!("{name}: acquired the lock, fencing token {token}");
         // The check a careful client makes before it writes: still valid, not lost.
         if guard.is_lost() || Instant::now() >= guard.valid_until() {

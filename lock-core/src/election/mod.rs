@@ -308,7 +308,7 @@ impl Election {
         let (target, options) = self.prepare(id, value, MAX_WAIT)?;
         let span = tracing::debug_span!("election.campaign", election = self.name(), id);
         let guard = Box::pin(self.lock.take(&target, &options)).instrument(span).await?;
-        tracing::info!(election = self.name(), id, term = guard.fencing_token().map(|t| t.get()), "elected");
+        tracing::info!(election = self.name(), id, term = guard.drawn_fence().map(|t| t.get()), "elected");
         Ok(Leadership { guard, election: self.clone() })
     }
 
@@ -694,7 +694,7 @@ impl Leadership {
     /// write the leader makes.
     pub fn term(&self) -> FencingToken {
         // Elections always advance the counter; 0 would only come from a store that returned no term.
-        self.guard.fencing_token().unwrap_or(FencingToken::new(0))
+        self.guard.drawn_fence().unwrap_or(FencingToken::new(0))
     }
 
     /// The election's name.

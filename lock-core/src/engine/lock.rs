@@ -65,10 +65,9 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 /// # async fn main() -> lock_core::Result<()> {
 /// let lock = Lock::new(MemoryStore::new()).with_key_prefix("billing:lock:");
 /// let guard = lock.acquire("customer-7", &LockOptions::new(Duration::from_secs(2))).await?;
-/// if let Some(fence) = guard.fencing_token() {
-///     // ... write to the protected resource, passing `fence` along (fencing is on by default) ...
-///     # let _ = fence;
-/// }
+/// let fence = guard.fence().await?; // drawn now: one round trip that checks the hold
+/// // ... write to the protected resource, passing `fence` along ...
+/// # let _ = fence;
 /// assert_eq!(guard.release().await?, ReleaseOutcome::Released);
 /// # Ok(())
 /// # }
@@ -305,7 +304,9 @@ impl Lock {
                     self.attempt(target, options)
                 };
                 let heard = crate::engine::wait::Heard::of(target.resources());
-                until_acquired(target.label(), options, stores, &channels, heard, attempt).await
+                // Boxed as the fair wait is: a wait's future holds every try's, and would grow every caller's.
+                Box::pin(until_acquired(target.label(), options, stores, &channels, heard, target.demand(), attempt))
+                    .await
             }
         };
         let (guard, watch) = match waited {
@@ -317,7 +318,11 @@ impl Lock {
         };
         // A holder that had to wait keeps its place on the release channel until it releases: the channel stays
         // subscribed across a hand-off (no UNSUBSCRIBE + SUBSCRIBE each time), and a newcomer (the last holder
-        // coming straight back, say) queues behind instead of trying a lock that is held.
+        // coming straight back, say) queues behind instead of trying a lock that is held, until the holder's validity
+        // deadline (a holder whose key expired holds nobody back).
+        if let Some(watch) = &watch {
+            watch.acquired(!target.shared(), guard.valid_until());
+        }
         *lock_mutex(&guard.state.watch) = watch;
         Ok(guard)
     }
@@ -1213,10 +1218,18 @@ impl GuardState {
             _ => call.await,
         }
         .and_then(|r| r);
-        if let (Ok(outcomes), false) = (&reply, self.target.wakes_head_only()) {
+        if let Ok(outcomes) = &reply {
             for ((keys, outcome), freed) in resources.iter().zip(outcomes).zip(freed) {
                 if *outcome != ReleaseOutcome::OwnedByOther && freed.fetch_add(1, Ordering::SeqCst) + 1 == quorum {
-                    hub.wake_one(keys.channel());
+                    if self.target.wakes_head_only() {
+                        // A fair release names its queue's head, which the hub wakes wherever it waits; the waiters
+                        // of this process that share the key without queueing (a multi-lock, a plain lock on the
+                        // name) hear nothing of it but their own echo, which the hub skips: one of them tries (the
+                        // composition explorer found a multi-lock waiter asleep until the holder's TTL).
+                        hub.wake_one_unqueued(keys.channel());
+                    } else {
+                        hub.wake_one(keys.channel());
+                    }
                 }
             }
         }
@@ -1247,6 +1260,16 @@ impl Renewable for GuardState {
 /// `lost_signal`, `is_lost`, `valid_until` and `extend`, documented for `$what` ("permit", "hold").
 macro_rules! guard_accessors {
     ($what:literal) => {
+        #[doc = concat!("The name of what this ", $what, " holds.")]
+        pub fn resource(&self) -> &str {
+            self.guard.resource()
+        }
+
+        #[doc = concat!("Validity left now (zero once the ", $what, " is lost).")]
+        pub fn remaining(&self) -> std::time::Duration {
+            self.guard.remaining()
+        }
+
         #[doc = concat!("The owner token of this ", $what, ": a capability (whoever has it can release or extend the")]
         /// hold), so it is never shown in `Debug` output or logs.
         pub fn token(&self) -> &$crate::Token {
@@ -1283,6 +1306,43 @@ macro_rules! guard_accessors {
 }
 pub(crate) use guard_accessors;
 
+/// `LockGuard` for a guard type whose inherent methods (from [`guard_accessors!`], plus its own `fence`,
+/// `drawn_fence` and `release`) are the trait's, so that calling them never needs the trait in scope and a
+/// framework can hold any of them as `Box<dyn LockGuard>`.
+macro_rules! lock_guard_by_inherent_methods {
+    ($guard:ty, $release:expr) => {
+        #[async_trait::async_trait]
+        impl $crate::LockGuard for $guard {
+            fn resource(&self) -> &str {
+                <$guard>::resource(self)
+            }
+            fn token(&self) -> &$crate::Token {
+                <$guard>::token(self)
+            }
+            async fn fence(&self) -> $crate::Result<$crate::FencingToken> {
+                <$guard>::fence(self).await
+            }
+            fn drawn_fence(&self) -> Option<$crate::FencingToken> {
+                <$guard>::drawn_fence(self)
+            }
+            fn valid_until(&self) -> std::time::Instant {
+                <$guard>::valid_until(self)
+            }
+            fn lost_signal(&self) -> $crate::LostSignal {
+                <$guard>::lost_signal(self)
+            }
+            async fn extend(&self, ttl: std::time::Duration) -> $crate::Result<std::time::Instant> {
+                <$guard>::extend(self, ttl).await
+            }
+            async fn release(self: Box<Self>) -> $crate::Result<$crate::ReleaseOutcome> {
+                #[allow(clippy::redundant_closure_call)]
+                ($release)(*self).await
+            }
+        }
+    };
+}
+pub(crate) use lock_guard_by_inherent_methods;
+
 /// A held lock.
 ///
 /// Release it with [`release`](Self::release). Dropping it instead releases in the background when a runtime is
@@ -1311,25 +1371,32 @@ impl Guard {
         &self.state.token
     }
 
-    /// The fencing token: `None` when fencing was off, or on demand ([`Fencing::OnDemand`]) and not drawn yet
-    /// (see [`fence`](Self::fence)).
-    pub fn fencing_token(&self) -> Option<FencingToken> {
+    /// The fencing token if it has been drawn already (with the grant, or by an earlier [`fence`](Self::fence)),
+    /// without I/O. `None` does not mean that fencing is off: code that protects a resource calls
+    /// [`fence`](Self::fence). See [`LockGuard::drawn_fence`].
+    pub fn drawn_fence(&self) -> Option<FencingToken> {
         self.state.fencing_token()
     }
 
-    /// The fencing token, drawn now if this acquisition draws it on demand ([`Fencing::OnDemand`]) and has not
-    /// yet; otherwise the token drawn with the grant, without I/O. See [`LockGuard::fence`].
+    /// Validity left now (zero once lost). See [`LockGuard::remaining`].
+    pub fn remaining(&self) -> Duration {
+        LockGuard::remaining(self)
+    }
+
+    /// The fencing token, drawn now if this acquisition draws it on demand ([`Fencing::OnDemand`], the default for
+    /// one resource on one server) and has not yet; otherwise the token drawn with the grant, without I/O. See
+    /// [`LockGuard::fence`].
     ///
     /// ```
-    /// use lock_core::{Fencing, Lock, LockOptions, MemoryStore};
+    /// use lock_core::{Lock, LockOptions, MemoryStore};
     /// use std::time::Duration;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> lock_core::Result<()> {
     /// let lock = Lock::new(MemoryStore::new());
-    /// let opts = LockOptions::new(Duration::from_secs(5)).with_fencing_mode(Fencing::OnDemand);
+    /// let opts = LockOptions::new(Duration::from_secs(5));
     /// let first = lock.acquire("report", &opts).await?;
-    /// assert_eq!(first.fencing_token(), None); // the acquire was a plain SET NX PX
+    /// assert_eq!(first.drawn_fence(), None); // the acquire was a plain SET NX PX
     /// let a = first.fence().await?; // one round trip: checks the hold, advances the counter
     /// assert_eq!(first.fence().await?, a); // drawn once
     /// first.release().await?;
@@ -1496,8 +1563,8 @@ impl LockGuard for Guard {
     fn token(&self) -> &Token {
         Guard::token(self)
     }
-    fn fencing_token(&self) -> Option<FencingToken> {
-        Guard::fencing_token(self)
+    fn drawn_fence(&self) -> Option<FencingToken> {
+        Guard::drawn_fence(self)
     }
     async fn fence(&self) -> Result<FencingToken> {
         Guard::fence(self).await

@@ -224,6 +224,17 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
     fn resources(&self) -> &[LockKeys];
 
     /// What errors and traces call this acquisition: the resource's name (a multi-lock's names joined by `", "`).
+    /// How much of the resource one acquisition asks for: a semaphore's permits, 1 for everything else. A newcomer
+    /// queues only behind local waiters asking for no more (see `ReleaseHub::ahead`).
+    fn demand(&self) -> u32 {
+        1
+    }
+
+    /// Whether holders share the resource (a semaphore's permits, read holds): such a holder holds no newcomer back.
+    fn shared(&self) -> bool {
+        false
+    }
+
     fn label(&self) -> &str {
         self.resources().first().map(LockKeys::resource).unwrap_or_default()
     }

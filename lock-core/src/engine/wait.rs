@@ -11,7 +11,7 @@ use futures_util::future::{select, select_all, Either};
 use crate::error::{LockError, Result};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
-use crate::seam::notify::{Raced, ReleaseHub, ReleaseWatch, Wake};
+use crate::seam::notify::{Ahead, Raced, ReleaseHub, ReleaseWatch, Wake};
 use crate::seam::scripts;
 use crate::seam::store::LockStore;
 use crate::seam::transport::{Call, Topology};
@@ -109,6 +109,46 @@ impl Watches {
     fn alone(&self) -> bool {
         self.watches.iter().all(|w| w.hub().waiters(w.channel()) <= 1)
     }
+
+    /// Records what the last try found for newcomers to see (see [`ReleaseHub::ahead`]): blocked, asking for
+    /// `demand`, on the registrations of `blocked` (the release channel of the resource that held the try, until
+    /// `expiry`), and not blocked on every other one (a multi-lock's other resources; with `None`, every one: the
+    /// waiter holds the lock, or its try failed).
+    fn found(&self, blocked: Option<&str>, demand: u32, expiry: Option<Instant>) {
+        self.record(blocked, demand, expiry);
+    }
+
+    /// The waiter now holds what it waited for, until `valid_until`: where it excludes every other holder
+    /// (`exclusive`: not a semaphore's permit, not a read hold), newcomers queue behind it until then.
+    pub(crate) fn acquired(&self, exclusive: bool, valid_until: Instant) {
+        for w in &self.watches {
+            if exclusive {
+                w.holding(valid_until);
+            } else {
+                w.unblocked();
+            }
+        }
+    }
+
+    /// Records a newcomer queued behind local waiters as blocked on `channels` (see [`ReleaseHub::ahead`]).
+    fn blocked_on(&self, channels: &[&str], demand: u32, expiry: Option<Instant>) {
+        for w in self.watches.iter().filter(|w| channels.contains(&w.channel())) {
+            w.blocked(demand, expiry);
+        }
+    }
+
+    fn record(&self, blocked: Option<&str>, demand: u32, expiry: Option<Instant>) {
+        for w in &self.watches {
+            if blocked == Some(w.channel()) {
+                w.blocked(demand, expiry);
+                if let Some(expiry) = expiry {
+                    w.tighten(expiry);
+                }
+            } else {
+                w.unblocked();
+            }
+        }
+    }
 }
 
 /// What a try that found the lock held overlapped, over every registration of the waiter.
@@ -120,23 +160,76 @@ enum During<'a> {
     OnItsWay(Vec<EventListener>),
 }
 
-/// What a waiter arriving on `channels` of `stores` finds, with one lookup per instance and channel: `(queued,
-/// listening)`, whether local waiters are registered on any of them, and whether every instance already hears
-/// releases on every one of them (see [`Presence::listens`](crate::seam::notify::Presence::listens)).
-fn arrival(stores: &[Arc<dyn LockStore>], channels: &[&str]) -> (bool, bool) {
-    let (mut queued, mut listening) = (false, !stores.is_empty());
+/// What a waiter asking for `demand` and arriving on `channels` of `stores` finds, with one lookup per instance and
+/// channel: who it should queue behind (see [`ReleaseHub::ahead`]: local waiters blocked by one of these very
+/// resources and asking for no more; `None` when there are none, so it tries at once), and whether every instance
+/// already hears releases on every one of the channels (see
+/// [`Presence::listens`](crate::seam::notify::Presence::listens)).
+fn arrival<'c>(
+    stores: &[Arc<dyn LockStore>],
+    channels: &[&'c str],
+    demand: u32,
+) -> (Option<(Ahead, Vec<&'c str>)>, bool) {
+    let (mut ahead, mut listening) = (None::<Ahead>, !stores.is_empty());
+    let mut behind = Vec::new();
     for store in stores {
         let Some(hub) = store.release_hub() else {
             listening = false;
             continue;
         };
         for channel in channels {
-            let presence = hub.presence(channel);
-            queued |= presence.waiters > 0;
-            listening &= presence.listens;
+            listening &= hub.presence(channel).listens;
+            if let Some(found) = hub.ahead(channel, demand) {
+                let expiry = match (ahead.and_then(|a| a.expiry), found.expiry) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                ahead = Some(Ahead { expiry });
+                if !behind.contains(channel) {
+                    behind.push(*channel);
+                }
+            }
         }
     }
-    (queued, listening)
+    (ahead.map(|ahead| (ahead, behind)), listening)
+}
+
+/// "May this waiter sleep now, and until when": the one rule every waiting loop asks before it sleeps (the plain
+/// waiter's, the newcomer's behind local waiters, the fair queue's). A waiter sleeps at most its `poll` (its safety
+/// poll when it can count on a wake-up for every release, else its next backoff step; a fair waiter, its heartbeat),
+/// at most what the key layout allows, never past the earliest expiry it knows of ahead of it (a holder that dies,
+/// or holds past its TTL without renewing, announces nothing: the key is gone by then, and the lock free), and never
+/// past its wait budget.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Nap {
+    /// The longest sleep when nothing else bounds it.
+    pub(crate) poll: Duration,
+    /// The longest sleep the key layout allows.
+    pub(crate) layout_poll: Option<Duration>,
+    /// When what holds the resource ahead of this waiter expires at the latest, if it knows.
+    pub(crate) expiry_ahead: Option<Instant>,
+    /// The end of the wait budget.
+    pub(crate) deadline: Instant,
+}
+
+impl Nap {
+    /// When this waiter wakes at the latest, sleeping from `now`.
+    pub(crate) fn until(&self, now: Instant) -> Instant {
+        let mut until = now + self.poll;
+        if let Some(poll) = self.layout_poll {
+            until = until.min(now + poll);
+        }
+        if let Some(expiry) = self.expiry_ahead {
+            // The key is gone by then (Redis expires a key by its expiry's millisecond).
+            until = until.min(expiry + Duration::from_millis(1));
+        }
+        until.min(self.deadline)
+    }
+
+    /// How long this waiter sleeps from `now` (see [`until`](Self::until)).
+    pub(crate) fn from(&self, now: Instant) -> Duration {
+        self.until(now).saturating_duration_since(now)
+    }
 }
 
 /// Lets the hubs of `stores` pass on wake-ups their process cannot use (see [`ReleaseHub::deliver`]). Done when a
@@ -331,12 +424,14 @@ fn hears_every_release(heard: Heard, stores: &[Arc<dyn LockStore>], watches: &Wa
 /// The last try happens at the deadline at the latest; no sleep follows it. Transient errors (see
 /// [`LockError::is_retryable`]) are retried like contention; if the budget runs out after one, that error is
 /// returned rather than [`LockError::Contended`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn until_acquired<G, F, Fut>(
     resource: &str,
     options: &LockOptions,
     stores: &[Arc<dyn LockStore>],
     channels: &[&str],
     heard: Heard,
+    demand: u32,
     mut attempt: F,
 ) -> Result<(G, Option<Watches>)>
 where
@@ -355,8 +450,13 @@ where
     let mut places: Option<Listeners> = None;
     // Fairness: a newcomer does not barge past local waiters already queued for this lock (a releaser looping
     // straight back to acquire would otherwise win most hand-offs). It queues behind them and tries when a release
-    // wakes it, or at its safety poll (one backoff step when it cannot count on a wake-up).
-    let (queued, listening) = if options.wait().is_zero() { (false, false) } else { arrival(stores, channels) };
+    // wakes it, or when `Nap` says (its safety poll, one backoff step when it cannot count on a wake-up, the expiry
+    // ahead). Only behind waiters blocked by this very resource and asking for no more than it does: a multi-lock
+    // waiter held by another resource, a holder that stays registered, a semaphore waiter for more permits than are
+    // free hold nobody back (each had a newcomer sleep its whole safety poll on a free lock).
+    let (ahead, listening) = if options.wait().is_zero() { (None, false) } else { arrival(stores, channels, demand) };
+    let queued = ahead.is_some();
+    let (ahead, behind) = ahead.map_or((None, Vec::new()), |(ahead, behind)| (Some(ahead), behind));
     // Registered before the first try when local waiters queue for the lock (it queues behind them), or when this
     // process waited for it before and still listens: that try then lines the process up to be woken (one failed
     // try per wait instead of two), and no release can slip past the registration.
@@ -385,11 +485,16 @@ where
                     // one backoff step, as once) found the lock held nearly always, and cost the server a failed
                     // acquire per hand-off (two in three newcomers with eight tasks taking turns). Where a wake-up may
                     // not come (nobody hears, or another library's releases), one backoff step as for any poll.
-                    let pause = match hears_every_release(heard, stores, &queue) {
+                    let poll = match hears_every_release(heard, stores, &queue) {
                         true => policy.safety_poll(),
                         false => delays.next().unwrap_or(Duration::from_millis(5)),
                     };
-                    let pause = heard.poll.map_or(pause, |poll| pause.min(poll)).min(options.wait());
+                    let expiry_ahead = ahead.and_then(|a| a.expiry);
+                    // Queued behind them, it is blocked where they are: a newcomer after it queues behind it too (it
+                    // would otherwise try, and lose, each time the lock changes hands).
+                    queue.blocked_on(&behind, demand, expiry_ahead);
+                    let nap = Nap { poll, layout_poll: heard.poll, expiry_ahead, deadline };
+                    let pause = nap.from(Instant::now());
                     tracing::trace!(resource, ?pause, "queued behind local waiters");
                     if let Some(woke) = listeners.or_sleep(pause).await?.and_then(|i| queue.watch(i)) {
                         owed.owe(woke);
@@ -421,11 +526,20 @@ where
         let mut again = false;
         let (holder_ttl, last_error) = match attempt().await {
             Ok(Attempt::Acquired(guard)) => {
+                // The registrations stay as they are until the caller records the hold (`Watches::acquired`): a
+                // newcomer arriving in between still queues behind this waiter, whose try it would lose.
                 owed.acquired();
                 return Ok((guard, watch));
             }
             Ok(Attempt::Held { holder_ttl, blocked, .. }) => {
-                let blocked = blocked.and_then(|i| channels.get(i).copied());
+                let blocked = blocked.and_then(|i| channels.get(i).copied()).or(match channels {
+                    [one] => Some(*one),
+                    _ => None,
+                });
+                if let Some(watch) = &watch {
+                    // Counted from the reply: the key is gone by then at the latest.
+                    watch.found(blocked, demand, holder_ttl.map(|ttl| Instant::now() + ttl));
+                }
                 // A turn passed on was not this waiter's to keep: nothing to try again for at a release's completion.
                 let turn = owed.is_owed() && !owed.held_by(blocked);
                 owed.settle();
@@ -453,6 +567,9 @@ where
             }
             Err(err) if err.is_retryable() => {
                 tracing::debug!(resource, error = %err.report(), "transient error while waiting for lock");
+                if let Some(watch) = &watch {
+                    watch.found(None, demand, None);
+                }
                 (None, Some(err))
             }
             Err(err) => return Err(err),
@@ -482,18 +599,13 @@ where
         // A waiter that listens hears the release: it does not poll on the backoff meanwhile (with eight processes
         // waiting out a 250 ms hold, those polls were two thirds of the server's commands), only on the safety poll.
         let hears = watch.as_ref().is_some_and(|watch| hears_every_release(heard, stores, watch));
-        let mut pause = match (&listeners, &last_error) {
+        let poll = match (&listeners, &last_error) {
             (Some(_), None) if hears => policy.safety_poll(),
             _ => delays.next().unwrap_or(Duration::from_millis(100)),
         };
-        if let Some(poll) = heard.poll {
-            pause = pause.min(poll);
-        }
-        if let Some(ttl) = holder_ttl {
-            // The holder's key is gone by then at the latest.
-            pause = pause.min(ttl + Duration::from_millis(1));
-        }
-        pause = pause.min(deadline.saturating_duration_since(now));
+        // The holder's key is gone by `now + ttl` at the latest (the TTL was read before the reply came).
+        let nap = Nap { poll, layout_poll: heard.poll, expiry_ahead: holder_ttl.map(|ttl| now + ttl), deadline };
+        let pause = nap.from(now);
         match listeners {
             Some(mut listeners) => {
                 tracing::trace!(resource, ?pause, "waiting for a release");

@@ -20,10 +20,10 @@
 //!
 //! let options = LockOptions::new(Duration::from_secs(5));
 //! let old = lock.acquire("orders", &options).await?;
-//! let old_fence = old.fencing_token().expect("fencing is on by default");
+//! let old_fence = old.fence().await?;
 //! old.release().await?; // ... say this holder paused here instead, and its lease ran out ...
 //! let new = lock.acquire("orders", &options).await?;
-//! let new_fence = new.fencing_token().expect("fencing is on by default");
+//! let new_fence = new.fence().await?;
 //!
 //! let total = orders.get(new_fence, "{orders}:total").await?; // a read records the fence too
 //! assert_eq!(total, None);
@@ -278,7 +278,7 @@ impl FencedResource {
     /// let lock = Lock::new(store.clone());
     /// let events = FencedResource::new(store, "{orders}:fence")?;
     /// let guard = lock.acquire("orders", &LockOptions::new(Duration::from_secs(5))).await?;
-    /// let fence = guard.fencing_token().expect("fencing is on by default");
+    /// let fence = guard.fence().await?;
     /// let fence_text = fence.get().to_string();
     /// let id = events.xadd(fence, "{orders}:events", &[("event", "shipped"), ("fence", &fence_text)]).await?;
     /// assert!(id.contains('-'), "a stream entry ID: {id}");

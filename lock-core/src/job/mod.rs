@@ -383,7 +383,8 @@ impl JobLock {
         target.end_as(Ending::Cancelled);
         let started = Instant::now();
         let lost = guard.lost_signal();
-        let fencing_token = guard.fencing_token();
+        // A job's token is drawn with the grant (see `Fencing::OnDemand`).
+        let fencing_token = guard.drawn_fence();
         let ctx = JobContext { fencing_token, lost: lost.clone() };
         // The work is dropped (by `guard`) before the finish is sent.
         let output = lost.guard(work(ctx)).await;

@@ -103,7 +103,7 @@ impl Lock {
     /// let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(1));
     /// let both = lock.acquire_all(&["account/9", "account/7", "account/9"], &opts).await?;
     /// assert_eq!(both.resources(), ["account/7", "account/9"]);
-    /// let fence = both.fencing_token("account/7"); // pass it to the ledger of account 7
+    /// let fence = both.fence_of("account/7"); // pass it to the ledger of account 7
     /// # let _ = fence;
     /// let released = both.release().await?;
     /// assert!(released.all_released());
@@ -168,7 +168,7 @@ impl Lock {
         let guard = self.acquire_all(resources, &options).await?;
         let lost = guard.lost_signal();
         let ctx = MultiContext {
-            fencing_tokens: guard.fencing_tokens().into_iter().map(|(r, f)| (r.to_owned(), f)).collect(),
+            fencing_tokens: guard.fences().into_iter().map(|(r, f)| (r.to_owned(), f)).collect(),
             lost: lost.clone(),
         };
         let label = guard.guard.target().label().to_owned();
@@ -210,16 +210,49 @@ impl MultiGuard {
         self.guard.target().resources().iter().map(LockKeys::resource).collect()
     }
 
-    /// The fencing token of `resource` (`None` when fencing was off, or for a resource this guard does not hold).
-    /// It comes from the resource's own counter, the one single locks on it use too.
-    pub fn fencing_token(&self, resource: &str) -> Option<FencingToken> {
+    /// The fencing token of `resource` (`None` when fencing was off, or for a resource this guard does not hold),
+    /// drawn with the grant. It comes from the resource's own counter, the one single locks on it use too.
+    pub fn fence_of(&self, resource: &str) -> Option<FencingToken> {
         let index = self.guard.target().resources().iter().position(|k| k.resource() == resource)?;
         self.guard.fences().get(index).copied().flatten()
     }
 
-    /// Every resource with its fencing token.
-    pub fn fencing_tokens(&self) -> Vec<(&str, Option<FencingToken>)> {
+    /// Every resource with its fencing token (drawn with the grant; `None` when fencing was off).
+    pub fn fences(&self) -> Vec<(&str, Option<FencingToken>)> {
         self.resources().into_iter().zip(self.guard.fences().iter().copied()).collect()
+    }
+
+    /// The resources held, as one name (the names joined), for logs and [`LockGuard`](crate::LockGuard).
+    pub fn resource(&self) -> &str {
+        self.guard.resource()
+    }
+
+    /// The fencing token when the guard holds one resource; a multi-lock has one per resource
+    /// ([`fence_of`](Self::fence_of), [`fences`](Self::fences)), so with several this is an error rather than one
+    /// of them, which a resource guarded by another would not check.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) with several resources, or fencing off.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the token was drawn with the grant, so nothing is sent.
+    pub async fn fence(&self) -> Result<FencingToken> {
+        match self.guard.target().resources().len() {
+            1 => self.guard.fence().await,
+            n => Err(crate::LockError::invalid(format!(
+                "a multi-lock of {n} resources has one fencing token per resource: use fence_of(resource) or fences()"
+            ))),
+        }
+    }
+
+    /// The fencing token when the guard holds one resource (see [`fence`](Self::fence)), without I/O.
+    pub fn drawn_fence(&self) -> Option<FencingToken> {
+        (self.guard.target().resources().len() == 1).then(|| self.guard.drawn_fence()).flatten()
+    }
+
+    /// Validity left now (zero once lost).
+    pub fn remaining(&self) -> Duration {
+        self.guard.remaining()
     }
 
     /// The owner token (one for every resource).
@@ -274,6 +307,13 @@ impl MultiGuard {
         Ok(MultiRelease { reports: resources.into_iter().zip(reports).collect(), quorum })
     }
 }
+
+crate::engine::lock::lock_guard_by_inherent_methods!(MultiGuard, |guard: MultiGuard| async move {
+    // The trait's one outcome: released only if every resource was; else the first resource's that was not.
+    let released = guard.release().await?;
+    let outcomes = released.outcomes();
+    Ok(outcomes.iter().map(|(_, o)| *o).find(|o| *o != ReleaseOutcome::Released).unwrap_or(ReleaseOutcome::Released))
+});
 
 /// What [`MultiGuard::release`] found, per resource.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -15,9 +15,9 @@
 //! a.release().await?;
 //! b.release().await?;
 //! let w = config.write(&opts).await?;
-//! let token = w.fencing_token();
+//! let token = w.fence().await?;
 //! let r = w.downgrade().await?; // atomically: no writer gets in between
-//! assert_eq!(r.epoch(), token, "a reader's epoch is the last write's token");
+//! assert_eq!(r.epoch(), Some(token), "a reader's epoch is the last write's token");
 //! # r.release().await?;
 //! # Ok(())
 //! # }
@@ -334,7 +334,28 @@ impl ReadGuard {
     /// The epoch: the token of the last write before this read (0 before any), `None` when fencing was off. A write
     /// with a higher token proves this hold has ended.
     pub fn epoch(&self) -> Option<FencingToken> {
-        self.guard.fencing_token()
+        self.guard.drawn_fence()
+    }
+
+    /// A read hold has no fencing token of its own: its [`epoch`](Self::epoch) is the last write's, which a fenced
+    /// resource would accept from a reader as if it were that writer. Always an error, so that code written for
+    /// any [`LockGuard`](crate::LockGuard) never writes as a reader.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument), always.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is sent.
+    pub async fn fence(&self) -> Result<FencingToken> {
+        Err(crate::LockError::invalid(format!(
+            "a read hold of {:?} draws no fencing token (its epoch() is the last write's); take the write lock to write",
+            self.guard.resource()
+        )))
+    }
+
+    /// Always `None` (see [`fence`](Self::fence)).
+    pub fn drawn_fence(&self) -> Option<FencingToken> {
+        None
     }
 
     crate::engine::lock::guard_accessors!("hold");
@@ -352,6 +373,9 @@ impl ReadGuard {
     }
 }
 
+crate::engine::lock::lock_guard_by_inherent_methods!(ReadGuard, ReadGuard::release);
+crate::engine::lock::lock_guard_by_inherent_methods!(WriteGuard, WriteGuard::release);
+
 /// The write hold: released with [`release`](Self::release), or in the background when dropped; renewed by the
 /// watchdog when the options asked for it; lost (its signal fires) when its expiry passes.
 #[must_use = "dropping a write guard releases it in the background"]
@@ -364,9 +388,20 @@ pub struct WriteGuard {
 }
 
 impl WriteGuard {
-    /// The fencing token (`None` when fencing was off): strictly increasing per name.
-    pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.guard.fencing_token()
+    /// The fencing token, drawn with the grant: strictly increasing per name.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) when fencing was off.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is sent.
+    pub async fn fence(&self) -> Result<FencingToken> {
+        self.guard.fence().await
+    }
+
+    /// The fencing token (`None` when fencing was off), without I/O.
+    pub fn drawn_fence(&self) -> Option<FencingToken> {
+        self.guard.drawn_fence()
     }
 
     crate::engine::lock::guard_accessors!("hold");
@@ -518,6 +553,10 @@ impl Primitive for RwTarget {
         } else {
             Kind::Write
         }
+    }
+
+    fn shared(&self) -> bool {
+        self.reader
     }
 
     fn resources(&self) -> &[LockKeys] {

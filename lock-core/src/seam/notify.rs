@@ -97,6 +97,30 @@ struct Channel {
     /// [`ReleaseHub::pass_room_on`]): the waiters registered when it came, so one release lets each of them try at
     /// most once and the passing ends.
     sweep: usize,
+    /// The registrations whose waiter's last try was held by this very resource (see [`ReleaseWatch::blocked`]):
+    /// what a newcomer may queue behind. A registration that is not here (a holder's kept one, a multi-lock waiter
+    /// blocked by another resource, a waiter between tries) holds nobody back.
+    blocked: HashMap<u64, Blocked>,
+}
+
+/// A waiter blocked by a channel's resource, or a holder of it that excludes every other (see [`Channel`]'s
+/// `blocked`).
+#[derive(Clone, Copy, Debug)]
+struct Blocked {
+    /// How much it asks for (a semaphore's permits; 1 for a lock).
+    demand: u32,
+    /// When what blocked it expires at the latest, if its try said; a holder's validity deadline.
+    expiry: Option<std::time::Instant>,
+    /// A holder (that had to wait, so it stays registered), not a waiter: it holds newcomers back only until its
+    /// validity deadline (a holder whose key expired holds nobody back).
+    holding: bool,
+}
+
+/// What a newcomer finds ahead of it on a channel (see [`ReleaseHub::ahead`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ahead {
+    /// The earliest instant at which what blocks them expires, when one of them knows it.
+    pub(crate) expiry: Option<std::time::Instant>,
 }
 
 impl Channel {
@@ -117,6 +141,7 @@ impl Channel {
             subscribed: false,
             deaf: false,
             confirmed: false,
+            blocked: HashMap::new(),
         }
     }
 
@@ -172,6 +197,83 @@ struct Place {
     alive: std::time::Instant,
     /// A release granted this waiter the lock (see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)).
     granted: Option<Granted>,
+}
+
+/// A release message, read one way only (WIRE.md §6.5). This library's forms are built of origins (16 lowercase hex
+/// digits, or empty for a client without a listener, or `force-release`), waiter ids (16 lowercase hex digits) and
+/// fences (decimal digits), none of which has a `:`, so no other library's payload (Spring's lock key, which always
+/// has one; Redisson's `0`) reads as one of them, whatever characters a lock name has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Message<'a> {
+    /// `<origin>><process>`: a mutex's release naming the first waiting process.
+    Named { from: &'a [u8], to: &'a [u8] },
+    /// `<origin>[+[<fence>]] <waiter id>`: a fair queue's release waking (and with `+`, granting) one waiter.
+    Fair { from: &'a [u8], grant: Option<Grant>, id: &'a [u8] },
+    /// `<origin>`: a release by that process.
+    Plain { from: &'a [u8] },
+    /// Anything else: another library's release.
+    Foreign,
+}
+
+/// What the `+` of a fair announcement says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// `+<fence>`.
+    Fenced(u64),
+    /// `+` alone: granted without a fence.
+    Unfenced,
+    /// `+` and digits that do not fit a fence.
+    Unreadable,
+}
+
+/// The length of a listener's origin and of a waiter id, in hex digits.
+const ID_LEN: usize = 16;
+
+fn is_id(part: &[u8]) -> bool {
+    part.len() == ID_LEN && part.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// An origin (WIRE.md §3.3): a listener's id, the empty origin of a client without a listener, or the admin's.
+fn is_origin(part: &[u8]) -> bool {
+    part.is_empty() || part == b"force-release" || is_id(part)
+}
+
+impl<'a> Message<'a> {
+    /// Reads `payload`.
+    pub(crate) fn parse(payload: &'a [u8]) -> Self {
+        if is_origin(payload) {
+            return Message::Plain { from: payload };
+        }
+        if let Some(at) = payload.iter().position(|b| *b == b'>') {
+            let (from, to) = (&payload[..at], &payload[at + 1..]);
+            return if is_origin(from) && is_id(to) { Message::Named { from, to } } else { Message::Foreign };
+        }
+        let Some(space) = payload.iter().position(|b| *b == b' ') else { return Message::Foreign };
+        let (head, id) = (&payload[..space], &payload[space + 1..]);
+        if !is_id(id) {
+            return Message::Foreign;
+        }
+        let (from, grant) = match head.iter().position(|b| *b == b'+') {
+            None => (head, None),
+            Some(plus) => {
+                let digits = &head[plus + 1..];
+                if !digits.iter().all(u8::is_ascii_digit) {
+                    return Message::Foreign;
+                }
+                let fence = std::str::from_utf8(digits).ok().and_then(|d| d.parse().ok());
+                let grant = match fence {
+                    Some(fence) => Grant::Fenced(fence),
+                    None if digits.is_empty() => Grant::Unfenced,
+                    None => Grant::Unreadable,
+                };
+                (&head[..plus], Some(grant))
+            }
+        };
+        if !is_origin(from) {
+            return Message::Foreign;
+        }
+        Message::Fair { from, grant, id }
+    }
 }
 
 /// A fair-queue release's grant to one of this process's waiters, as announced.
@@ -274,6 +376,24 @@ impl ReleaseHub {
         }
     }
 
+    /// Whether a newcomer asking for `demand` should queue behind this process's waiters on `channel`: only behind
+    /// those whose last try was held by this very resource and who ask for no more than it does (one that asks for
+    /// more may be blocked where the newcomer is not: a semaphore waiter for 3 permits with 2 free), and then until
+    /// the earliest expiry they know of. `None`: nobody it should wait behind, so it tries at once.
+    pub(crate) fn ahead(&self, channel: &str, demand: u32) -> Option<Ahead> {
+        let state = self.channels().get(channel).cloned()?;
+        let ch = lock(&state);
+        let now = std::time::Instant::now();
+        let mut blocking = ch
+            .blocked
+            .values()
+            .filter(|b| if b.holding { b.expiry.is_some_and(|e| e > now) } else { b.demand <= demand })
+            .peekable();
+        blocking.peek()?;
+        // They are all held by the same resource: the earliest expiry any of them saw bounds the wait of each.
+        Some(Ahead { expiry: blocking.filter_map(|b| b.expiry).min() })
+    }
+
     /// What a waiter arriving on `channel` finds, in one lookup (see [`Presence`]).
     pub(crate) fn presence(&self, channel: &str) -> Presence {
         self.channels().get(channel).map_or(Presence { waiters: 0, heard: false, listens: false }, |state| {
@@ -362,11 +482,13 @@ impl ReleaseHub {
             (state, subscribe.then(|| self.control.subscribe(channel)))
         };
         // Built before the await so that a cancelled subscribe still unregisters.
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let watch = ReleaseWatch {
             hub: self.clone(),
             channel: channel.to_owned(),
             state,
             token: token.map(|(t, _)| t.to_owned()),
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         if let Some(confirmation) = confirmation {
             let confirmed = confirmation.await;
@@ -380,65 +502,72 @@ impl ReleaseHub {
         watch
     }
 
-    /// Handles one message from the backend's subscriber.
+    /// Handles one message from the backend's subscriber, read by [`Message::parse`] (one reading for any payload):
     ///
-    /// A payload `<origin> <token>` (a fair lock's release) wakes only the waiter holding `token`, if it is ours,
-    /// whichever process released; `<origin>+<fence> <token>` (or `<origin>+ <token>`) also tells it that the
-    /// release granted it the lock (see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE)); `<origin>><process>` (a
-    /// mutex's release that names the first waiting process, see [`RELEASE`](crate::backend::scripts::RELEASE)) wakes the
-    /// longest-waiting local waiter if `<process>` is this hub, or passes the wake-up on when none is left, and is
-    /// ignored by every other hub; a payload `<origin>` wakes the longest-waiting local waiter unless the release
-    /// was our own (already woken locally).
+    /// - `<origin> <waiter id>` (a fair lock's release) wakes only the waiter the id names, if it is ours, whichever
+    ///   process released; `<origin>+<fence> <waiter id>` (or `<origin>+ <waiter id>`) also tells it that the
+    ///   release granted it the lock (see [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE));
+    /// - `<origin>><process>` (a mutex's release that names the first waiting process, see
+    ///   [`RELEASE`](crate::backend::scripts::RELEASE)) wakes the longest-waiting local waiter if `<process>` is this
+    ///   hub, or passes the wake-up on when none is left, and is ignored by every other hub;
+    /// - `<origin>` wakes the longest-waiting local waiter unless the release was our own (already woken locally);
+    /// - anything else is another library's release (Spring's lock key, Redisson's `0`): it wakes the longest-waiting
+    ///   local waiter.
     pub fn deliver(&self, channel: &str, payload: &[u8]) {
         // One lookup per message.
         let state = self.channels().get(channel).cloned();
-        let named = payload
-            .iter()
-            .position(|b| *b == b'>')
-            .filter(|_| !payload.contains(&b' '))
-            .map(|at| (&payload[..at], &payload[at + 1..]));
-        if let Some((from, to)) = named {
-            if let Some(state) = &state {
-                lock(state).any.notify(usize::MAX);
-            }
-            if to != self.origin.as_bytes() || from == self.origin.as_bytes() {
-                return;
-            }
-            let woken = state.is_some_and(|state| {
-                let mut ch = lock(&state);
-                // Nobody listening right now (between tries, or leaving) keeps the wake-up: the next try takes it,
-                // or the last one to leave passes it on (see `Drop for ReleaseWatch`).
-                (ch.watchers > 0).then(|| ch.wake_one()).is_some()
-            });
-            if !woken {
-                self.pass_on(channel);
-            }
-            return;
-        }
-        // Nobody on this channel in this process, nothing to wake.
-        let Some(state) = state else { return };
-        let mut ch = lock(&state);
-        ch.any.notify(usize::MAX);
-        if let Some(space) = payload.iter().position(|b| *b == b' ') {
-            let (head, id) = (&payload[..space], std::str::from_utf8(&payload[space + 1..]).ok());
-            let token = id.and_then(|id| ch.ids.get(id)).cloned();
-            if let Some(place) = token.and_then(|token| ch.tokens.get_mut(&token)) {
-                if let Some(plus) = head.iter().position(|b| *b == b'+') {
-                    // A fence that does not parse makes the grant unusable from here: the waiter's try returns it.
-                    let fence = std::str::from_utf8(&head[plus + 1..]).ok().map(str::parse::<u64>);
-                    let since = place.first_try;
-                    place.granted = match fence {
-                        Some(Ok(fence)) => Some(Granted { fence: Some(fence), since }),
-                        Some(Err(_)) if plus + 1 == head.len() => Some(Granted { fence: None, since }),
-                        _ => Some(Granted { fence: None, since: None }),
-                    };
+        match Message::parse(payload) {
+            Message::Named { from, to } => {
+                if let Some(state) = &state {
+                    lock(state).any.notify(usize::MAX);
                 }
-                place.event.notify(1);
+                if to != self.origin.as_bytes() || from == self.origin.as_bytes() {
+                    return;
+                }
+                let woken = state.is_some_and(|state| {
+                    let mut ch = lock(&state);
+                    // Nobody listening right now (between tries, or leaving) keeps the wake-up: the next try takes
+                    // it, or the last one to leave passes it on (see `Drop for ReleaseWatch`).
+                    (ch.watchers > 0).then(|| ch.wake_one()).is_some()
+                });
+                if !woken {
+                    self.pass_on(channel);
+                }
             }
-            return;
-        }
-        if payload != self.origin.as_bytes() {
-            ch.wake_one();
+            Message::Fair { grant, id, .. } => {
+                // Nobody on this channel in this process, nothing to wake.
+                let Some(state) = state else { return };
+                let mut ch = lock(&state);
+                ch.any.notify(usize::MAX);
+                let token = std::str::from_utf8(id).ok().and_then(|id| ch.ids.get(id)).cloned();
+                if let Some(place) = token.and_then(|token| ch.tokens.get_mut(&token)) {
+                    if let Some(fence) = grant {
+                        let since = place.first_try;
+                        place.granted = match fence {
+                            Grant::Fenced(fence) => Some(Granted { fence: Some(fence), since }),
+                            Grant::Unfenced => Some(Granted { fence: None, since }),
+                            // A fence that does not parse makes the grant unusable from here: the waiter's try
+                            // returns it.
+                            Grant::Unreadable => Some(Granted { fence: None, since: None }),
+                        };
+                    }
+                    place.event.notify(1);
+                }
+            }
+            Message::Plain { from } => {
+                let Some(state) = state else { return };
+                let mut ch = lock(&state);
+                ch.any.notify(usize::MAX);
+                if from != self.origin.as_bytes() {
+                    ch.wake_one();
+                }
+            }
+            Message::Foreign => {
+                let Some(state) = state else { return };
+                let mut ch = lock(&state);
+                ch.any.notify(usize::MAX);
+                ch.wake_one();
+            }
         }
     }
 
@@ -472,6 +601,18 @@ impl ReleaseHub {
         let passed = state.is_some_and(|state| lock(&state).pass_to_another());
         if !passed {
             self.pass_on(channel);
+        }
+    }
+
+    /// Wakes a local waiter on `channel` when one of them does not queue in a fair queue there (a plain or multi-lock
+    /// waiter beside fair ones): a fair release announces only its head, and such a waiter hears nothing else.
+    pub(crate) fn wake_one_unqueued(&self, channel: &str) {
+        let state = self.channels().get(channel).cloned();
+        if let Some(state) = state {
+            let mut ch = lock(&state);
+            if ch.watchers > ch.tokens.len() {
+                ch.wake_one();
+            }
         }
     }
 
@@ -541,9 +682,48 @@ pub struct ReleaseWatch {
     state: Arc<Mutex<Channel>>,
     /// A fair-lock waiter's token (see [`ReleaseHub::watch_as`]).
     token: Option<String>,
+    /// This registration among the channel's (see [`Channel`]'s `blocked`).
+    id: u64,
 }
 
 impl ReleaseWatch {
+    /// The waiter's last try was held by this channel's resource, asking for `demand`; what held it expires by
+    /// `expiry` if the try said: a newcomer asking for as much or more queues behind it (see [`ReleaseHub::ahead`]).
+    pub(crate) fn blocked(&self, demand: u32, expiry: Option<std::time::Instant>) {
+        lock(&self.state).blocked.insert(self.id, Blocked { demand, expiry, holding: false });
+    }
+
+    /// The waiter holds the resource now, excluding every other holder, until `valid_until` as it believes: a
+    /// newcomer queues behind it until then (its try would be refused; the release wakes it), and not after (a holder
+    /// whose key expired holds nobody back).
+    pub(crate) fn holding(&self, valid_until: std::time::Instant) {
+        lock(&self.state).blocked.insert(self.id, Blocked { demand: 0, expiry: Some(valid_until), holding: true });
+    }
+
+    /// The waiter's try learned that this channel's resource is held until `expiry`: the other local waiters
+    /// blocked by it that know no expiry, or a later one (a read-write lock's readers that waited for a writer's
+    /// place, which has since become the writer's hold), look again, so each sleeps no longer than the hold. A
+    /// waiter woken this way learns the same expiry and wakes nobody: the waking ends.
+    pub(crate) fn tighten(&self, expiry: std::time::Instant) {
+        // Differences below this are not worth a try.
+        const SLACK: std::time::Duration = std::time::Duration::from_millis(20);
+        let ch = lock(&self.state);
+        let stale = ch
+            .blocked
+            .iter()
+            .filter(|(id, b)| **id != self.id && !b.holding && b.expiry.is_none_or(|e| e > expiry + SLACK))
+            .count();
+        if stale > 0 {
+            ch.event.notify(stale.additional());
+        }
+    }
+
+    /// The waiter is not blocked by this channel's resource (it holds the lock, another resource held its try, or
+    /// its try failed): it holds no newcomer back.
+    pub(crate) fn unblocked(&self) {
+        lock(&self.state).blocked.remove(&self.id);
+    }
+
     /// Whether releases on this channel reach this process: the server confirmed the subscription and did not
     /// refuse it since. `false` while a request is unanswered (a waiter that registered behind another's request
     /// does not await its answer) or after it failed, and a waiter then polls on its backoff instead of its safety
@@ -700,6 +880,7 @@ impl Drop for ReleaseWatch {
         let (last, unheard) = {
             let mut ch = lock(&self.state);
             ch.watchers -= 1;
+            ch.blocked.remove(&self.id);
             self.hub.watching.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             if let Some(token) = &self.token {
                 ch.tokens.remove(token);
@@ -819,6 +1000,65 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Every release message reads one way only (issue 54: a Spring lock key with a space or `>` was read as a fair
+    /// or named wake-up and woke nobody): this library's forms are made of origins, ids and digits, and nothing
+    /// else matches them.
+    #[test]
+    fn release_messages_read_one_way_only() {
+        let o = "0123456789abcdef";
+        let p = "fedcba9876543210";
+        assert_eq!(Message::parse(o.as_bytes()), Message::Plain { from: o.as_bytes() });
+        let named = format!("{o}>{p}");
+        assert_eq!(Message::parse(named.as_bytes()), Message::Named { from: o.as_bytes(), to: p.as_bytes() });
+        let fair = format!("{o} {p}");
+        assert_eq!(
+            Message::parse(fair.as_bytes()),
+            Message::Fair { from: o.as_bytes(), grant: None, id: p.as_bytes() }
+        );
+        let granted = format!("{o}+1796650296369153 {p}");
+        assert!(matches!(
+            Message::parse(granted.as_bytes()),
+            Message::Fair { grant: Some(Grant::Fenced(1796650296369153)), .. }
+        ));
+        let unfenced = format!("{o}+ {p}");
+        assert!(matches!(Message::parse(unfenced.as_bytes()), Message::Fair { grant: Some(Grant::Unfenced), .. }));
+        let huge = format!("{o}+99999999999999999999999 {p}");
+        assert!(matches!(Message::parse(huge.as_bytes()), Message::Fair { grant: Some(Grant::Unreadable), .. }));
+        // A client without a listener (the empty origin) and the admin's force release send the same forms.
+        assert_eq!(Message::parse(b""), Message::Plain { from: b"" });
+        assert_eq!(Message::parse(b"force-release"), Message::Plain { from: b"force-release" });
+        let unnamed = format!(">{p}");
+        assert_eq!(Message::parse(unnamed.as_bytes()), Message::Named { from: b"", to: p.as_bytes() });
+        let forced = format!("force-release+17 {p}");
+        assert!(matches!(
+            Message::parse(forced.as_bytes()),
+            Message::Fair { from: b"force-release", grant: Some(Grant::Fenced(17)), .. }
+        ));
+        let told = format!(" {p}");
+        assert!(matches!(Message::parse(told.as_bytes()), Message::Fair { from: b"", grant: None, .. }));
+        // Other libraries' payloads, and everything near our forms, are foreign releases.
+        for foreign in [
+            "registry:a b".to_owned(),
+            "registry:a>b".to_owned(),
+            format!("registry:{o}>{p}"),
+            format!("registry:{o} {p}"),
+            "0".to_owned(),
+            format!("registry:x {p}"),
+            format!("registry:x>{p}"),
+            format!("{o}>"),
+            format!("{o}>{p}x"),
+            format!("{o} {p} "),
+            format!("{o}x {p}"),
+            format!("{o}+12a {p}"),
+            o.to_uppercase(),
+            format!("{o} "),
+            " ".to_owned(),
+            "force-release2".to_owned(),
+        ] {
+            assert_eq!(Message::parse(foreign.as_bytes()), Message::Foreign, "{foreign:?}");
+        }
+    }
+
     /// A try takes along only the peers whose places are due (renewed half a heartbeat ago or longer), and two
     /// tries at once take different ones: each try's server work stays bounded however many waiters queue.
     #[tokio::test]
@@ -889,17 +1129,21 @@ mod tests {
         assert_eq!(head.take_grant(), Some(Granted { fence: Some(1_766_000_000_000_001), since: Some(first) }));
         assert_eq!(head.take_grant(), None, "a grant is taken once");
         assert_eq!(other.take_grant(), None, "a grant is for its token only");
-        // Without a token; and a fence that does not parse, which makes the grant unusable from the announcement.
-        hub.deliver("c", format!("o+ {id}").as_bytes());
+        // Without a token; a fence too large to be one, which makes the grant unusable from the announcement; and a
+        // fence that is no number, which is no announcement of ours at all (WIRE.md §6.5).
+        let o = "e".repeat(16);
+        hub.deliver("c", format!("{o}+ {id}").as_bytes());
         assert_eq!(head.take_grant(), Some(Granted { fence: None, since: Some(first) }));
-        hub.deliver("c", format!("o+1.7e15 {id}").as_bytes());
+        hub.deliver("c", format!("{o}+99999999999999999999999 {id}").as_bytes());
         assert_eq!(head.take_grant(), Some(Granted { fence: None, since: None }));
+        hub.deliver("c", format!("{o}+1.7e15 {id}").as_bytes());
+        assert_eq!(head.take_grant(), None);
         // A waiter whose first try is not known (a peer's renewals do not tell it) gets no starting point: it tries.
         head.renewed(std::time::Instant::now(), std::slice::from_ref(&peer));
-        hub.deliver("c", format!("o+ {peer_id}").as_bytes());
+        hub.deliver("c", format!("{o}+ {peer_id}").as_bytes());
         assert_eq!(other.take_grant(), Some(Granted { fence: None, since: None }));
         // A telling announcement carries no grant.
-        hub.deliver("c", format!("o {id}").as_bytes());
+        hub.deliver("c", format!("{o} {id}").as_bytes());
         assert_eq!(head.take_grant(), None);
     }
 

@@ -338,6 +338,14 @@ impl Primitive for PermitTarget {
         Kind::Semaphore
     }
 
+    fn demand(&self) -> u32 {
+        self.permits.parse().unwrap_or(1)
+    }
+
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn resources(&self) -> &[LockKeys] {
         &self.keys
     }
@@ -385,6 +393,8 @@ pub struct Permit {
     slots: Vec<u32>,
 }
 
+crate::engine::lock::lock_guard_by_inherent_methods!(Permit, Permit::release);
+
 impl Permit {
     fn new(guard: Guard, target: &PermitTarget) -> Self {
         let slots = target.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
@@ -396,9 +406,20 @@ impl Permit {
         &self.slots
     }
 
-    /// The grant's fencing token (`None` when fencing was off): the tokens any one slot sees strictly increase.
-    pub fn fencing_token(&self) -> Option<FencingToken> {
-        self.guard.fencing_token()
+    /// The grant's fencing token, drawn with the grant: the tokens any one slot sees strictly increase.
+    ///
+    /// # Errors
+    /// [`InvalidArgument`](crate::LockError::InvalidArgument) when fencing was off.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: nothing is sent.
+    pub async fn fence(&self) -> Result<FencingToken> {
+        self.guard.fence().await
+    }
+
+    /// The grant's fencing token (`None` when fencing was off), without I/O.
+    pub fn drawn_fence(&self) -> Option<FencingToken> {
+        self.guard.drawn_fence()
     }
 
     crate::engine::lock::guard_accessors!("permit");

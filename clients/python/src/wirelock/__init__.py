@@ -1,11 +1,18 @@
-"""wirelock: a Python client for the lock library's Redis wire protocol 1.0 (``WIRE.md``).
+"""wirelock: a Python client for the lock library's Redis wire protocol 1.1 (``WIRE.md``).
 
 It speaks the protocol from its specification only: the scripts of ``wire/scripts`` (checked against the SHA-1s of
-protocol 1.0), the keys of section 2, tokens of section 3, validity of section 7, and the primitives mutex (8),
-semaphore (12), read-write lock (13), leader election (14) and guarded writes (16).
+protocol 1.1), the keys of section 2, tokens of section 3, validity of section 7, and the primitives mutex (8),
+semaphore (12), read-write lock (13), leader election (14) and guarded writes (16), with fences drawn for a lock
+another library holds under its key layout (18; :meth:`Client.peer_fence`).
+
+Its modules are layered, each importing only from layers below (``lint-imports`` checks it, see pyproject.toml):
+the vocabulary (``errors``, ``keys``, ``layouts``, ``tokens``, ``timing``) → the wire calls (``scripts``,
+``connection``) → waiting (``listener``, ``_wait``) → the primitives (``hold``, ``mutex``, ``semaphore``,
+``rwlock``, ``election``) → the face (``client``, this package).
 """
 
-from .client import Client, compatible_version
+from .client import Client
+from .connection import compatible_version
 from .election import Elections, Leader, Leadership
 from .errors import (
     AclRefused,

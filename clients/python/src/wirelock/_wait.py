@@ -1,4 +1,5 @@
-"""The waiter's loop (WIRE.md section 6.6) shared by every primitive, and the give-back of unsure grants."""
+"""The waiting layer: the :class:`Engine` (a connection with its release listener) every primitive runs on, the
+waiter's loop (WIRE.md section 6.6) they share, and the give-back of unsure grants (section 7)."""
 
 from __future__ import annotations
 
@@ -6,20 +7,65 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
+import redis
 import redis.exceptions
 
+from .connection import Connection
 from .errors import Contended
-from .hold import Hold
+from .keys import DEFAULT_PREFIX
+from .listener import ReleaseListener
+from .scripts import ScriptSet
 from .timing import SAFETY_POLL, Backoff, Deadline, now_ns
-
-if TYPE_CHECKING:
-    from .client import Client
 
 log = logging.getLogger("wirelock")
 
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+"""Errors a wait retries within its budget (the engine's ``Unavailable`` and ``Timeout``): no answer, or a connection
+reset or refused. Every other error ends the wait at once."""
+
+# What woke a waiter and is a turn it owes to somebody if it leaves without its try answering (a message's wake-up, or
+# one passed on by a local waiter or our own release). A listener's reset and a fair waiter's told/granted are not.
+_OWED = ("broadcast", "named", "local", "foreign")
+# Wake-ups from a message a semaphore waiter passes on when its try saw room it could not use (never a local one, so
+# that two local waiters never wake each other in a loop).
+_FROM_A_MESSAGE = ("broadcast", "named", "told", "granted", "foreign")
+
+T = TypeVar("T")
+
+
+class Engine(Connection):
+    """A :class:`~wirelock.connection.Connection` with the process's release listener: what the primitives run on
+    (``listen=False``: no listener; waiters then poll on a backoff). :class:`wirelock.Client` is one."""
+
+    def __init__(
+        self,
+        redis_client: "redis.Redis",
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        scripts: ScriptSet | None = None,
+        listen: bool = True,
+        operation_timeout: float = 2.0,
+    ) -> None:
+        super().__init__(redis_client, prefix=prefix, scripts=scripts, operation_timeout=operation_timeout)
+        self._listener: ReleaseListener | None = ReleaseListener(self) if listen else None
+
+    @property
+    def origin(self) -> str:
+        """This process's listener origin (empty without a listener)."""
+        return self._listener.origin if self._listener is not None else ""
+
+    def close(self) -> None:
+        """Stops the release listener (holds are not released)."""
+        if self._listener is not None:
+            self._listener.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 @dataclasses.dataclass
@@ -42,11 +88,11 @@ class Refusal:
 
 
 def wait_for(
-    client: "Client",
+    client: Engine,
     *,
     name: str,
     channel: str,
-    attempt: Callable[[str | None], Hold | Refusal],
+    attempt: Callable[[str | None], T | Refusal],
     deadline: Deadline,
     lines_up: bool = False,
     lock: str | None = None,
@@ -55,69 +101,105 @@ def wait_for(
     waiter_id: Callable[[], str | None] | None = None,
     max_sleep: float | None = None,
     wake_next_on_success: bool = False,
-) -> Hold:
+) -> T:
     """Tries until ``attempt`` returns a hold or the deadline passes (then :class:`Contended`).
 
     ``attempt(origin)`` makes one try; ``origin`` is the listener's origin only while the release channel's
-    subscription is confirmed and ``lines_up`` (the try may then line the process up), else ``None``.
+    subscription is confirmed and ``lines_up`` (the try may then line the process up), else ``None``. The protocol
+    version check runs before every try (a no-op once it succeeded).
+
+    A connection error or timeout of a try (:data:`TRANSIENT`) is retried within the budget on the backoff, as the
+    engine retries ``Unavailable``/``Timeout``; when the budget runs out after one, that error is raised rather
+    than :class:`Contended` (a single try, ``wait=None``, raises it at once). A wake-up this waiter consumed and
+    did not turn into an answer (it leaves on an error, an exception, out of budget) is passed on: to another
+    local waiter, or, with none, by the ``pass-on`` script (WIRE.md 6.5, 8.7).
     """
     listener = client._listener
+    last_error: BaseException | None = None
+
+    def one(origin: str | None) -> T | Refusal | None:
+        """One try: its answer, or ``None`` after a transient error (kept in ``last_error``)."""
+        nonlocal last_error
+        try:
+            client.check_version()
+            answer = _again(attempt, origin)
+        except TRANSIENT as err:
+            if deadline.at is None:
+                raise
+            log.debug("wirelock: transient error while waiting for %r (%s); retrying", name, err)
+            last_error = err
+            return None
+        last_error = None
+        return answer
+
+    def out_of_budget(result: Refusal | None) -> BaseException:
+        if result is None and last_error is not None:
+            return last_error
+        return (result or Refusal()).contended(name)
+
     queued_behind = deadline.at is not None and listener is not None and listener.has_waiters(channel)
-    result: Hold | Refusal | None = None
+    result: T | Refusal | None = None
     if not queued_behind:
         # (1) a first try without an origin
-        result = _again(attempt, None)
-        if isinstance(result, Hold):
+        result = one(None)
+        if result is not None and not isinstance(result, Refusal):
             return result
         if deadline.at is None or deadline.expired():
-            raise result.contended(name)
+            raise out_of_budget(result)
     backoff = Backoff()
     if listener is None:
         while True:  # no listener: poll on the backoff
-            assert isinstance(result, Refusal)
-            sleep = _sleep_for(result, backoff.next(), max_sleep, deadline)
-            threading.Event().wait(sleep)
-            result = _again(attempt, None)
-            if isinstance(result, Hold):
+            threading.Event().wait(_sleep_for(result, backoff.next(), max_sleep, deadline))
+            result = one(None)
+            if result is not None and not isinstance(result, Refusal):
                 return result
             if deadline.expired():
-                raise result.contended(name)
+                raise out_of_budget(result)
     waiter = listener.register(
         channel, lock=lock, waiting=waiting, promised=promised, waiter_id=waiter_id() if waiter_id else None
     )
+    owed: str | None = None  # a wake-up consumed and not yet answered by a try
+    acquired = False
     try:
+        woken_by: str | None = None
         if queued_behind:
             # A newcomer behind local waiters of the same resource tries when woken, or after one backoff step.
-            waiter.wait(min(0.1, deadline.remaining()))
+            woken_by = waiter.wait(min(0.1, deadline.remaining()))
+            owed = woken_by if woken_by in _OWED else None
         else:
             # (2) subscribe; once confirmed, try again at once (a release may have come before the subscription)
             waiter.wait_confirmed(min(1.0, deadline.remaining()))
-        woken_by: str | None = None
         while True:
             origin = listener.origin if lines_up and waiter.confirmed else None
             if waiter_id is not None:
                 waiter.waiter_id = waiter_id()
-            result = _again(attempt, origin)
+            result = one(origin)
             if origin is not None:
                 waiter.note_lined_up()
-            if isinstance(result, Hold):
+            if result is not None and not isinstance(result, Refusal):
+                acquired, owed = True, None
                 if wake_next_on_success:
                     listener.wake_local(channel, exclude=waiter)
                 return result
-            if result.wake_next and woken_by in ("broadcast", "named", "told", "granted"):
-                # Room this waiter could not use: pass the wake-up it got from a message to the next local waiter
-                # (only a message's wake-up, so that two local waiters never wake each other in a loop).
-                listener.wake_local(channel, exclude=waiter)
+            if result is not None:
+                owed = None  # the try answered: the wake-up was used (another took the resource first)
+                if result.wake_next and woken_by in _FROM_A_MESSAGE:
+                    # Room this waiter could not use: pass the wake-up it got from a message to the next local
+                    # waiter (only a message's wake-up, so that two local waiters never wake each other in a loop).
+                    listener.wake_local(channel, exclude=waiter)
             if deadline.expired():
-                raise result.contended(name)
-            # (3) sleep until a message, the holder's PTTL (+1 ms), the safety poll, or the deadline
-            base = SAFETY_POLL if waiter.confirmed else backoff.next()
+                raise out_of_budget(result)
+            # (3) sleep until a message, the holder's PTTL (+1 ms), the safety poll, or the deadline; after a
+            # transient error, or before the subscription is confirmed, on the backoff
+            base = SAFETY_POLL if waiter.confirmed and result is not None else backoff.next()
             woken_by = waiter.wait(_sleep_for(result, base, max_sleep, deadline))
+            if woken_by in _OWED:
+                owed = woken_by
     finally:
-        listener.unregister(waiter)
+        listener.unregister(waiter, acquired=acquired, owed=owed)
 
 
-def _again(attempt: Callable[[str | None], Hold | Refusal], origin: str | None) -> Hold | Refusal:
+def _again(attempt: Callable[[str | None], T | Refusal], origin: str | None) -> T | Refusal:
     # A holder that left between the refusal and its follow-up read: try again at once (a few times).
     for _ in range(3):
         result = attempt(origin)
@@ -126,9 +208,9 @@ def _again(attempt: Callable[[str | None], Hold | Refusal], origin: str | None) 
     return result
 
 
-def _sleep_for(result: Refusal, base: float, max_sleep: float | None, deadline: Deadline) -> float:
+def _sleep_for(result: Any, base: float, max_sleep: float | None, deadline: Deadline) -> float:
     sleep = base
-    if result.wait_ms is not None and result.wait_ms >= 0:
+    if isinstance(result, Refusal) and result.wait_ms is not None and result.wait_ms >= 0:
         sleep = min(sleep, (result.wait_ms + 1) / 1000)
     if max_sleep is not None:
         sleep = min(sleep, max_sleep)

@@ -6,7 +6,7 @@ import dataclasses
 import unicodedata
 from collections.abc import Callable
 
-from ._wait import TRANSIENT, Refusal, give_back, wait_for
+from ._wait import TRANSIENT, Engine, Refusal, give_back, wait_for
 from .errors import InvalidArgument, ReleaseOutcome
 from .hold import Hold
 from .keys import ResourceKeys, mutex_keys
@@ -27,7 +27,7 @@ class Leader:
     ttl: float
 
 
-def _resign(client, keys: ResourceKeys, token: str, lease_ms: int, grace_ms: int) -> ReleaseOutcome:
+def _resign(client: Engine, keys: ResourceKeys, token: str, lease_ms: int, grace_ms: int) -> ReleaseOutcome:
     code = client._script(
         "resign",
         [keys.lock, keys.info, keys.released, keys.awaited, keys.leader, keys.given_back, keys.waiting, keys.promised],
@@ -89,7 +89,7 @@ def _check_value(value: str) -> None:
 class Elections:
     """Leader elections of one client: ``client.election.campaign(name, candidate, …)``."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Engine) -> None:
         self._client = client
 
     def keys(self, name: str) -> ResourceKeys:
@@ -124,7 +124,6 @@ class Elections:
         grace_ms = max(retry_ms, 1000) + int(self._client.operation_timeout * 1000)
         deadline = Deadline(wait)
         client = self._client
-        client.check_version()
         elect_keys = [
             keys.lock, keys.fence, keys.awaited, keys.info, keys.leader, keys.given_back, keys.waiting,
             keys.promised, keys.released,

@@ -5,15 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions
 
+from ._wait import Engine
 from .errors import InvalidArgument, Lost, ReleaseOutcome
 from .timing import now_ns, ttl_ms, valid_until_ns
-
-if TYPE_CHECKING:
-    from .client import Client
 
 log = logging.getLogger("wirelock")
 
@@ -35,7 +33,7 @@ class Hold:
 
     kind = "hold"
 
-    def __init__(self, client: "Client", name: str, token: str, ttl_ms_: int, start_ns: int, fence: int | None) -> None:
+    def __init__(self, client: Engine, name: str, token: str, ttl_ms_: int, start_ns: int, fence: int | None) -> None:
         self._client = client
         self.name = name
         self._token = token  # a capability: never logged, never shown

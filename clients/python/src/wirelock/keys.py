@@ -17,6 +17,13 @@ LEGACY_PREFIX = "lock:"
 """The default key prefix before protocol 1.1: a client on the default prefix that finds a version at this prefix's
 version key refuses to operate (:class:`OldPrefixInUse`)."""
 
+PEER_WRITTEN: tuple[tuple[str, str], ...] = (
+    ("lock-signal:", "python-redis-lock's release signal list"),
+    ("redisson_lock_token:", "Redisson's fencing counter"),
+)
+"""Other libraries' keys that this protocol writes under their layouts (WIRE.md 2.1, 2.1.1): no key prefix and no lock
+key may start with one."""
+
 
 def _has_control(text: str) -> bool:
     return any(unicodedata.category(ch) == "Cc" for ch in text)
@@ -37,11 +44,15 @@ def validate_name(name: str) -> None:
 
 
 def validate_prefix(prefix: str) -> None:
-    """Refuses a key prefix containing ``{``, ``}`` or a control character (the empty prefix is allowed)."""
+    """Refuses a key prefix containing ``{``, ``}`` or a control character, or starting with another library's key
+    prefix that this protocol writes (``lock-signal:``, ``redisson_lock_token:``); the empty prefix is allowed."""
     if not isinstance(prefix, str):
         raise InvalidArgument(f"a key prefix is a str, not {type(prefix).__name__}")
     if "{" in prefix or "}" in prefix or _has_control(prefix):
         raise InvalidArgument(f"key prefix {prefix!r} contains a brace or a control character")
+    for peer, what in PEER_WRITTEN:
+        if prefix.startswith(peer):
+            raise InvalidArgument(f"key prefix {prefix!r} would put this library's keys among {what}s ({peer}…)")
     try:
         prefix.encode("utf-8")
     except UnicodeEncodeError as err:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -14,27 +15,40 @@ import redis.exceptions
 from .scripts import decode
 from .tokens import new_origin
 
-if TYPE_CHECKING:
-    from .client import Client
+if TYPE_CHECKING:  # a layer below: counted by the import-graph check, and no cycle
+    from .connection import Connection
 
 log = logging.getLogger("wirelock")
 
 LINGER = 2.0  # seconds a channel stays subscribed after its last local waiter left (saves re-subscribing)
 
+# WIRE.md 6.5 (1.1): the four forms, read exactly.
+_ORIGIN = r"(?P<origin>[0-9a-f]{16}|force-release|)"
+_ID = r"[0-9a-f]{16}"
+_BROADCAST = re.compile(_ORIGIN + r"\Z")
+_NAMED = re.compile(_ORIGIN + r">(?P<process>" + _ID + r")\Z")
+_TOLD = re.compile(_ORIGIN + r" (?P<waiter>" + _ID + r")\Z")
+_GRANTED = re.compile(_ORIGIN + r"\+(?P<fence>[0-9]*) (?P<waiter>" + _ID + r")\Z")
+
 
 def parse_message(payload: str) -> tuple[str, str, str | None, str | None]:
-    """Classifies a release message (section 6.5): ``(kind, origin, process_or_waiter_id, fence)`` with kind one of
-    ``broadcast``, ``named``, ``told``, ``granted``."""
-    if ">" in payload and " " not in payload:
-        origin, process = payload.split(">", 1)
-        return "named", origin, process, None
-    if " " in payload:
-        head, waiter = payload.split(" ", 1)
-        if "+" in head:
-            origin, fence = head.split("+", 1)
-            return "granted", origin, waiter, (fence or None)
-        return "told", head, waiter, None
-    return "broadcast", payload, None, None
+    """Classifies a release message by the grammar of WIRE.md 6.5: ``(kind, origin, process_or_waiter_id, fence)``
+    with kind one of ``broadcast``, ``named``, ``told``, ``granted``, or ``foreign`` for a payload that matches none
+    of them (another library's release under its layout, e.g. Spring's ``<registry key>:<name>``), which a receiver
+    handles as a broadcast from another process. ``fence`` is ``None`` when a grant carries none."""
+    match = _BROADCAST.match(payload)
+    if match:
+        return "broadcast", match["origin"], None, None
+    match = _NAMED.match(payload)
+    if match:
+        return "named", match["origin"], match["process"], None
+    match = _TOLD.match(payload)
+    if match:
+        return "told", match["origin"], match["waiter"], None
+    match = _GRANTED.match(payload)
+    if match:
+        return "granted", match["origin"], match["waiter"], (match["fence"] or None)
+    return "foreign", payload, None, None
 
 
 class Waiter:
@@ -57,7 +71,7 @@ class Waiter:
 
     def wait(self, timeout: float) -> str | None:
         """Sleeps up to ``timeout`` seconds. Returns what woke it (``broadcast``, ``named``, ``told``, ``granted``,
-        ``local``, ``reset``) or ``None`` on timeout, and consumes the wake-up."""
+        ``foreign``, ``local``, ``reset``) or ``None`` on timeout, and consumes the wake-up."""
         woken = self._event.wait(max(timeout, 0))
         kind = (self.wake_kind or "local") if woken else None
         self._event.clear()
@@ -93,7 +107,7 @@ class _Channel:
 class ReleaseListener:
     """Subscribes to release channels for local waiters, on a background thread owning one pub/sub connection."""
 
-    def __init__(self, client: "Client") -> None:
+    def __init__(self, client: "Connection") -> None:
         self._client = client
         self.origin = new_origin()
         self._cond = threading.Condition()
@@ -129,20 +143,33 @@ class ReleaseListener:
             self._cond.notify_all()
             return waiter
 
-    def unregister(self, waiter: Waiter) -> None:
+    def unregister(self, waiter: Waiter, *, acquired: bool = False, owed: str | None = None) -> None:
+        """Takes ``waiter`` off its channel. A wake-up it leaves unused is passed on (WIRE.md 6.5): ``owed``, one it
+        consumed and no try of it answered (it leaves on an error, an exception, out of budget), and one that came
+        after its last wait (pending). Each goes to another local waiter, or, with none left, to the next process in
+        line by ``pass-on`` (a pending wake-up of a waiter that ``acquired``: only one that named this process)."""
         with self._cond:
             ch = waiter.channel
             if waiter in ch.waiters:
                 ch.waiters.remove(waiter)
             if not ch.waiters:
                 ch.idle_since = time.monotonic()
+            if owed is not None:
+                self._pass_locked(ch, owed, pass_on=True)
             if waiter._pending:
-                # A woken waiter leaving without trying passes the wake-up on (section 6.5): to another local
-                # waiter, or, with none left, a wake-up that named this process to the next process in line.
                 kind = waiter.wake_kind or "broadcast"
-                if not self._wake_one_locked(ch, kind) and not ch.waiters and kind == "named":
-                    self._actions.append(lambda c=ch: self._pass_on(c))
-                    self._cond.notify_all()
+                waiter._event.clear()
+                self._pass_locked(ch, kind, pass_on=not acquired or kind == "named")
+
+    def _pass_locked(self, ch: "_Channel", kind: str, *, pass_on: bool) -> None:
+        if kind in ("reset", "told", "granted"):
+            return  # not a release's wake-up (a resubscription), or one meant for that waiter id alone
+        if self._wake_one_locked(ch, kind):
+            return
+        if not ch.waiters and pass_on and ch.lock is not None and ch.waiting is not None:
+            self._actions.append(lambda c=ch: self._pass_on(c))
+            self._cond.notify_all()
+            self._ensure_thread()
 
     def has_waiters(self, channel: str) -> bool:
         with self._cond:
@@ -197,6 +224,9 @@ class ReleaseListener:
             if kind == "broadcast":
                 if origin != self.origin:
                     self._wake_one_locked(ch, "broadcast")
+            elif kind == "foreign":
+                # Another library's release under its layout: a broadcast from another process.
+                self._wake_one_locked(ch, "foreign")
             elif kind == "named":
                 if who == self.origin and origin != self.origin:
                     if not self._wake_one_locked(ch, "named") and not ch.waiters:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ._wait import TRANSIENT, Refusal, give_back, wait_for
+from ._wait import TRANSIENT, Engine, Refusal, give_back, wait_for
 from .errors import ReleaseOutcome
 from .hold import Hold
 from .keys import ResourceKeys, mutex_keys
@@ -30,7 +30,7 @@ class MutexHold(Hold):
         return _release(self._client, self.keys, self._token)
 
 
-def _release(client, keys: ResourceKeys, token: str) -> ReleaseOutcome:
+def _release(client: Engine, keys: ResourceKeys, token: str) -> ReleaseOutcome:
     code = client._script(
         "release", [keys.lock, keys.released, keys.awaited, keys.waiting], [token, client.origin, "0"]
     )
@@ -42,7 +42,7 @@ def _release(client, keys: ResourceKeys, token: str) -> ReleaseOutcome:
 class Mutex:
     """Fenced mutexes of one client: ``client.mutex.acquire(name, ttl=…)``."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Engine) -> None:
         self._client = client
 
     def keys(self, name: str) -> ResourceKeys:
@@ -62,9 +62,11 @@ class Mutex:
         """Acquires mutex ``name`` for ``ttl`` seconds.
 
         ``wait=None`` makes one try; otherwise waits up to ``wait`` seconds (woken by release messages, retrying
-        by the holder's TTL and a safety poll). Raises :class:`Contended` when it did not get it. ``fencing``
-        draws a fence with the grant. ``label`` is a holder label carried in the token. ``renew`` starts the
-        background renewal (every ttl/3); ``on_lost`` is called when it finds the hold lost.
+        by the holder's TTL and a safety poll). Raises :class:`Contended` when it did not get it, or the last
+        connection error (redis-py's ``ConnectionError``/``TimeoutError``, retried within the budget) when the
+        budget ran out on one. ``fencing`` draws a fence with the grant. ``label`` is a holder label carried in the
+        token. ``renew`` starts the background renewal (every ttl/3); ``on_lost`` is called when it finds the hold
+        lost.
         """
         keys = self.keys(name)
         ms = ttl_ms(ttl)
@@ -72,7 +74,6 @@ class Mutex:
         if label is not None:
             new_token(label)  # validates before any I/O
         client = self._client
-        client.check_version()
 
         def attempt(origin: str | None) -> MutexHold | Refusal:
             token = new_token(label)  # a fresh token for every try

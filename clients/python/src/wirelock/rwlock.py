@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ._wait import TRANSIENT, Refusal, give_back, wait_for
+from ._wait import TRANSIENT, Engine, Refusal, give_back, wait_for
 from .errors import InvalidArgument, Lost, ReleaseOutcome
 from .hold import Hold
 from .keys import ResourceKeys, rwlock_keys
@@ -32,7 +32,7 @@ def _base(keys: ResourceKeys) -> list[str]:
     return [keys.lock, keys.readers, keys.queue, keys.heartbeats]
 
 
-def _release(client, keys: ResourceKeys, token: str) -> ReleaseOutcome:
+def _release(client: Engine, keys: ResourceKeys, token: str) -> ReleaseOutcome:
     code = client._script("rw-release", _base(keys) + [keys.released, keys.awaited], [token, client.origin, "0"])
     if code in (1, 2) and client._listener is not None:
         client._listener.wake_local(keys.released)
@@ -92,7 +92,7 @@ class WriteHold(_RWHold):
 class ReadWriteLocks:
     """Read-write locks of one client: ``client.rwlock.read(name, ttl=…)``, ``client.rwlock.write(name, ttl=…)``."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Engine) -> None:
         self._client = client
 
     def keys(self, name: str) -> ResourceKeys:
@@ -112,7 +112,6 @@ class ReadWriteLocks:
         ms = ttl_ms(ttl)
         deadline = Deadline(wait)
         client = self._client
-        client.check_version()
 
         def attempt(_origin: str | None) -> ReadHold | Refusal:
             token = new_token()
@@ -157,7 +156,6 @@ class ReadWriteLocks:
             raise InvalidArgument(f"waiter_ttl is at least {MIN_WAITER_TTL_MS} ms")
         deadline = Deadline(wait)
         client = self._client
-        client.check_version()
         fair_keys = [
             keys.lock, keys.fence, keys.queue, keys.heartbeats, keys.released, keys.awaited, keys.grants, keys.readers,
         ]

@@ -1,4 +1,4 @@
-"""The protocol's Lua scripts: loaded from ``wire/scripts/*.lua``, checked against the SHA-1s of protocol 1.0, and
+"""The protocol's Lua scripts: loaded from ``wire/scripts/*.lua``, checked against the SHA-1s of protocol 1.1, and
 sent with ``EVALSHA``, falling back once to ``EVAL`` on ``NOSCRIPT`` (WIRE.md section 4.1)."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import redis.exceptions
 
 from .errors import AclRefused, ScriptMismatch, ServerError, WrongType
 
-PROTOCOL_VERSION = "1.0"
+PROTOCOL_VERSION = "1.1"
 PROTOCOL_MAJOR = "1"
 
-# WIRE.md section 4.2: the scripts of protocol 1.0 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
+# WIRE.md section 4.2: the scripts of protocol 1.1 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
 SCRIPT_SHA1: dict[str, str] = {
     "acquire": "a00dc0f2cbb74796c5d262756a241e33d17db247",
     "elect": "dee22ec34fbe0a14fb0dc5ac43660320759f1a90",
     "election-renew": "631c59542561ddac6a027fdf4bdd1f138f46e82e",
     "extend": "fdb6c3f04049b296fa97dacf0271bba757f646fa",
-    "fair-acquire": "a26e08fc39e808c4c8f6e30090dd5f638cf83985",
+    "fair-acquire": "adcf945d38bb6b93a37e0ef4d9c71adef2b8d9f6",
     "fair-release": "c228ec4d949769df0b922cee0ee8b2bfbb83a97e",
     "fence": "a71c371488b2fea13963def6badfc15941b9ee42",
     "fenced-write": "1f4ac791413cc90f8a3106c9596ec6a8eeac9a12",
@@ -56,8 +56,8 @@ SCRIPT_SHA1: dict[str, str] = {
     "wire-version": "922cd3c57430c4e6bd723b379359f867b03d0434",
 }
 
-# The scripts digest of protocol 1.0 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "47ef9bf6184f96ee8cbf2e960b356c93498cb147"
+# The scripts digest of protocol 1.1 (WIRE.md, Changelog): a check that the table above was copied whole.
+SCRIPTS_DIGEST = "ef01bda3c40c3e6fa65f8427d74be9732ee17bb8"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from ._wait import TRANSIENT, Refusal, give_back, wait_for
+from ._wait import TRANSIENT, Engine, Refusal, give_back, wait_for
 from .errors import InvalidArgument, LimitMismatch, ReleaseOutcome
 from .hold import Hold
 from .keys import ResourceKeys, semaphore_keys
@@ -45,7 +45,7 @@ class Permit(Hold):
         return _release(self._client, self.keys, self._token)
 
 
-def _release(client, keys: ResourceKeys, token: str) -> ReleaseOutcome:
+def _release(client: Engine, keys: ResourceKeys, token: str) -> ReleaseOutcome:
     code = client._script(
         "sem-release",
         [keys.permits, keys.slots, keys.permit_grants, keys.limit, keys.released, keys.awaited],
@@ -59,7 +59,7 @@ def _release(client, keys: ResourceKeys, token: str) -> ReleaseOutcome:
 class Semaphores:
     """Semaphores of one client: ``client.semaphore.acquire(name, limit=…, ttl=…)``."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: Engine) -> None:
         self._client = client
 
     def keys(self, name: str) -> ResourceKeys:
@@ -93,7 +93,6 @@ class Semaphores:
             raise InvalidArgument(f"n is 1 to the limit ({limit}), not {n}")
         deadline = Deadline(wait)
         client = self._client
-        client.check_version()
         k = [keys.permits, keys.slots, keys.permit_grants, keys.limit, keys.fence, keys.awaited]
 
         def attempt(_origin: str | None) -> Permit | Refusal:

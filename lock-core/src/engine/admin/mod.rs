@@ -322,11 +322,12 @@ impl Lock {
     /// assert!(!lock.inspect("reports").await?.is_held());
     /// let opts = LockOptions::new(Duration::from_secs(5)).with_holder_label(HolderLabel::new("cron 1")?);
     /// let guard = lock.acquire("reports", &opts).await?;
+    /// let fence = guard.fence().await?;
     /// let seen = lock.inspect("reports").await?;
     /// let holder = seen.holder();
     /// assert_eq!(holder.and_then(|h| h.label.as_deref()), Some("cron 1"));
     /// assert!(holder.and_then(|h| h.ttl).is_some_and(|ttl| ttl <= Duration::from_secs(5)));
-    /// assert_eq!(seen.fence(), guard.fencing_token().map(|f| f.get()));
+    /// assert_eq!(seen.fence(), Some(fence.get()));
     /// guard.release().await?;
     /// # Ok(())
     /// # }
@@ -380,9 +381,10 @@ impl Lock {
     /// # async fn main() -> lock_core::Result<()> {
     /// let lock = Lock::new(MemoryStore::new());
     /// let stuck = lock.acquire("nightly", &LockOptions::new(Duration::from_secs(60))).await?;
+    /// let stuck_fence = stuck.fence().await?;
     /// assert!(lock.force_release("nightly").await?.released());
     /// let next = lock.acquire("nightly", &LockOptions::new(Duration::from_secs(60))).await?;
-    /// assert!(next.fencing_token() > stuck.fencing_token());
+    /// assert!(next.fence().await? > stuck_fence);
     /// assert_eq!(stuck.release().await?, ReleaseOutcome::OwnedByOther);
     /// # next.release().await?;
     /// # Ok(())

@@ -298,6 +298,13 @@ pub(crate) async fn until_granted(
             Ok(Attempt::Acquired(guard)) => {
                 let _ = place.disarm();
                 owed.acquired();
+                // The waiters of this process that share the key without queueing (a read-write lock's readers,
+                // blocked by this writer's place) waited for that place and know no expiry of this hold; the grant's
+                // announcement (see `FAIR_ACQUIRE`) is our own echo here, which the hub skips: one of them looks
+                // again, and the others learn from it (see `ReleaseHub::tighten`).
+                if let Some(hub) = &hub {
+                    hub.wake_one_unqueued(channel);
+                }
                 return Ok((guard, watch.map(Watches::from_one)));
             }
             Ok(Attempt::Held { holder_ttl, place: rank, .. }) => {
@@ -343,11 +350,21 @@ pub(crate) async fn until_granted(
                 watch = Some(registered);
             }
         }
-        // The head tries when the holder's key is gone at the latest (a holder that died announces nothing).
-        let head_due = match (rank, holder_ttl) {
-            (Some(0), Some(ttl)) => Some(now + ttl + Duration::from_millis(1)),
+        // The head tries when the holder's key is gone at the latest (a holder that died announces nothing); the
+        // waiters behind it take their turns after it.
+        // Every waiter tries when the holder's key is gone at the latest: a holder that died announces nothing. The
+        // head takes the lock then; a waiter behind it (a little later, so the head goes first) learns the new
+        // holder's expiry, or that it is now the head, and waits for that in turn: without it, a waiter that became
+        // the head while the lock was held slept its heartbeat past the expiry of a holder that died (a read-write
+        // lock's writers, found by the composition explorer, seed 777829). A waiter found later than the head while
+        // the lock is free (the head was told and takes it in a moment) looks again after one backoff step.
+        let expiry_ahead = match (rank, holder_ttl) {
+            (Some(0), Some(ttl)) => Some(now + ttl),
+            (Some(_), Some(ttl)) => Some(now + ttl + BEHIND_THE_HEAD),
             _ => None,
         };
+        let head_due = expiry_ahead.map(|expiry| expiry + Duration::from_millis(1));
+        let behind_a_free_lock = matches!(rank, Some(1..)) && holder_ttl.is_none() && last_error.is_none();
         // A waiter that cannot hear releases (its subscription was refused) learns of its turn only by trying: it
         // polls on its backoff, and a peer's renewal of its place does not put its own try off (found by the schedule
         // explorer: a deaf waiter that became the head while peers renewed its place never tried again, and the
@@ -355,16 +372,12 @@ pub(crate) async fn until_granted(
         // Asked again after every pause: a subscription can be refused (or its answer arrive) while the waiter sleeps.
         let deaf = || watch.as_ref().is_some_and(|w| !w.hears());
         let mut pause = heartbeat;
-        if last_error.is_some() || deaf() {
+        if last_error.is_some() || deaf() || behind_a_free_lock {
             pause = pause.min(delays.next().unwrap_or(Duration::from_millis(100)));
         }
         loop {
-            let now = Instant::now();
-            let mut until = now + pause;
-            if let Some(due) = head_due {
-                until = until.min(due);
-            }
-            let pause_now = until.min(deadline).saturating_duration_since(now);
+            let nap = crate::engine::wait::Nap { poll: pause, layout_poll: None, expiry_ahead, deadline };
+            let pause_now = nap.from(Instant::now());
             tracing::trace!(resource, ?rank, pause = ?pause_now, "queued for a fair lock");
             let woken = sleep_or_wake(listeners.take(), pause_now).await?;
             if let Some(w) = &watch {
@@ -393,6 +406,10 @@ pub(crate) async fn until_granted(
         }
     }
 }
+
+/// How much later than the head a waiter behind it tries at a holder's expiry: the head takes the lock first, and the
+/// waiter's try learns the new holder's expiry instead of finding the lock free with the head ahead of it.
+const BEHIND_THE_HEAD: Duration = Duration::from_millis(5);
 
 /// At most this many peers' places renewed by one try (the rest by later tries, least recently renewed first).
 const MAX_PEERS: usize = 256;
