@@ -280,7 +280,7 @@ pub trait LockStore: Send + Sync + Debug + 'static {
     ///
     /// The engine bounds every call by its operation timeout (or a Redlock's per-instance timeout); where this
     /// bound is no longer than that, it sets no timer of its own around the call, which saves a timer per call
-    /// (measured on redis-rs: 12 % more uncontended cycles per second, see BENCHMARKS.md). A store that returns
+    /// (measured on redis-rs: 12 % more uncontended cycles per second, see docs/benchmarks-history.md). A store that returns
     /// `Some` must keep the promise in every state, or a call may outlive the caller's bound; the default, `None`,
     /// makes the engine time every call.
     fn call_bound(&self) -> Option<Duration> {
