@@ -24,10 +24,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use lock_core::backend::server_error::ServerErrorKind;
-use lock_core::backend::Command;
 use lock_core::backend::{Call, Confirmation, Ran, ReleaseHub, Reply, ScriptStore, SubscriptionControl};
+use lock_core::backend::{Command, NotRedis};
 use lock_core::{LockError, Result};
-use rustis::client::{Client, PubSubSplitSink};
+use rustis::client::{Client, Config, PubSubSplitSink, ServerConfig};
 use rustis::resp::{cmd, CommandBuilder, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -42,6 +42,8 @@ pub struct RustisStore {
     hub: Arc<ReleaseHub>,
     /// The subscriber's two tasks, stopped with the store.
     tasks: Vec<JoinHandle<()>>,
+    /// `host:port`, as errors name the server.
+    server: String,
 }
 
 impl RustisStore {
@@ -54,8 +56,45 @@ impl RustisStore {
     /// # Cancel safety
     /// Cancel-safe: a dropped connect leaves nothing behind.
     pub async fn connect(url: &str) -> Result<Self> {
-        let client = bounded("connect", Client::connect(url)).await?;
-        let subscriber = bounded("connect", Client::connect(url)).await?;
+        // rustis's own parse errors name no part of the URL; lock-core's check names the scheme, host or port.
+        lock_core::backend::server_url::check(url, &["redis"])?;
+        let config: Config = url.parse().map_err(|err| LockError::invalid(format!("the server URL: {err}")))?;
+        let ServerConfig::Standalone { host, port } = config.server.clone() else {
+            return Err(LockError::invalid("this example backend connects to one server (redis://host:port)"));
+        };
+        let server = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        // Boxed: a caller's future does not carry the connecting future's whole state.
+        let connecting: std::pin::Pin<Box<dyn std::future::Future<Output = Result<Self>> + Send>> =
+            Box::pin(Self::connect_unlocated(config, host, port, server.clone()));
+        connecting.await.map_err(|err| err.at("connect", Some(&server)))
+    }
+
+    /// [`connect`](Self::connect), its errors not yet naming the server.
+    async fn connect_unlocated(config: Config, host: String, port: u16, server: String) -> Result<Self> {
+        let password = config.password.clone().filter(|_| config.username.is_none());
+        let client = match bounded("connect", Client::connect(config.clone())).await {
+            Ok(client) => client,
+            // A first reply that is not RESP (an HTTP server on that port, say): one line saying so.
+            Err(LockError::Backend { source, .. }) if source.to_string().starts_with("client error: protocol") => {
+                return Err(LockError::backend(NotRedis { server }));
+            }
+            // A plain-text connection the server dropped: a server speaking TLS there answers a TLS hello.
+            Err(err @ LockError::Unavailable { .. }) => {
+                return Err(lock_core::backend::tls_only_server(&host, port, CALL_TIMEOUT).await.unwrap_or(err));
+            }
+            Err(err) => return Err(err),
+        };
+        // A password the server does not need is most likely the wrong server: the other backends say `Auth`.
+        if let Some(password) = password {
+            let auth = cmd("AUTH").arg(password);
+            if let Ok(Err(err)) = tokio::time::timeout(CALL_TIMEOUT, client.send::<Value>(auth, None)).await {
+                let message = err.to_string();
+                if message.contains("called without any password configured") {
+                    return Err(LockError::auth(UnneededPassword { server }));
+                }
+            }
+        }
+        let subscriber = bounded("connect", Client::connect(config)).await?;
         let (sink, mut messages) = subscriber.create_pub_sub().split();
         let (requests, queue) = mpsc::unbounded_channel();
         let hub = ReleaseHub::new(Subscriptions { requests });
@@ -68,9 +107,23 @@ impl RustisStore {
             })
         };
         let tasks = vec![tokio::spawn(apply(sink, queue)), deliver];
-        Ok(RustisStore { client, hub, tasks })
+        Ok(RustisStore { client, hub, tasks, server })
     }
 }
+
+/// The source of the [`LockError::Auth`] for a password sent to a server that has none.
+#[derive(Debug)]
+struct UnneededPassword {
+    server: String,
+}
+
+impl fmt::Display for UnneededPassword {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the server at {} has no password, and this one was configured: is it the right server?", self.server)
+    }
+}
+
+impl std::error::Error for UnneededPassword {}
 
 impl Drop for RustisStore {
     fn drop(&mut self) {
@@ -112,7 +165,7 @@ impl ScriptStore for RustisStore {
                 let wait = cmd("WAIT").arg(ack.replicas()).arg(timeout_ms);
                 let bound = ack.timeout().saturating_add(CALL_TIMEOUT);
                 let counted = tokio::time::timeout(bound, self.client.send::<Value>(wait, None)).await;
-                match counted.map_err(|_| LockError::Timeout { operation: call.operation, after: bound })? {
+                match counted.map_err(|_| LockError::timeout(call.operation, bound))? {
                     Ok(Value::Integer(count)) => Some(count),
                     Ok(other) => return Err(LockError::backend(format!("unexpected reply to WAIT: {other:?}"))),
                     Err(err) => return Err(mapped(err, &call)),
@@ -125,6 +178,10 @@ impl ScriptStore for RustisStore {
 
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         Some(&self.hub)
+    }
+
+    fn server(&self) -> Option<&str> {
+        Some(&self.server)
     }
 
     fn orders_commands(&self) -> bool {
@@ -141,7 +198,7 @@ impl RustisStore {
     /// Sends one command, bounded: the client's answer, or the timeout.
     async fn send(&self, command: CommandBuilder, call: &Call<'_>) -> Result<rustis::Result<Value>> {
         let sent = tokio::time::timeout(CALL_TIMEOUT, self.client.send::<Value>(command, None)).await;
-        sent.map_err(|_| LockError::Timeout { operation: call.operation, after: CALL_TIMEOUT })
+        sent.map_err(|_| LockError::timeout(call.operation, CALL_TIMEOUT))
     }
 }
 
@@ -184,7 +241,8 @@ fn mapped(err: rustis::Error, call: &Call<'_>) -> LockError {
             let message = err.to_string();
             ServerErrorKind::of(&message).into_lock_error(&message, Some(call), Box::new(err))
         }
-        ErrorKind::IO(_) | ErrorKind::Timeout(_) => LockError::unavailable(err),
+        // The connection is gone (or never answered): the server may come back, as with the other backends.
+        ErrorKind::IO(_) | ErrorKind::Timeout(_) | ErrorKind::DisconnectedByPeer => LockError::unavailable(err),
         _ => LockError::backend(err),
     }
 }
@@ -192,11 +250,12 @@ fn mapped(err: rustis::Error, call: &Call<'_>) -> LockError {
 /// Bounds a connect by [`CALL_TIMEOUT`].
 async fn bounded<T>(operation: &'static str, fut: impl std::future::Future<Output = rustis::Result<T>>) -> Result<T> {
     match tokio::time::timeout(CALL_TIMEOUT, fut).await {
-        Err(_) => Err(LockError::Timeout { operation, after: CALL_TIMEOUT }),
+        Err(_) => Err(LockError::timeout(operation, CALL_TIMEOUT)),
         Ok(Ok(value)) => Ok(value),
         Ok(Err(err)) => {
             let message = err.to_string();
             Err(match ServerErrorKind::of(&message) {
+                ServerErrorKind::Other if matches!(err.kind(), rustis::ErrorKind::Client(_)) => LockError::backend(err),
                 ServerErrorKind::Other => LockError::unavailable(err),
                 kind => kind.into_lock_error(&message, None, Box::new(err)),
             })
@@ -224,7 +283,7 @@ impl SubscriptionControl for Subscriptions {
             let gone = || LockError::unavailable("the store's subscriber has stopped");
             queued.map_err(|_| gone())?;
             match tokio::time::timeout(CALL_TIMEOUT, confirmed).await {
-                Err(_) => Err(LockError::Timeout { operation: "subscribe", after: CALL_TIMEOUT }),
+                Err(_) => Err(LockError::timeout("subscribe", CALL_TIMEOUT)),
                 Ok(confirmed) => confirmed.map_err(|_| gone())?,
             }
         })

@@ -14,3 +14,13 @@ async fn subject() -> Subject {
 }
 
 conformance_tests!(tokio, subject());
+
+/// The error-parity cases (issue 54 §3): the same failure is the same error, within the same bound, on this backend
+/// as on the library's own.
+mod parity {
+    async fn store(url: &str) -> lock_core::Result<examples::rustis_store::RustisStore> {
+        examples::rustis_store::RustisStore::connect(url).await
+    }
+
+    lock_testkit::parity_tests!(store);
+}

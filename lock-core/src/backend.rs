@@ -36,7 +36,7 @@
 //! # }
 //! ```
 
-pub use crate::error::{AclRefusal, BoxError, NotRedis, PlainTextServer};
+pub use crate::error::{is_tls_answer, AclRefusal, BoxError, NotRedis, PlainTextServer, TlsOnlyServer, TLS_PROBE};
 pub use crate::options::validate_ttl;
 pub use crate::resource::validate_prefix;
 pub use crate::rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
@@ -44,6 +44,7 @@ pub use crate::seam::notify::{Confirmation, ReleaseHub, ReleaseWatch, Subscripti
 pub use crate::seam::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore,
 };
+pub use crate::seam::tls_probe::tls_only_server;
 pub use crate::seam::transport::{Call, Command, Ran, Reply, Script, ScriptStore, Topology};
 pub use crate::seam::{scripts, server_error, server_url};
 

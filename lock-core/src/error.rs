@@ -22,7 +22,7 @@ pub type Result<T, E = LockError> = std::result::Result<T, E>;
 /// assert!(err.is_retryable());
 /// assert!(!LockError::invalid("ttl must be positive").is_retryable());
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
     /// The caller passed something the lock cannot work with (empty resource name, zero or absurd TTL, …).
@@ -74,50 +74,61 @@ pub enum LockError {
         election: String,
     },
 
-    /// A key the lock needs holds a value of another type (the server answered `WRONGTYPE`; its words, the
-    /// source, say what the key should hold).
-    #[error("key {key:?} holds a value of another type")]
+    /// A key the lock needs holds a value of another type: the server answered `WRONGTYPE` (its words, the source,
+    /// say what the key should hold), or a wait that gave up found one at the lock key (the source says which: "a
+    /// list sits at `wlp:customer:9`"), which no holder's release frees.
+    #[error("{}", WrongTypeAt { key, found })]
     WrongType {
         /// The key that holds the foreign value.
         key: String,
-        /// The client's error.
+        /// The type found there (`TYPE`'s answer: `"list"`, `"hash"`, …), when the lock asked.
+        found: Option<String>,
+        /// The client's error, or what the lock keeps at the key.
         #[source]
         source: BoxError,
     },
-
     /// A network call did not complete within its deadline. A command may still have been applied; the lock
     /// released what it may have acquired.
-    #[error("{operation} timed out after {after:?}")]
+    #[error("{operation} timed out after {after:?}{}", Site::of(at))]
     Timeout {
         /// The operation that timed out (`"acquire"`, `"release"`, `"extend"`, …).
         operation: &'static str,
         /// The deadline that passed.
         after: Duration,
+        /// The server(s) it was sent to, when known.
+        at: Option<Box<Site>>,
     },
 
     /// The server could not be reached, or the connection broke.
-    #[error("lock server unavailable")]
+    #[error("lock server unavailable{}", Site::of(at))]
     Unavailable {
         /// The client's error.
         #[source]
         source: BoxError,
+        /// The operation and the server(s), when known.
+        at: Option<Box<Site>>,
     },
 
-    /// The server refused our credentials.
-    #[error("authentication with the lock server failed")]
+    /// The server refused our credentials, or its ACL refused a command to this user.
+    #[error("authentication with the lock server failed{}", Site::of(at))]
     Auth {
         /// The client's error.
         #[source]
         source: BoxError,
+        /// The operation and the server(s), when known.
+        at: Option<Box<Site>>,
     },
 
     /// The TLS handshake failed: the server's certificate is not signed by a trusted CA, has expired or names
-    /// another host, or the server refused the client's certificate. Not retryable: the settings must change.
-    #[error("TLS handshake with the lock server failed")]
+    /// another host, the server refused the client's certificate, or one side spoke TLS and the other did not. Not
+    /// retryable: the settings must change.
+    #[error("TLS handshake with the lock server failed{}", Site::of(at))]
     Tls {
         /// The client's error.
         #[source]
         source: BoxError,
+        /// The operation and the server(s), when known.
+        at: Option<Box<Site>>,
     },
 
     /// The server lacks something the lock needs (too old a version, say). Raised when connecting.
@@ -217,12 +228,49 @@ pub enum LockError {
     NoRuntime(&'static str),
 
     /// Any other error the server or client reported.
-    #[error("lock server error")]
+    #[error("lock server error{}", Site::of(at))]
     Backend {
         /// The client's error.
         #[source]
         source: BoxError,
+        /// The operation and the server(s), when known.
+        at: Option<Box<Site>>,
     },
+}
+
+/// Where an I/O error happened: the operation and the server (`host:port`; every instance of a Redlock or node of a
+/// Cluster, comma-separated), never a credential. Part of the error's `Display`: `lock server unavailable (release
+/// on 127.0.0.1:6379)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Site {
+    /// The operation (`"connect"`, `"acquire"`, `"release"`, `"extend"`, …).
+    pub operation: &'static str,
+    /// The server(s), as `host:port`, when the store knows them.
+    pub server: Option<String>,
+}
+
+impl Site {
+    /// ` (operation on server)`, or nothing.
+    fn of(at: &Option<Box<Site>>) -> String {
+        match at.as_deref() {
+            Some(Site { operation, server: Some(server) }) => format!(" ({operation} on {server})"),
+            Some(Site { operation, server: None }) => format!(" ({operation})"),
+            None => String::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for LockError {
+    /// The kind and the one-line [`report`](LockError::report): what `main` prints for a `LockError` it returns
+    /// (`Error: unavailable: lock server unavailable (connect on 127.0.0.1:6379): Connection refused (os error 111)`).
+    /// The variant's fields are public for a program that needs them; `{:#?}` prints them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if f.alternate() {
+            return self.fields(f);
+        }
+        write!(f, "{}: {}", self.kind(), self.report())
+    }
 }
 
 /// The source of an [`LockError::Auth`] for a command the server's ACL refused: which command, when known (inside
@@ -266,6 +314,47 @@ impl std::fmt::Display for PlainTextServer {
 }
 
 impl std::error::Error for PlainTextServer {}
+
+/// The source of a [`LockError::Tls`] when a plain-text URL points at a port where the server speaks TLS: the
+/// connection was dropped at the first command, and a TLS `ClientHello` ([`TLS_PROBE`]) got a TLS answer.
+#[derive(Debug)]
+pub struct TlsOnlyServer {
+    /// The server's `host:port`.
+    pub server: String,
+}
+
+impl std::fmt::Display for TlsOnlyServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server at {} speaks TLS on that port: use a rediss:// URL for it", self.server)
+    }
+}
+
+impl std::error::Error for TlsOnlyServer {}
+
+/// A minimal TLS 1.2 `ClientHello` (two cipher suites, no extension): what a backend sends to a port that dropped its
+/// plain-text connection, to tell a server speaking TLS there (it answers with a TLS record: see
+/// [`is_tls_answer`]) from one that is down. A plain Redis server reads it as an incomplete command and waits.
+pub const TLS_PROBE: [u8; 54] = [
+    0x16, 0x03, 0x01, 0x00, 0x31, // handshake record, 49 bytes
+    0x01, 0x00, 0x00, 0x2d, // ClientHello, 45 bytes
+    0x03, 0x03, // TLS 1.2
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    // random
+    0x00, // no session id
+    0x00, 0x04, 0xc0, 0x2f, 0x00, 0x2f, // ECDHE-RSA-AES128-GCM-SHA256, AES128-SHA
+    0x01, 0x00, // no compression
+    0x00, 0x00, // no extension
+];
+
+/// Whether `answer` (the first bytes a server sent back to [`TLS_PROBE`]) is a TLS record: a handshake (`0x16`) or an
+/// alert (`0x15`, what OpenSSL answers to this hello), of version 3.x.
+///
+/// ```
+/// assert!(lock_core::backend::is_tls_answer(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28]));
+/// assert!(!lock_core::backend::is_tls_answer(b"-ERR unknown command"));
+/// ```
+pub fn is_tls_answer(answer: &[u8]) -> bool {
+    matches!(answer, [0x15 | 0x16, 0x03, ..])
+}
 
 /// The source of a [`LockError::Backend`] when the server a store connected to answered with something that is not
 /// the Redis protocol (an HTTP server, say, on the wrong port): one line, not the client's parse error.
@@ -330,12 +419,76 @@ impl LockError {
 
     /// Wraps a client error as [`LockError::Backend`].
     pub fn backend(source: impl Into<BoxError>) -> Self {
-        LockError::Backend { source: source.into() }
+        LockError::Backend { source: source.into(), at: None }
     }
 
     /// Wraps a client error as [`LockError::Unavailable`].
     pub fn unavailable(source: impl Into<BoxError>) -> Self {
-        LockError::Unavailable { source: source.into() }
+        LockError::Unavailable { source: source.into(), at: None }
+    }
+
+    /// Wraps a client error as [`LockError::Auth`].
+    pub fn auth(source: impl Into<BoxError>) -> Self {
+        LockError::Auth { source: source.into(), at: None }
+    }
+
+    /// Wraps a client error as [`LockError::Tls`].
+    pub fn tls(source: impl Into<BoxError>) -> Self {
+        LockError::Tls { source: source.into(), at: None }
+    }
+
+    /// [`LockError::Timeout`] of `operation` after `after`.
+    pub fn timeout(operation: &'static str, after: Duration) -> Self {
+        LockError::Timeout { operation, after, at: None }
+    }
+
+    /// The same error, saying where it happened (see [`Site`]) unless it already does: what a store does with every
+    /// error it returns, and the engine with every store's.
+    ///
+    /// ```
+    /// use lock_core::LockError;
+    /// let err = LockError::unavailable(std::io::Error::other("connection refused")).at("release", Some("10.0.0.7:6379"));
+    /// assert_eq!(err.to_string(), "lock server unavailable (release on 10.0.0.7:6379)");
+    /// ```
+    #[must_use]
+    pub fn at(mut self, operation: &'static str, server: Option<&str>) -> Self {
+        let site = match &mut self {
+            LockError::Timeout { at, .. }
+            | LockError::Unavailable { at, .. }
+            | LockError::Auth { at, .. }
+            | LockError::Tls { at, .. }
+            | LockError::Backend { at, .. } => at,
+            _ => return self,
+        };
+        if site.is_none() {
+            *site = Some(Box::new(Site { operation, server: server.map(str::to_owned) }));
+        }
+        self
+    }
+
+    /// Where this error happened, when it says.
+    pub fn site(&self) -> Option<&Site> {
+        match self {
+            LockError::Timeout { at, .. }
+            | LockError::Unavailable { at, .. }
+            | LockError::Auth { at, .. }
+            | LockError::Tls { at, .. }
+            | LockError::Backend { at, .. } => at.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The variant and its fields (`{:#?}`).
+    fn fields(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct(self.kind());
+        d.field("display", &self.to_string());
+        if let Some(site) = self.site() {
+            d.field("site", site);
+        }
+        if let Some(source) = std::error::Error::source(self) {
+            d.field("source", &source);
+        }
+        d.finish()
     }
 
     /// Whether trying the same operation again later can succeed: contention, a too-slow grant, timeouts, an
@@ -432,6 +585,24 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+/// [`LockError::WrongType`]'s words: "a list sits at `key`" when the type is known.
+struct WrongTypeAt<'a> {
+    key: &'a str,
+    found: &'a Option<String>,
+}
+
+impl std::fmt::Display for WrongTypeAt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.found {
+            Some(found) => {
+                let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                write!(f, "{article} {found} sits at {:?}, a lock's key", self.key)
+            }
+            None => write!(f, "key {:?} holds a value of another type", self.key),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,17 +640,23 @@ mod tests {
             LockError::NotLeader { election: "e".into() },
             LockError::WrongType {
                 key: "lock:{r}".into(),
+                found: None,
                 source: client("WRONGTYPE lock key lock:{r} holds a value that is not a lock"),
             },
-            LockError::Timeout { operation: "acquire", after: Duration::from_secs(1) },
-            LockError::unavailable(client("connection to 127.0.0.1:6379 failed")),
-            LockError::Auth {
-                source: Box::new(AclRefusal {
-                    command: Some("INCRBY".into()),
-                    message: "NOPERM this user has no permissions to run the 'incrby' command".into(),
-                }),
+            LockError::WrongType {
+                key: "wlp:{customer:9}".into(),
+                found: Some("list".into()),
+                source: client("a lock keeps a string there"),
             },
-            LockError::Tls { source: Box::new(PlainTextServer { server: "127.0.0.1:6379".into() }) },
+            LockError::timeout("acquire", Duration::from_secs(1)),
+            LockError::timeout("release", Duration::from_secs(1)).at("release", Some("127.0.0.1:6379")),
+            LockError::unavailable(client("connection to 127.0.0.1:6379 failed")),
+            LockError::auth(Box::new(AclRefusal {
+                command: Some("INCRBY".into()),
+                message: "NOPERM this user has no permissions to run the 'incrby' command".into(),
+            }) as BoxError),
+            LockError::tls(Box::new(PlainTextServer { server: "127.0.0.1:6379".into() }) as BoxError),
+            LockError::unavailable(client("connection refused")).at("extend", Some("127.0.0.1:6379")),
             LockError::Unsupported("Redis 7.0 or newer is needed".into()),
             LockError::Quorum { granted: 1, required: 2, total: 3 },
             LockError::ReplicasShort { acknowledged: 0, required: 1 },

@@ -4,7 +4,7 @@
 //!
 //! | layout | lock key for name `N` | shared with | our release also | our waiters hear the peer's release |
 //! |---|---|---|---|---|
-//! | [`KeyLayout::native`] (default) | `lock:{N}` (the [`Lock`](crate::Lock)'s prefix, `N` escaped inside a hash tag) | this library, in any language that follows WIRE.md | — | yes (pub/sub) |
+//! | [`KeyLayout::native`] (default) | `wlp:{N}` (the [`Lock`](crate::Lock)'s prefix, `N` escaped inside a hash tag) | this library, in any language that follows WIRE.md | — | yes (pub/sub) |
 //! | [`KeyLayout::plain`] | `N` | redis-py `Lock`, node-redlock 4 and 5 (and `@sesamecare-oss/redlock`), go-redsync, bsm/redislock | — | no: they announce nothing; our waiters poll on their backoff |
 //! | [`KeyLayout::python_redis_lock`] | `lock:N` | python-redis-lock | `DEL`, `LPUSH`, `PEXPIRE 1000` its `lock-signal:N` list, as its own release does, so its waiters (blocked on that list) wake at once | by polling every 10 ms: it signals through a list that only a blocking pop waits on |
 //! | [`KeyLayout::pottery`] | `redlock:N` (over the same masters: [`Lock::redlock`](crate::Lock::redlock) for several) | pottery `Redlock` | — | no: our waiters poll on their backoff |
@@ -12,7 +12,23 @@
 //! | [`KeyLayout::shedlock`] | `job-lock:<env>:N` (for a [`JobLock`](crate::JobLock)) | ShedLock's Redis provider, which must run with `safeUpdate=true`: its default unlock is a blind `DEL` | — | a job lock does not wait |
 //! | [`KeyLayout::redisson`] | the hash `N`, field `<token>:1` → hold count | Redisson `RLock` and `RFencedLock` (and node-redisson, for names that have no `{` or start with one: it names the channel otherwise) | publishes `0` on `redisson_lock__channel:{N}` (`SPUBLISH` on Cluster) | yes (that channel) |
 //!
-//! Under every layout the lock keeps this library's rules: a fresh token per acquisition, compare-and-delete and
+//! Which primitives run under which layout: another library's lock is a lock, so a primitive that keeps more than a
+//! lock key (a semaphore's permits, a read-write lock's readers, an election's record) keeps this library's own
+//! layout; and where the other library's waiters must be told of a release (python-redis-lock's signal list,
+//! Spring's `PUB_SUB` channel, Redisson's channel), only the plain lock's release tells them, so the primitives
+//! whose release is another script refuse such a layout. Each refusal is
+//! [`LockError::InvalidArgument`](crate::LockError::InvalidArgument) naming the
+//! primitive, before any I/O.
+//!
+//! | primitive | native | plain, pottery, shedlock, prefixed, spring without `PUB_SUB` | python_redis_lock, spring with `PUB_SUB`, redisson |
+//! |---|---|---|---|
+//! | [`Lock::acquire`](crate::Lock::acquire) and its kin | yes | yes | yes |
+//! | fair lock ([`LockOptions::with_fair_queue`](crate::LockOptions::with_fair_queue)) | yes | yes | refused |
+//! | [`Lock::acquire_all`](crate::Lock::acquire_all) (a multi-lock) | yes | yes | refused |
+//! | [`JobLock`](crate::JobLock) | yes | yes | refused |
+//! | [`Semaphore`](crate::Semaphore), [`RwLock`](crate::RwLock), [`Election`](crate::Election) | yes | refused | refused |
+//!
+//! //! Under every layout the lock keeps this library's rules: a fresh token per acquisition, compare-and-delete and
 //! compare-and-extend, a TTL on every grant, validity from before the request; whatever sits at the lock key (the
 //! other library's token, or a key of another type) holds the lock. Fencing tokens come from a counter beside the
 //! lock key that only this library's acquisitions advance (Redisson's `RFencedLock` shares it: see

@@ -200,14 +200,14 @@ impl<F: Future> Future for Timed<F> {
         use std::task::Poll;
         match self.project().state.project() {
             TimedProj::Tokio { inner, operation, after } => {
-                tokio_poll(inner, cx).map(|out| out.map_err(|()| LockError::Timeout { operation, after: *after }))
+                tokio_poll(inner, cx).map(|out| out.map_err(|()| LockError::timeout(operation, *after)))
             }
             TimedProj::Io { fut, timer, operation, after } => {
                 if let Poll::Ready(out) = fut.poll(cx) {
                     return Poll::Ready(Ok(out));
                 }
                 match std::pin::Pin::new(timer).poll(cx) {
-                    Poll::Ready(_) => Poll::Ready(Err(LockError::Timeout { operation, after: *after })),
+                    Poll::Ready(_) => Poll::Ready(Err(LockError::timeout(operation, *after))),
                     Poll::Pending => Poll::Pending,
                 }
             }

@@ -105,6 +105,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 
+mod auth;
 mod error;
 mod store;
 mod subscriber;

@@ -68,6 +68,8 @@ struct Inner {
     sharded: bool,
     /// What traces and metrics call the deployment (read once: the client's config is cloned to be read).
     deployment: &'static str,
+    /// The server(s), as errors name them (`host:port`; no credential).
+    server: Option<String>,
     /// Whether the pool was built here (and is ours to disconnect) or handed in by the caller.
     owns_pool: bool,
     /// Clients for a grant followed by `WAIT` (see [`FredStore::exclusive`]), connected on first use.
@@ -157,7 +159,7 @@ impl FredStore {
     /// every timer under its driver's lock).
     async fn send(&self, client: &Client, call: &Call<'_>) -> Result<Value> {
         let after = self.inner.command_timeout;
-        let timed_out = || LockError::Timeout { operation: call.operation, after };
+        let timed_out = || LockError::timeout(call.operation, after);
         let deadline = Deadline::after(after);
         let mut pause = CLUSTER_RETRY_PAUSE;
         loop {
@@ -172,7 +174,7 @@ impl FredStore {
                     pause = (pause * 2).min(CLUSTER_RETRY_PAUSE_MAX);
                 }
                 // fred's timeout leaves the connection in step: its router still reads the reply and discards it.
-                Err(err) => return Err(error::from_call(err, call, after)),
+                Err(err) => return Err(error::not_connected(error::from_call(err, call, after), client)),
                 Ok(reply) => return Ok(reply),
             }
         }
@@ -187,7 +189,7 @@ impl FredStore {
         let after = self.inner.command_timeout.saturating_add(ack.timeout());
         tokio::time::timeout(after, on_shard.wait::<i64>(i64::from(ack.replicas()), timeout_ms))
             .await
-            .map_err(|_| LockError::Timeout { operation: call.operation, after })?
+            .map_err(|_| LockError::timeout(call.operation, after))?
             .map_err(|err| error::from_call(err, call, after))
     }
 }
@@ -387,6 +389,10 @@ impl ScriptStore for FredStore {
 
     fn deployment(&self) -> &'static str {
         self.inner.deployment
+    }
+
+    fn server(&self) -> Option<&str> {
+        self.inner.server.as_deref()
     }
 
     fn topology(&self) -> Topology {
@@ -602,6 +608,19 @@ impl FredStoreBuilder {
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the clients it built (their connection tasks end with them).
     pub async fn connect(self) -> Result<FredStore> {
+        let server = match &self.source {
+            Source::Pool(pool) => server_of(&pool.next().client_config()),
+            Source::Builder(builder) => builder.get_config().and_then(server_of),
+            Source::Config(config) => server_of(config),
+        };
+        // Boxed as a trait object: a caller's future carries neither the connecting future nor its deep `Send` proof.
+        let connecting: std::pin::Pin<Box<dyn std::future::Future<Output = Result<FredStore>> + Send>> =
+            Box::pin(self.connect_unlocated());
+        connecting.await.map_err(|err| err.at("connect", server.as_deref()))
+    }
+
+    /// [`connect`](Self::connect), its errors not yet naming the server.
+    async fn connect_unlocated(self) -> Result<FredStore> {
         let FredStoreBuilder { source, pool_size, command_timeout: timeout, tls } = self;
         if timeout.is_zero() || timeout > lock_core::MAX_WAIT {
             return Err(LockError::invalid(format!("command timeout must be in (0, {:?}]", lock_core::MAX_WAIT)));
@@ -616,6 +635,8 @@ impl FredStoreBuilder {
         }
         let mut tls_endpoint = None;
         let mut server = None;
+        let mut password_check = None;
+        let mut plain_endpoint = None;
         let mut builder = match source {
             Source::Pool(pool) => return start(pool, false, Vec::new(), timeout).await,
             Source::Builder(builder) => *builder,
@@ -624,6 +645,15 @@ impl FredStoreBuilder {
                 tls_endpoint = crate::tls::tls_endpoint(&config);
                 if let ServerConfig::Centralized { server: one } = &config.server {
                     server = Some(format!("{}:{}", one.host, one.port));
+                    if tls_endpoint.is_none() {
+                        plain_endpoint = Some((one.host.to_string(), one.port));
+                        // fred drops a server's refusal of a password it does not need (`called without any password
+                        // configured`) as a warning; redis-rs reports it, and so does this store (a password for a
+                        // server without one is most likely the wrong server).
+                        if let (None, Some(password)) = (&config.username, &config.password) {
+                            password_check = Some((one.host.to_string(), one.port, password.to_string()));
+                        }
+                    }
                 }
                 let clustered = matches!(config.server, ServerConfig::Clustered { .. });
                 let mut builder = Builder::from_config(*config);
@@ -641,7 +671,16 @@ impl FredStoreBuilder {
         builder.with_performance_config(|p| p.default_command_timeout = timeout);
         let pool = builder.build_pool(pool_size).map_err(|err| error::from_fred(err, "connect", timeout))?;
         let connected = match pool.init().await {
-            Ok(connection) => start(pool, true, vec![connection], timeout).await,
+            Ok(connection) => match password_check {
+                Some((host, port, password))
+                    if crate::auth::password_unneeded(&host, port, &password, timeout).await =>
+                {
+                    let _ = tokio::time::timeout(timeout, pool.quit()).await;
+                    let server = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+                    Err(LockError::auth(crate::auth::UnneededPassword { server }))
+                }
+                _ => start(pool, true, vec![connection], timeout).await,
+            },
             Err(err) => {
                 let _ = tokio::time::timeout(timeout, pool.quit()).await;
                 // A reply fred cannot decode as the Redis protocol: the server on that port speaks another.
@@ -660,8 +699,32 @@ impl FredStoreBuilder {
                 Err(err @ (LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::Backend { .. })),
                 Some((host, port)),
             ) => Err(crate::tls::plain_text_server(&host, port, timeout).await.unwrap_or(err)),
+            // A first plain-text connection the server dropped: a server speaking TLS there answers a TLS hello.
+            (Err(err @ LockError::Unavailable { .. }), None) => match plain_endpoint {
+                Some((host, port)) => {
+                    Err(lock_core::backend::tls_only_server(&host, port, timeout).await.unwrap_or(err))
+                }
+                None => Err(err),
+            },
             (outcome, _) => outcome,
         }
+    }
+}
+
+/// The server(s) a configuration names, as `host:port` (comma-separated: a Cluster's seed nodes, the Sentinels),
+/// never a credential.
+fn server_of(config: &Config) -> Option<String> {
+    let hosts = |hosts: &[fred::types::config::Server]| {
+        hosts.iter().map(|s| format!("{}:{}", s.host, s.port)).collect::<Vec<_>>().join(",")
+    };
+    match &config.server {
+        ServerConfig::Centralized { server } => Some(format!("{}:{}", server.host, server.port)),
+        ServerConfig::Clustered { hosts: seeds, .. } => Some(hosts(seeds)),
+        ServerConfig::Sentinel { hosts: sentinels, service_name, .. } => {
+            Some(format!("{service_name} via {}", hosts(sentinels)))
+        }
+        #[allow(unreachable_patterns)] // `Unix` exists only with fred's `unix-sockets` feature
+        _ => None,
     }
 }
 
@@ -696,7 +759,7 @@ async fn start(
         // A server too old for the scripts is a clear error now rather than a script error at the first lock.
         let info = tokio::time::timeout(timeout, pool.next().info::<String>(Some(InfoKind::Server)))
             .await
-            .map_err(|_| LockError::Timeout { operation: "connect", after: timeout })?
+            .map_err(|_| LockError::timeout("connect", timeout))?
             .map_err(|err| error::from_fred(err, "connect", timeout))?;
         scripts::require_version(&info, sharded)
     };
@@ -715,6 +778,7 @@ async fn start(
         tokio::spawn(apply_subscriptions(subscriber.clone(), requests, sharded)),
         tokio::spawn(deliver_messages(messages, hub.clone())),
     ];
+    let server = server_of(&pool.next().client_config());
     Ok(FredStore {
         inner: Arc::new(Inner {
             pool,
@@ -723,6 +787,7 @@ async fn start(
             command_timeout: timeout,
             sharded,
             deployment,
+            server,
             owns_pool,
             exclusive: tokio::sync::OnceCell::new(),
             connections,

@@ -52,7 +52,7 @@ impl SubscriptionControl for Subscriptions {
             // Bounded here too: the request may queue behind others while the server is unreachable, and a waiter
             // must not start late because of a hint. A request that times out is still applied, in order.
             match tokio::time::timeout(timeout, confirmed).await {
-                Err(_) => Err(LockError::Timeout { operation: "subscribe", after: timeout }),
+                Err(_) => Err(LockError::timeout("subscribe", timeout)),
                 Ok(Err(_)) => Err(shut_down()),
                 Ok(Ok(reply)) => reply.map_err(|err| error::from_fred(err, "subscribe", timeout)),
             }

@@ -88,7 +88,7 @@ pub(crate) async fn plain_text_server(host: &str, port: u16, bound: Duration) ->
     };
     tokio::time::timeout(bound, probe).await.ok().flatten()?;
     let server = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
-    Some(LockError::Tls { source: Box::new(lock_core::backend::PlainTextServer { server }) })
+    Some(LockError::tls(lock_core::backend::PlainTextServer { server }))
 }
 
 /// PEM material for TLS connections.

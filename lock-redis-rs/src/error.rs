@@ -42,17 +42,17 @@ pub(crate) fn from_redis(
         return kind.into_lock_error(&words, call, Box::new(err));
     }
     if is_auth(&err) {
-        return LockError::Auth { source: Box::new(err) };
+        return LockError::auth(err);
     }
     if is_tls_failure(&err) {
-        return LockError::Tls { source: Box::new(err) };
+        return LockError::tls(err);
     }
     if err.is_timeout() {
         // redis-rs reports its response and connection timeouts as I/O `TimedOut`.
-        return LockError::Timeout { operation, after };
+        return LockError::timeout(operation, after);
     }
     if is_unavailable(&err) {
-        return LockError::Unavailable { source: Box::new(err) };
+        return LockError::unavailable(err);
     }
     if matches!(err.kind(), ErrorKind::InvalidClientConfig | ErrorKind::EmptySentinelList) {
         if err.to_string().contains("TLS") {
@@ -65,13 +65,13 @@ pub(crate) fn from_redis(
         return LockError::invalid(format!("invalid redis connection settings: {err}"));
     }
 
-    LockError::Backend { source: Box::new(err) }
+    LockError::backend(err)
 }
 
 /// The error to report instead of `err` when the first command to the server at `addr` could not read the reply
 /// as the Redis protocol (an HTTP server, say, on that port): one line naming the server, not redis-rs's parse error.
 pub(crate) fn not_redis(err: &LockError, addr: &redis::ConnectionAddr) -> Option<LockError> {
-    let LockError::Backend { source } = err else { return None };
+    let LockError::Backend { source, .. } = err else { return None };
     let redis = source.downcast_ref::<RedisError>()?;
     (redis.kind() == ErrorKind::Parse)
         .then(|| LockError::backend(lock_core::backend::NotRedis { server: addr.to_string() }))
@@ -133,10 +133,10 @@ pub(crate) fn from_pool(err: PoolError, operation: &'static str, d: Deadlines) -
     match err {
         // Only opening a connection reports backend errors (a failed recycle just drops the connection).
         PoolError::Backend(err) => from_redis(err, operation, None, d.connect),
-        PoolError::Timeout(TimeoutType::Create) => LockError::Timeout { operation, after: d.connect },
-        PoolError::Timeout(_) => LockError::Timeout { operation, after: d.command },
+        PoolError::Timeout(TimeoutType::Create) => LockError::timeout(operation, d.connect),
+        PoolError::Timeout(_) => LockError::timeout(operation, d.command),
         PoolError::NoRuntimeSpecified => LockError::NoRuntime(operation),
-        err @ PoolError::Closed => LockError::Unavailable { source: Box::new(err) },
-        err @ PoolError::PostCreateHook(_) => LockError::Backend { source: Box::new(err) },
+        err @ PoolError::Closed => LockError::unavailable(err),
+        err @ PoolError::PostCreateHook(_) => LockError::backend(err),
     }
 }

@@ -342,6 +342,34 @@ impl RedisStoreBuilder {
     /// # Cancel safety
     /// Cancel-safe: dropping the future drops the connections opened so far.
     pub async fn connect(self) -> Result<RedisStore> {
+        let server = self.server();
+        // Boxed as a trait object: callers' futures neither carry the connecting future nor re-derive its `Send`
+        // bound, which is deep enough to exceed the compiler's recursion limit in a caller's crate.
+        let connecting: std::pin::Pin<Box<dyn std::future::Future<Output = Result<RedisStore>> + Send>> =
+            Box::pin(self.connect_unlocated());
+        match connecting.await {
+            Ok(store) => Ok(store.named(server)),
+            Err(err) => Err(err.at("connect", server.as_deref())),
+        }
+    }
+
+    /// The server(s) the store will talk to, as `host:port` (comma-separated: a Cluster's seed nodes, the
+    /// Sentinels), for errors to name; never a credential.
+    fn server(&self) -> Option<String> {
+        let addrs = |infos: &[ConnectionInfo]| infos.iter().map(|i| i.addr().to_string()).collect::<Vec<_>>().join(",");
+        match &self.target {
+            Target::Server(Ok(info)) => Some(info.addr().to_string()),
+            Target::Client(client) => Some(client.get_connection_info().addr().to_string()),
+            Target::Cluster(Ok(seeds)) => Some(addrs(seeds)),
+            Target::Sentinel { service, sentinels: Ok(sentinels) } => {
+                Some(format!("{service} via {}", addrs(sentinels)))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`connect`](Self::connect), its errors not yet naming the server.
+    async fn connect_unlocated(self) -> Result<RedisStore> {
         self.check_timeouts()?;
         if self.pool_size == 0 {
             return Err(LockError::invalid("redis pool size must be at least 1"));
@@ -402,6 +430,8 @@ impl RedisStoreBuilder {
     /// A first connection over TLS that failed without a TLS error (a server without TLS on that port never answers
     /// the handshake, which looked like a retryable timeout) is a [`LockError::Tls`] saying so, when a plain-text
     /// probe finds a Redis server there.
+    /// Likewise a first plain-text connection the server dropped is a [`LockError::Tls`] saying that the server
+    /// speaks TLS there, when a TLS hello gets a TLS answer ([`lock_core::backend::tls_only_server`]).
     async fn explain_failed_tls(&self, err: LockError) -> LockError {
         let Target::Server(Ok(info)) = &self.target else { return err };
         if let Some(not_redis) = error::not_redis(&err, info.addr()) {
@@ -410,10 +440,13 @@ impl RedisStoreBuilder {
         if !matches!(err, LockError::Timeout { .. } | LockError::Unavailable { .. } | LockError::Backend { .. }) {
             return err;
         }
-        match tls::plain_text_server(info.addr(), self.deadlines.connect).await {
-            Some(mismatch) => mismatch,
-            None => err,
-        }
+        let mismatch = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                lock_core::backend::tls_only_server(host, *port, self.deadlines.connect).await
+            }
+            tls => tls::plain_text_server(tls, self.deadlines.connect).await,
+        };
+        mismatch.unwrap_or(err)
     }
 
     /// The redis-rs Sentinel client: the first URL's credentials for the Sentinels, [`PrimaryAccess`] for the
@@ -494,7 +527,7 @@ impl RedisStoreBuilder {
             Target::Client(client) => (**client).clone(),
         };
         let hub = Subscriber::hub(Endpoint::server(client), self.deadlines);
-        Ok(RedisStore::assemble(Pool::Shared(pool), hub, self.deadlines))
+        Ok(RedisStore::assemble(Pool::Shared(pool), hub, self.deadlines).named(self.server()))
     }
 }
 
@@ -513,6 +546,8 @@ pub struct RedisStore {
 struct Inner {
     pool: Pool,
     deadlines: Deadlines,
+    /// The server(s), as errors name them (`host:port`; no credential).
+    server: Option<String>,
     /// Owns the subscriber control, which owns the subscriber task: dropping the last store clone stops it.
     hub: Arc<ReleaseHub>,
 }
@@ -544,11 +579,21 @@ impl RedisStore {
     #[cfg_attr(docsrs, doc(cfg(feature = "deadpool-redis")))]
     pub fn from_pool(pool: deadpool_redis::Pool, subscriber: Client) -> Self {
         let deadlines = Deadlines { command: DEFAULT_COMMAND_TIMEOUT, connect: DEFAULT_CONNECT_TIMEOUT };
-        RedisStore::assemble(Pool::Shared(pool), Subscriber::hub(Endpoint::server(subscriber), deadlines), deadlines)
+        let server = Some(subscriber.get_connection_info().addr().to_string());
+        let hub = Subscriber::hub(Endpoint::server(subscriber), deadlines);
+        RedisStore::assemble(Pool::Shared(pool), hub, deadlines).named(server)
     }
 
     fn assemble(pool: Pool, hub: Arc<ReleaseHub>, deadlines: Deadlines) -> Self {
-        RedisStore { inner: Arc::new(Inner { pool, deadlines, hub }) }
+        RedisStore { inner: Arc::new(Inner { pool, deadlines, server: None, hub }) }
+    }
+
+    /// The same store, naming `server` in its errors (set once, before the store is shared).
+    fn named(mut self, server: Option<String>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.server = server;
+        }
+        self
     }
 
     /// How many connections the store holds and how many are in use.
@@ -767,6 +812,10 @@ impl ScriptStore for RedisStore {
     /// by a timer of the store's own.
     fn call_bound(&self) -> Option<Duration> {
         Some(self.inner.deadlines.call())
+    }
+
+    fn server(&self) -> Option<&str> {
+        self.inner.server.as_deref()
     }
 
     fn deployment(&self) -> &'static str {

@@ -138,5 +138,5 @@ pub(crate) async fn plain_text_server(addr: &redis::ConnectionAddr, bound: Durat
     };
     lock_core::backend::rt::timeout("connect", bound, probe).await.ok().flatten()?;
     let server = format!("{bracketed}:{port}");
-    Some(LockError::Tls { source: Box::new(lock_core::backend::PlainTextServer { server }) })
+    Some(LockError::tls(lock_core::backend::PlainTextServer { server }))
 }

@@ -724,6 +724,11 @@ macro_rules! server_tests {
             announcements_and_debug_output_never_show_a_token,
             a_bad_url_names_its_part_and_a_server_that_is_not_redis_says_so,
             a_confirmed_subscription_hears_the_next_release,
+            a_refused_connection_is_unavailable_naming_the_server,
+            a_server_gone_is_unavailable_within_one_bound,
+            a_password_to_a_server_without_one_is_auth,
+            an_error_returned_from_main_prints_one_readable_line,
+            a_key_of_another_type_at_a_lock_key_is_said_to_be_one,
         );
     };
     (@cases $connect:path; $($case:ident),* $(,)?) => {
@@ -745,6 +750,24 @@ macro_rules! server_tests {
     };
 }
 
+/// Writes one `#[test]` per error-parity case of [`server_cases`] (issue 54 §3: the same failure is the same error,
+/// within the same bound, on every backend), for a Redis backend; [`server_tests!`] includes them.
+///
+/// `parity_tests!(connect)`, with `connect` as for [`server_tests!`].
+#[macro_export]
+macro_rules! parity_tests {
+    ($connect:path) => {
+        $crate::server_tests!(@cases $connect;
+            a_refused_connection_is_unavailable_naming_the_server,
+            a_server_gone_is_unavailable_within_one_bound,
+            a_password_to_a_server_without_one_is_auth,
+            a_wrong_password_is_auth_within_the_connect_timeout,
+            an_error_returned_from_main_prints_one_readable_line,
+            a_bad_url_names_its_part_and_a_server_that_is_not_redis_says_so,
+        );
+    };
+}
+
 /// Writes one `#[test]` per case of [`tls_cases`], for a Redis backend built with TLS.
 ///
 /// `tls_tests!(connect)`: `connect` is an `async fn(tls_cases::TlsConnect) -> lock_core::Result<S>` where
@@ -757,6 +780,7 @@ macro_rules! tls_tests {
             mutual_tls_with_a_client_certificate_works,
             refused_certificates_are_typed_errors_within_the_connect_timeout,
             a_tls_url_to_a_plain_server_is_a_tls_error,
+            a_plain_url_to_a_tls_server_is_a_tls_error,
             certificates_with_a_plain_url_are_refused,
         );
     };

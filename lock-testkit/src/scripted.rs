@@ -96,9 +96,9 @@ impl Injected {
         let source = || std::io::Error::other("injected by the scripted store");
         match self {
             Injected::Unavailable => LockError::unavailable(source()),
-            Injected::Timeout => LockError::Timeout { operation: "injected", after: Duration::ZERO },
+            Injected::Timeout => LockError::timeout("injected", Duration::ZERO),
             Injected::Backend => LockError::backend(source()),
-            Injected::Auth => LockError::Auth { source: Box::new(source()) },
+            Injected::Auth => LockError::auth(source()),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use lock_core::{Lock, LockError, LockKeys, LockOptions, LockStore, ReleaseOutcome, ReplicaAck, Shortfall};
 
@@ -184,7 +184,7 @@ pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connec
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
     let err = lock.try_acquire("no-incrby", &eager(ms(30_000))).await.err();
     match &err {
-        Some(LockError::Auth { source }) => {
+        Some(LockError::Auth { source, .. }) => {
             let text = format!("{source}");
             assert!(text.to_ascii_lowercase().contains("incrby"), "the error does not name the command: {text}");
         }
@@ -260,7 +260,7 @@ pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
     // NOPERM for a command the user may not run, outside a script: Auth naming it.
     let limited = connect(server.url_for("locker", "secret", false)).await.or_panic();
     match probe(&limited, "DBSIZE", &[]).await {
-        Some(LockError::Auth { source }) => {
+        Some(LockError::Auth { source, .. }) => {
             let refusal = source.downcast_ref::<lock_core::backend::AclRefusal>();
             assert_eq!(refusal.and_then(|r| r.command.as_deref()), Some("DBSIZE"), "{source}");
         }
@@ -966,4 +966,136 @@ pub async fn a_bad_url_names_its_part_and_a_server_that_is_not_redis_says_so(con
     let message = err.as_ref().map(|e| e.report().to_string()).unwrap_or_default();
     assert!(message.contains(&format!("the server at {server} does not speak the Redis protocol")), "{message}");
     assert_eq!(message.lines().count(), 1, "{message}");
+}
+
+/// The margin on a time bound a loaded runner survives: a bound is the lock's own parameter (its operation bound,
+/// its wait budget) plus this.
+const MARGIN: Duration = Duration::from_millis(1_500);
+
+/// Issue 54 §3, the same failure is the same error on every backend: connecting to a port where nothing listens is
+/// `Unavailable` within one operation bound, and its text names the operation and the server.
+pub async fn a_refused_connection_is_unavailable_naming_the_server(connect: &UrlFactory) {
+    use std::error::Error as _;
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
+        listener.local_addr().or_panic().port()
+    };
+    let t0 = Instant::now();
+    let err = connect_err(connect, format!("redis://127.0.0.1:{port}")).await;
+    assert!(matches!(err, LockError::Unavailable { .. }), "expected Unavailable, got {err:?}");
+    assert!(t0.elapsed() < lock_core::DEFAULT_OPERATION_TIMEOUT + MARGIN, "took {:?}", t0.elapsed());
+    let text = err.to_string();
+    assert!(text.contains("connect") && text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(err.source().is_some(), "the cause is not kept: {err:?}");
+}
+
+/// Issue 54 §3: a server that goes away while a lock is held: its extension and its release fail with
+/// `Unavailable` within one operation bound, a waiting acquire with `Unavailable` within its budget and one bound,
+/// and each error's text names the operation and the server.
+pub async fn a_server_gone_is_unavailable_within_one_bound(connect: &UrlFactory) {
+    use std::error::Error as _;
+    let mut server = start();
+    let addr = server.addr().to_string();
+    let lock = Lock::from_arc(connect(server.url()).await.or_panic());
+    let guard = lock.acquire("held", &LockOptions::new(ms(30_000))).await.or_panic();
+    server.kill();
+    let bound = lock.operation_timeout() + MARGIN;
+    let t0 = Instant::now();
+    let err = guard.extend(ms(30_000)).await.err().or_panic();
+    assert!(matches!(err, LockError::Unavailable { .. }), "extend: expected Unavailable, got {err:?}");
+    assert!(t0.elapsed() < bound, "extend took {:?}", t0.elapsed());
+    let text = err.to_string();
+    assert!(text.contains("extend") && text.contains(&addr), "extend: {text}");
+    assert!(err.source().is_some(), "extend: the cause is not kept: {err:?}");
+    let t0 = Instant::now();
+    let err = guard.release().await.err().or_panic();
+    assert!(matches!(err, LockError::Unavailable { .. }), "release: expected Unavailable, got {err:?}");
+    assert!(t0.elapsed() < bound, "release took {:?}", t0.elapsed());
+    assert!(err.to_string().contains("release") && err.to_string().contains(&addr), "release: {err}");
+    let budget = ms(2_000);
+    let t0 = Instant::now();
+    let err = lock.acquire("other", &LockOptions::new(ms(30_000)).with_wait(budget)).await.err().or_panic();
+    assert!(matches!(err, LockError::Unavailable { .. }), "a waiting acquire: expected Unavailable, got {err:?}");
+    assert!(t0.elapsed() < budget + bound, "a waiting acquire took {:?}", t0.elapsed());
+    assert!(err.to_string().contains("acquire") && err.to_string().contains(&addr), "acquire: {err}");
+}
+
+/// Issue 54 §3: a password sent to a server that has none is `Auth` on every backend (one accepted it silently).
+pub async fn a_password_to_a_server_without_one_is_auth(connect: &UrlFactory) {
+    let server = start();
+    let t0 = Instant::now();
+    let err = connect_err(connect, format!("redis://:not-needed@{}", server.addr())).await;
+    assert!(matches!(err, LockError::Auth { .. }), "expected Auth, got {err:?}");
+    assert!(t0.elapsed() < lock_core::DEFAULT_OPERATION_TIMEOUT + MARGIN, "took {:?}", t0.elapsed());
+    let text = error_text(&err);
+    assert!(!text.contains("not-needed"), "the password was printed: {text}");
+}
+
+/// Issue 54 §3: a `LockError` returned from `main` (printed with `Debug`) is one readable line: what failed, where,
+/// and why, not the variant's fields.
+pub async fn an_error_returned_from_main_prints_one_readable_line(connect: &UrlFactory) {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").or_panic();
+        listener.local_addr().or_panic().port()
+    };
+    let err = connect_err(connect, format!("redis://user:hunter2@127.0.0.1:{port}")).await;
+    let printed = format!("Error: {err:?}");
+    assert_eq!(printed.lines().count(), 1, "{printed}");
+    assert!(printed.contains("unavailable") && printed.contains(&format!("127.0.0.1:{port}")), "{printed}");
+    assert!(!printed.contains("source:") && !printed.contains("hunter2"), "{printed}");
+}
+
+/// Issue 54 §4: a key of another type at a lock key (a list another program keeps there) is said to be one when a
+/// wait gives up ("a list sits at `wlp:customer:9`"), for the plain lock under each layout, the fair lock, a
+/// read-write writer and an election, not "held by another owner … a holder that crashed blocks it"; and the key is
+/// left as it was.
+pub async fn a_key_of_another_type_at_a_lock_key_is_said_to_be_one(connect: &UrlFactory) {
+    use lock_core::KeyLayout;
+    let server = start();
+    let store = connect(server.url()).await.or_panic();
+    let waiting = || LockOptions::new(ms(10_000)).with_wait(ms(200));
+    let said = |what: &str, key: &str, kind: &str, err: LockError| {
+        let text = err.report().to_string();
+        assert!(matches!(&err, LockError::WrongType { key: k, .. } if k == key), "{what}: {err:?}");
+        assert!(text.contains(&format!("{kind} sits at {key:?}")), "{what}: {text}");
+        assert!(!text.contains("held by another owner") && !text.contains("crashed"), "{what}: {text}");
+    };
+    let key_of = |layout: &KeyLayout| {
+        LockKeys::for_layout(layout, lock_core::DEFAULT_PREFIX, "customer:9").or_panic().lock().to_owned()
+    };
+    for (layout, kind, push) in [
+        (KeyLayout::native(), "list", "RPUSH"),
+        (KeyLayout::plain(), "list", "RPUSH"),
+        (KeyLayout::python_redis_lock(), "set", "SADD"),
+        (KeyLayout::redisson(), "list", "RPUSH"),
+    ] {
+        let key = key_of(&layout);
+        server.command(&[push, &key, "job-1"]).or_panic();
+        let lock = Lock::from_arc(store.clone()).with_layout(layout.clone());
+        let err = lock.acquire("customer:9", &waiting()).await.err().or_panic();
+        said(&format!("{layout:?}"), &key, &format!("a {kind}"), err);
+        assert_eq!(server.command(&["TYPE", &key]).or_panic(), Reply::Status(kind.into()), "the key was touched");
+        server.command(&["DEL", &key]).or_panic();
+    }
+    // A string at Redisson's key (a plain lock's token, say) is as foreign to `RLock` as a list.
+    let key = key_of(&KeyLayout::redisson());
+    server.command(&["SET", &key, "a-plain-token"]).or_panic();
+    let redisson = Lock::from_arc(store.clone()).with_layout(KeyLayout::redisson());
+    said("redisson, a string", &key, "a string", redisson.acquire("customer:9", &waiting()).await.err().or_panic());
+    server.command(&["DEL", &key]).or_panic();
+
+    let lock = Lock::from_arc(store.clone());
+    let key = key_of(&KeyLayout::native());
+    server.command(&["RPUSH", &key, "job-1"]).or_panic();
+    let fair = waiting().with_fair_queue(ms(5_000));
+    said("fair", &key, "a list", lock.acquire("customer:9", &fair).await.err().or_panic());
+    let rw = lock_core::RwLock::new(lock.clone(), "customer:9").or_panic();
+    let rw_key = rw.keys().lock().to_owned();
+    server.command(&["RPUSH", &rw_key, "job-1"]).or_panic();
+    said("rw write", &rw_key, "a list", rw.write(&waiting()).await.err().or_panic());
+    // What a try answers is unchanged: a try asks nothing more than its one round trip.
+    let tried =
+        lock.acquire("customer:9", &LockOptions::new(ms(10_000)).with_wait(Duration::ZERO)).await.err().or_panic();
+    assert!(matches!(tried, LockError::Contended { .. }), "{tried:?}");
+    assert_eq!(server.command(&["LLEN", &key]).or_panic(), Reply::Int(1));
 }

@@ -130,6 +130,29 @@ pub async fn a_tls_url_to_a_plain_server_is_a_tls_error(connect: &TlsFactory) {
     assert!(took < PROMPT, "reported after {took:?}");
 }
 
+/// Issue 54 §3, the reverse of [`a_tls_url_to_a_plain_server_is_a_tls_error`]: a plain `redis://` URL to a port where
+/// the server speaks TLS is a typed [`LockError::Tls`] saying so, within the connect timeout, on every backend (it
+/// was a dropped connection, `Unavailable`, retried as if the server would come back).
+pub async fn a_plain_url_to_a_tls_server_is_a_tls_error(connect: &TlsFactory) {
+    let certs = TestCertificates::generate().or_panic();
+    let tls = server(&certs, false);
+    let port = tls.tls_port().or_panic();
+    let how = TlsConnect { url: format!("redis://127.0.0.1:{port}"), ca_pem: None, client: None };
+    let t0 = Instant::now();
+    let outcome = connect(how).await;
+    let took = t0.elapsed();
+    match outcome {
+        Err(err @ LockError::Tls { .. }) => {
+            assert!(!err.is_retryable(), "a TLS mismatch is retryable: {err:?}");
+            let line = err.report().to_string();
+            assert!(line.contains("speaks TLS") && line.contains(&format!("127.0.0.1:{port}")), "{line}");
+        }
+        Err(other) => panic!("a plain URL to a TLS server: expected a Tls error, got {other:?}"),
+        Ok(store) => panic!("a plain URL to a TLS server connected ({store:?})"),
+    }
+    assert!(took < PROMPT, "reported after {took:?}");
+}
+
 /// Review finding 2: one rule for TLS settings on every deployment and both backends. Certificates given with a
 /// plain `redis://` URL are refused before any I/O (a typed `InvalidArgument`), rather than ignored (a cluster's
 /// password then went out in clear) or turning TLS on behind the URL's back.

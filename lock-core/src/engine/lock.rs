@@ -311,7 +311,7 @@ impl Lock {
         };
         let (guard, watch) = match waited {
             Err(LockError::Contended { resource, waited, .. }) if !options.wait().is_zero() => {
-                let never_expires = self.never_expires(target, options).await;
+                let never_expires = self.why_held(target, options).await?;
                 return Err(LockError::Contended { resource, waited, never_expires });
             }
             other => other?,
@@ -327,22 +327,31 @@ impl Lock {
         Ok(guard)
     }
 
-    /// Whether the one lock key a wait gave up on has no expiry on any instance (another library's holder that took
-    /// it without a TTL, which, crashed, blocks it forever): one `PTTL` per instance, asked only when a wait ends
-    /// in contention, so the error can say so. Any error answers "not known to", as the wait's own error stands.
-    async fn never_expires(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> bool {
-        let [keys] = target.resources() else { return false };
+    /// Why the one lock key a wait gave up on stayed taken, asked only when a wait ends in contention so that the
+    /// error can say it (a try asks nothing more): `TYPE` and `PTTL` on each instance. A value of another type than
+    /// the primitive's ("a list sits at `wlp:customer:9`") is [`LockError::WrongType`], not "held by another owner";
+    /// `Ok(true)` when the key has no expiry (another library's holder that took it without a TTL, which, crashed,
+    /// blocks it forever). Any error answers "not known", as the wait's own error stands.
+    async fn why_held(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<bool> {
+        let [keys] = target.resources() else { return Ok(false) };
         let call_keys = [keys.lock()];
+        let bound = self.call_timeout(options.ttl());
+        let mut never_expires = false;
         for store in &self.instances.stores {
-            let call = Call::plain("pttl", "PTTL", &call_keys, &[]);
-            let reply = crate::rt::timeout("pttl", self.call_timeout(options.ttl()), store.call(call)).await;
-            if let Ok(Ok(ran)) = reply {
-                if ran.reply.as_int() == Some(-1) {
-                    return true;
+            let call = Call::plain("type", "TYPE", &call_keys, &[]);
+            if let Ok(Ok(ran)) = crate::rt::timeout("type", bound, store.call(call)).await {
+                if let Some(found) = ran.reply.as_text().filter(|t| !["none", target.lock_key_type()].contains(t)) {
+                    let (key, found, expected) =
+                        (keys.lock().to_owned(), Some(found.to_owned()), target.lock_key_type());
+                    return Err(LockError::WrongType { key, found, source: Box::new(ForeignValue { expected }) });
                 }
             }
+            let call = Call::plain("pttl", "PTTL", &call_keys, &[]);
+            if let Ok(Ok(ran)) = crate::rt::timeout("pttl", bound, store.call(call)).await {
+                never_expires |= ran.reply.as_int() == Some(-1);
+            }
         }
-        false
+        Ok(never_expires)
     }
 
     /// The bound on one call to one instance for a lock with `ttl`.
@@ -420,7 +429,8 @@ impl Lock {
                         i,
                         bounded("acquire", call_timeout, store.as_ref(), &**target, replicas, call)
                             .await
-                            .and_then(|r| r),
+                            .and_then(|r| r)
+                            .map_err(|err| err.at("acquire", store.server())),
                     )
                 })));
             while let Some((i, reply)) = replies.as_mut().next().await {
@@ -897,7 +907,10 @@ impl GuardState {
         let call_keys = [keys.lock(), keys.fence()];
         let args = [self.token.as_str()];
         let call = Call::script("fence", &crate::seam::scripts::FENCE, &call_keys, &args);
-        let ran = bounded("fence", self.call_timeout, store.as_ref(), &*self.target, false, store.call(call)).await??;
+        let ran = bounded("fence", self.call_timeout, store.as_ref(), &*self.target, false, store.call(call))
+            .await
+            .and_then(|r| r)
+            .map_err(|err| err.at("fence", store.server()))?;
         match ran.reply.as_int() {
             Some(drawn) if drawn > 0 => {
                 let fence = FencingToken::new(drawn.unsigned_abs());
@@ -971,7 +984,8 @@ impl GuardState {
                         i,
                         bounded("extend", self.call_timeout, store.as_ref(), &*self.target, false, extend)
                             .await
-                            .and_then(|r| r),
+                            .and_then(|r| r)
+                            .map_err(|err| err.at("extend", store.server())),
                     )
                 })));
             while let Some((i, reply)) = replies.as_mut().next().await {
@@ -1176,6 +1190,19 @@ impl GuardState {
     /// The release on one store; wakes the next local waiter once its answer frees the lock for it (early, while
     /// the release is queued on one ordered instance: see below).
     async fn release_on(
+        &self,
+        store: &dyn LockStore,
+        resources: &[crate::resource::LockKeys],
+        quorum: usize,
+        freed: &[AtomicUsize],
+        single: bool,
+    ) -> Result<Vec<ReleaseOutcome>> {
+        let released = self.release_unlocated(store, resources, quorum, freed, single).await;
+        released.map_err(|err| err.at("release", store.server()))
+    }
+
+    /// [`release_on`](Self::release_on), its errors not yet saying where they happened.
+    async fn release_unlocated(
         &self,
         store: &dyn LockStore,
         resources: &[crate::resource::LockKeys],
@@ -1582,3 +1609,24 @@ impl LockGuard for Guard {
         Guard::release(*self).await
     }
 }
+
+/// What a lock keeps at a key where a wait found a value of another type: the source of its
+/// [`LockError::WrongType`].
+#[derive(Debug)]
+struct ForeignValue {
+    /// The type a lock keeps there.
+    expected: &'static str,
+}
+
+impl std::fmt::Display for ForeignValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a lock keeps a {} there, so another program writes this key, and no lock holder's release frees it \
+             (`lockctl audit` lists such keys)",
+            self.expected
+        )
+    }
+}
+
+impl std::error::Error for ForeignValue {}

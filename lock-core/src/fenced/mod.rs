@@ -58,8 +58,8 @@
 //! [`LockError::Auth`] and writes nothing.
 //!
 //! # Which fence
-//! Every primitive hands one out: [`Guard::fencing_token`](crate::Guard::fencing_token) (or
-//! [`Guard::fence`](crate::Guard::fence) with on-demand fencing), a multi-lock's per resource, a permit's (one guard
+//! Every primitive hands one out: [`Guard::fence`](crate::Guard::fence) (drawn at the first call, or with the grant),
+//! a multi-lock's per resource, a permit's (one guard
 //! per slot: the permits of different slots are meant to write side by side), a write lock's, an election's term,
 //! a job run's. Fences of one lock only: a guard compares numbers, and another lock's are unrelated to them.
 //!
@@ -324,6 +324,7 @@ impl FencedResource {
                 reply.as_text().and_then(parse_fence).map(|fence| Some(FencingToken::new(fence))).ok_or_else(|| {
                     LockError::WrongType {
                         key: self.guard.to_string(),
+                        found: None,
                         source: format!("fence guard {} holds a value that is not a fence", self.guard).into(),
                     }
                 })

@@ -20,6 +20,13 @@
 //! the same name excludes the job and shares its fencing counter. The record lives in `prefix{job}:info` (no TTL:
 //! one small hash per job, like the fencing counter), a tick in `prefix{job}:tick:<tick>` (with a TTL).
 //!
+//! Under another library's [`KeyLayout`](crate::KeyLayout) a job's lock key is that library's
+//! ([`KeyLayout::shedlock`](crate::KeyLayout::shedlock) shares jobs with ShedLock), except under a layout whose
+//! releases must tell the other library's waiters (python-redis-lock, Spring in `PUB_SUB` mode, Redisson): a job's
+//! finish is its own script, which does not, so [`JobLock::run`] refuses those with
+//! [`LockError::InvalidArgument`] before any I/O. A job does not wait, so nothing is lost: share such a name with a
+//! [`Lock`] instead, whose release tells them.
+//!
 //! Over Redlock a start needs a majority, as a lock does, and `at_least_for` is kept by each instance's own clock.
 //! A run is one try: replicas that fire at the same instant can split the instances so that none has a majority,
 //! and then every replica skips that firing (never two run it). Use a single store (or Cluster, or Sentinel) for a
@@ -291,7 +298,9 @@ impl JobLock {
     /// Runs `work` if no other run holds `job`, else skips it: one try, no waiting.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] before any I/O for an empty name or bad options; [`LockError::Lost`] when the
+    /// [`LockError::InvalidArgument`] before any I/O for an empty name, bad options, or a lock whose
+    /// [`KeyLayout`](crate::KeyLayout) must tell another library's waiters of releases (python-redis-lock's, Spring's
+    /// in `PUB_SUB` mode, Redisson's: see the [module docs](self)); [`LockError::Lost`] when the
     /// run lost its lock while `work` ran (the work was dropped at its next await point); backend errors of the
     /// start as [`Lock::try_acquire`]'s. A failed finish is logged, not returned (the lock expires at its TTL).
     ///

@@ -12,4 +12,5 @@ pub mod scripts;
 pub mod server_error;
 pub mod server_url;
 pub(crate) mod store;
+pub mod tls_probe;
 pub mod transport;

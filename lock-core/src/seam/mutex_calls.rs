@@ -189,6 +189,10 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         ScriptStore::deployment(self)
     }
 
+    fn server(&self) -> Option<&str> {
+        ScriptStore::server(self)
+    }
+
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         ScriptStore::release_hub(self)
     }

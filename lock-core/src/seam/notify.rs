@@ -502,7 +502,7 @@ impl ReleaseHub {
         watch
     }
 
-    /// Handles one message from the backend's subscriber, read by [`Message::parse`] (one reading for any payload):
+    /// Handles one message from the backend's subscriber, read one way only, whatever the payload (WIRE.md §6.5):
     ///
     /// - `<origin> <waiter id>` (a fair lock's release) wakes only the waiter the id names, if it is ours, whichever
     ///   process released; `<origin>+<fence> <waiter id>` (or `<origin>+ <waiter id>`) also tells it that the

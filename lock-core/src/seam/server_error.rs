@@ -88,6 +88,11 @@ impl ServerErrorKind {
         if SCRIPT_ACL_PHRASES.iter().any(|phrase| message.contains(phrase)) {
             return ServerErrorKind::AclRefused;
         }
+        // A password sent to a server that has none: `ERR AUTH <password> called without any password configured for
+        // the default user` (Redis and Valkey). The credentials are wrong for this server, whichever client sent them.
+        if message.contains("called without any password configured") {
+            return ServerErrorKind::AuthFailed;
+        }
         let first = message
             .split(|c: char| c.is_whitespace() || matches!(c, ':' | '-' | '(' | ',' | '"' | '`'))
             .find_map(|word| CODES.iter().find(|(code, _)| *code == word).map(|(_, kind)| *kind));
@@ -107,14 +112,14 @@ impl ServerErrorKind {
     ///   maps it itself instead.
     pub fn into_lock_error(self, message: &str, call: Option<&Call<'_>>, source: BoxError) -> LockError {
         match self {
-            ServerErrorKind::AclRefused => LockError::Auth { source: Box::new(acl_refusal(message)) },
-            ServerErrorKind::AuthFailed => LockError::Auth { source },
+            ServerErrorKind::AclRefused => LockError::auth(acl_refusal(message)),
+            ServerErrorKind::AuthFailed => LockError::Auth { source, at: None },
             ServerErrorKind::WrongType => match call {
-                Some(call) => LockError::WrongType { key: call.key_named_in(message).to_owned(), source },
-                None => LockError::Backend { source },
+                Some(call) => LockError::WrongType { key: call.key_named_in(message).to_owned(), found: None, source },
+                None => LockError::Backend { source, at: None },
             },
-            kind if kind.is_transient() => LockError::Unavailable { source },
-            _ => LockError::Backend { source },
+            kind if kind.is_transient() => LockError::Unavailable { source, at: None },
+            _ => LockError::Backend { source, at: None },
         }
     }
 

@@ -256,6 +256,12 @@ pub trait LockStore: Send + Sync + Debug + 'static {
         }
     }
 
+    /// The server(s) this store talks to, as `host:port` (comma-separated for several: a Cluster's seed nodes, a
+    /// Sentinel deployment's Sentinels), never a credential: what an error's [`Site`](crate::LockError::site) names.
+    fn server(&self) -> Option<&str> {
+        None
+    }
+
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
     /// Waiters without one poll with backoff (and at the holder's remaining TTL).
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
@@ -319,6 +325,9 @@ impl<S: LockStore + ?Sized> LockStore for Arc<S> {
     }
     fn deployment(&self) -> &'static str {
         (**self).deployment()
+    }
+    fn server(&self) -> Option<&str> {
+        (**self).server()
     }
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {
         (**self).release_hub()

@@ -263,6 +263,12 @@ pub trait ScriptStore: Send + Sync + Debug + 'static {
         }
     }
 
+    /// The server(s) this store talks to, as `host:port`, never a credential. See
+    /// [`LockStore::server`](crate::LockStore::server).
+    fn server(&self) -> Option<&str> {
+        None
+    }
+
     /// The hub that turns this backend's release notifications into wake-ups, if the backend has notifications.
     /// See [`LockStore::release_hub`](crate::LockStore::release_hub).
     fn release_hub(&self) -> Option<&Arc<ReleaseHub>> {

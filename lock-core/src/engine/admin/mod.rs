@@ -102,6 +102,13 @@ pub struct Inspection {
     pub quorum: usize,
 }
 
+impl LockState {
+    /// Whether its record is a job's start given back before its work began (`outcome` `given_back`).
+    fn given_back(&self) -> bool {
+        self.record.iter().any(|(field, value)| field == "outcome" && value == "given_back")
+    }
+}
+
 impl Inspection {
     /// The holder of the lock: the one whose owner token holds a quorum of instances (the one instance of a
     /// single-instance lock). `None` when the lock is free, or (Redlock) when no owner has a quorum.
@@ -125,7 +132,9 @@ impl Inspection {
     }
 
     /// The name's record (see [`LockState::record`]): an election's leader and term, a job's last run. Over
-    /// Redlock, as the holder's instances keep it, or with nobody holding, as kept where the latest grant was made.
+    /// Redlock, as the holder's instances keep it, or with nobody holding, as kept where the latest grant was made,
+    /// leaving out starts given back (a replica that lost a split vote records its start on the instances it got,
+    /// and gives it back at once: that is not a run); [`instances`](Self::instances) holds every instance's own.
     ///
     /// ```
     /// use lock_core::{JobLock, JobOptions, Lock, MemoryStore};
@@ -145,7 +154,9 @@ impl Inspection {
     pub fn record(&self) -> &[(String, String)] {
         // Over Redlock, an instance outside the holder's quorum may keep no record or an older one: read the record
         // where the holder holds; with nobody holding, where the latest grant was made (the highest fence: a
-        // minority instance that missed the last run keeps the run before it); else the first that keeps one.
+        // minority instance that missed the last run keeps the run before it) that was not given back (a split
+        // vote's loser records its start, given back at once, under that instance's counter, which may be the
+        // highest, though it never ran); else the first that keeps one.
         let owner = self.holder().and_then(|holder| holder.owner.as_deref());
         let holds = |state: &&LockState| state.holder.as_ref().and_then(|h| h.owner.as_deref()) == owner;
         let kept = |state: &&LockState| !state.record.is_empty();
@@ -155,9 +166,13 @@ impl Inspection {
         };
         // `max_by_key` keeps the last of equals; reversed, the first instance wins a tie.
         let answered = self.instances.iter().rev().filter_map(|state| state.as_ref().ok());
-        let latest = || answered.filter(kept).filter(|state| state.fence.is_some()).max_by_key(|state| state.fence);
+        let latest = |ran: bool| {
+            let answered = answered.clone().filter(kept).filter(|state| state.fence.is_some());
+            answered.filter(|state| !ran || !state.given_back()).max_by_key(|state| state.fence)
+        };
         state
-            .or_else(latest)
+            .or_else(|| latest(true))
+            .or_else(|| latest(false))
             .or_else(|| self.states().find(kept))
             .map(|state| state.record.as_slice())
             .unwrap_or_default()
@@ -484,7 +499,10 @@ impl Lock {
     /// semaphore's reads and writes outside the engine use.
     pub(crate) async fn call_bounded(&self, store: &dyn LockStore, call: Call<'_>) -> Result<Reply> {
         let operation = call.operation;
-        let ran = rt::timeout(operation, self.operation_timeout(), store.call(call)).await??;
+        let ran = rt::timeout(operation, self.operation_timeout(), store.call(call))
+            .await
+            .and_then(|r| r)
+            .map_err(|err| err.at(operation, store.server()))?;
         Ok(ran.reply)
     }
 }
@@ -565,6 +583,7 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
         "" => None,
         digits => Some(digits.parse::<u64>().map_err(|_| LockError::WrongType {
             key: "fencing counter".to_owned(),
+            found: None,
             source: format!("the fencing counter holds {digits:?}, not a non-negative integer").into(),
         })?),
     };
@@ -842,5 +861,35 @@ mod tests {
             quorum: 2,
         };
         assert_eq!(unfenced.record_field("outcome"), Some("lost"), "without fences: the first that keeps one");
+    }
+
+    /// Issue 54 §4: after a split vote, a losing replica's start, given back at once, sits on one instance with
+    /// that instance's (higher) counter; it never ran its work, so it is not the last run. With nobody holding, the
+    /// record shown is the latest start that was not given back; only when every instance keeps a given-back one is
+    /// that shown.
+    #[test]
+    fn a_split_votes_given_back_start_is_not_the_last_run() {
+        let kept = |fence: u64, outcome: &str| {
+            Ok(LockState {
+                holder: None,
+                fence: Some(fence),
+                awaited: false,
+                queued: 0,
+                shared: vec![],
+                record: vec![("outcome".into(), outcome.into())],
+            })
+        };
+        let split = Inspection {
+            resource: "r".into(),
+            instances: vec![kept(30, "given_back"), kept(20, "finished"), kept(21, "finished")],
+            quorum: 2,
+        };
+        assert_eq!(split.record_field("outcome"), Some("finished"));
+        let nothing_ran = Inspection {
+            resource: "r".into(),
+            instances: vec![kept(30, "given_back"), kept(31, "given_back"), Err(LockError::backend("down"))],
+            quorum: 2,
+        };
+        assert_eq!(nothing_ran.record_field("outcome"), Some("given_back"));
     }
 }
