@@ -13,7 +13,8 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
   --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
                   `taskset -c M` so client and servers each get one core
   --only LIST     run only these scenarios: engine, uncontended, concurrent-distinct, handoff, procs, procs-hold,
-                  redlock, renewal, primitives, semaphore, rwlock; and the cost curves, run only when
+                  redlock, renewal, idle (idle while free, per primitive), primitives, semaphore, rwlock;
+                  and the cost curves, run only when
                   named here: renewal-curve (1 000 to 100 000 renewing guards, minutes long),
                   waiter-curve (10 to 1 000 waiters over 1 to 50 processes), multi-curve (1, 8, 64
                   resources per multi-lock), cores-curve (1, 2, 4, … client worker threads, up to the
@@ -64,8 +65,9 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 15] = [
+const GROUPS: [&str; 16] = [
     "engine",
+    "idle",
     "uncontended",
     "concurrent-distinct",
     "handoff",

@@ -36,6 +36,11 @@ impl Server {
         self.inner.url()
     }
 
+    /// The server's loopback address (for a fault proxy in front of it).
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
+        self.inner.addr()
+    }
+
     fn text(&self, args: &[&str]) -> anyhow::Result<String> {
         let reply = self.inner.command(args).with_context(|| format!("sending {args:?} to redis-server"))?;
         match reply {

@@ -4,6 +4,7 @@ mod cores_curve;
 mod cycles;
 mod engine;
 mod handoff;
+mod idle;
 mod multi_curve;
 mod redlock;
 mod renewal;
@@ -102,6 +103,9 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     }
     if ctx.settings.named("cores-curve") {
         cores_curve::run(&mut ctx).await.context("scenario cores-curve")?;
+    }
+    if ctx.settings.wants("idle") {
+        idle::run(&mut ctx).await.context("scenario idle-while-free")?;
     }
     if ctx.settings.wants("primitives") {
         shared::primitives(&mut ctx).await.context("scenario primitives")?;
