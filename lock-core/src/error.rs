@@ -18,7 +18,7 @@ pub type Result<T, E = LockError> = std::result::Result<T, E>;
 /// use lock_core::LockError;
 /// use std::time::Duration;
 ///
-/// let err = LockError::Contended { resource: "orders".into(), waited: Duration::from_millis(250), never_expires: false };
+/// let err = LockError::contended("orders", Duration::from_millis(250));
 /// assert!(err.is_retryable());
 /// assert!(!LockError::invalid("ttl must be positive").is_retryable());
 /// ```
@@ -31,11 +31,8 @@ pub enum LockError {
     InvalidArgument(Cow<'static, str>),
 
     /// Another owner held the lock for the whole wait budget.
-    #[error("lock {resource:?} is held by another owner (waited {waited:?}){}", if *.never_expires {
-        "; its key has no expiry, so a holder that crashed blocks it until the key is deleted"
-    } else {
-        ""
-    })]
+    #[error("{}", HeldWords { resource, waited, never_expires: *never_expires, found })]
+    #[non_exhaustive]
     Contended {
         /// The resource name as the caller gave it.
         resource: String,
@@ -45,6 +42,10 @@ pub enum LockError {
         /// and python-redis-lock's default), whose holder, if it crashed, blocks the lock until someone deletes the
         /// key (`lockctl force-release`). Asked once, when a wait on one resource gives up.
         never_expires: bool,
+        /// What sits at the lock key, when it is a value no lock of any library writes (a list, a set, a sorted
+        /// set, a stream: `TYPE`'s answer) and the key it sits at: another program writes that key, and no lock
+        /// holder's release frees it. Asked once, when a wait on one resource gives up.
+        found: Option<(String, String)>,
     },
 
     /// The server granted the lock, but its validity (`ttl − elapsed − drift`) was used up by the time the reply
@@ -74,16 +75,13 @@ pub enum LockError {
         election: String,
     },
 
-    /// A key the lock needs holds a value of another type: the server answered `WRONGTYPE` (its words, the source,
-    /// say what the key should hold), or a wait that gave up found one at the lock key (the source says which: "a
-    /// list sits at `wlp:customer:9`"), which no holder's release frees.
-    #[error("{}", WrongTypeAt { key, found })]
+    /// A key the lock needs holds a value of another type (the server answered `WRONGTYPE`; its words, the
+    /// source, say what the key should hold).
+    #[error("key {key:?} holds a value of another type")]
     WrongType {
         /// The key that holds the foreign value.
         key: String,
-        /// The type found there (`TYPE`'s answer: `"list"`, `"hash"`, …), when the lock asked.
-        found: Option<String>,
-        /// The client's error, or what the lock keeps at the key.
+        /// The client's error.
         #[source]
         source: BoxError,
     },
@@ -442,6 +440,11 @@ impl LockError {
         LockError::Timeout { operation, after, at: None }
     }
 
+    /// [`LockError::Contended`]: `resource` was held for the whole `waited`.
+    pub fn contended(resource: impl Into<String>, waited: Duration) -> Self {
+        LockError::Contended { resource: resource.into(), waited, never_expires: false, found: None }
+    }
+
     /// The same error, saying where it happened (see [`Site`]) unless it already does: what a store does with every
     /// error it returns, and the engine with every store's.
     ///
@@ -585,20 +588,33 @@ impl std::fmt::Display for LostReason {
     }
 }
 
-/// [`LockError::WrongType`]'s words: "a list sits at `key`" when the type is known.
-struct WrongTypeAt<'a> {
-    key: &'a str,
-    found: &'a Option<String>,
+/// [`LockError::Contended`]'s words: who holds it, and why nobody will free it when that is known.
+struct HeldWords<'a> {
+    resource: &'a str,
+    waited: &'a Duration,
+    never_expires: bool,
+    found: &'a Option<(String, String)>,
 }
 
-impl std::fmt::Display for WrongTypeAt<'_> {
+impl std::fmt::Display for HeldWords<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (resource, waited) = (self.resource, self.waited);
         match self.found {
-            Some(found) => {
-                let article = if found.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
-                write!(f, "{article} {found} sits at {:?}, a lock's key", self.key)
+            Some((kind, key)) => {
+                let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                write!(
+                    f,
+                    "lock {resource:?} is not free (waited {waited:?}): {article} {kind} sits at {key:?}, its key; \
+                     another program writes that key, and no lock holder's release frees it (`lockctl audit` lists \
+                     such keys)"
+                )
             }
-            None => write!(f, "key {:?} holds a value of another type", self.key),
+            None if self.never_expires => write!(
+                f,
+                "lock {resource:?} is held by another owner (waited {waited:?}); its key has no expiry, so a holder \
+                 that crashed blocks it until the key is deleted"
+            ),
+            None => write!(f, "lock {resource:?} is held by another owner (waited {waited:?})"),
         }
     }
 }
@@ -633,20 +649,25 @@ mod tests {
     fn every_variant() -> Vec<LockError> {
         let all = vec![
             LockError::invalid("ttl must be positive"),
-            LockError::Contended { resource: "r".into(), waited: Duration::from_millis(250), never_expires: false },
-            LockError::Contended { resource: "r".into(), waited: Duration::from_millis(250), never_expires: true },
+            LockError::contended("r", Duration::from_millis(250)),
+            LockError::Contended {
+                resource: "r".into(),
+                waited: Duration::from_millis(250),
+                never_expires: true,
+                found: None,
+            },
+            LockError::Contended {
+                resource: "r".into(),
+                waited: Duration::from_millis(250),
+                never_expires: true,
+                found: Some(("list".into(), "wlp:{r}".into())),
+            },
             LockError::ValidityExhausted { resource: "r".into(), elapsed: Duration::from_millis(12) },
             LockError::Lost { resource: "r".into(), reason: LostReason::Expired },
             LockError::NotLeader { election: "e".into() },
             LockError::WrongType {
                 key: "lock:{r}".into(),
-                found: None,
                 source: client("WRONGTYPE lock key lock:{r} holds a value that is not a lock"),
-            },
-            LockError::WrongType {
-                key: "wlp:{customer:9}".into(),
-                found: Some("list".into()),
-                source: client("a lock keeps a string there"),
             },
             LockError::timeout("acquire", Duration::from_secs(1)),
             LockError::timeout("release", Duration::from_secs(1)).at("release", Some("127.0.0.1:6379")),
@@ -656,7 +677,7 @@ mod tests {
                 message: "NOPERM this user has no permissions to run the 'incrby' command".into(),
             }) as BoxError),
             LockError::tls(Box::new(PlainTextServer { server: "127.0.0.1:6379".into() }) as BoxError),
-            LockError::unavailable(client("connection refused")).at("extend", Some("127.0.0.1:6379")),
+            LockError::unavailable(client("could not connect")).at("extend", Some("127.0.0.1:6379")),
             LockError::Unsupported("Redis 7.0 or newer is needed".into()),
             LockError::Quorum { granted: 1, required: 2, total: 3 },
             LockError::ReplicasShort { acknowledged: 0, required: 1 },

@@ -53,7 +53,8 @@ async fn plant(lock: &Lock, key: &str, name: &'static str, args: &[&str], ttl_ms
 
 /// Whatever holds the lock key holds the lock: a try of every fencing mode, a multi-lock over it, a job's run, a
 /// fair lock's try and a campaign are all refused, and a waiting acquire waits out its budget as `Contended` (never
-/// `WrongType`, which a key of another type gave before: review 4's Redisson hash).
+/// `WrongType`, which a key of another type gave before: review 4's Redisson hash), and a value no lock writes (a list, a
+/// set, a sorted set, a stream) is named with its key (issue 54 §4).
 pub async fn a_foreign_holder_of_any_type_holds_the_lock(s: &Subject) {
     if !s.data_keys() {
         return;
@@ -70,6 +71,9 @@ pub async fn a_foreign_holder_of_any_type_holds_the_lock(s: &Subject) {
         }
         let waited = lock.acquire(&r, &LockOptions::new(ms(5_000)).with_wait(ms(150))).await;
         assert!(matches!(waited, Err(LockError::Contended { .. })), "{kind}: a waiting acquire: {waited:?}");
+        // A value no lock writes is named with its key (issue 54 §4); a token or a Redisson hash is a holder.
+        let named = matches!(&waited, Err(LockError::Contended { found: Some((k, _)), .. }) if k == kind);
+        assert_eq!(named, !["string", "hash"].contains(kind), "{kind}: {waited:?}");
         // On Redis Cluster two names are in two slots, which a multi-lock refuses before any I/O.
         if lock.stores().iter().all(|store| store.topology() != lock_core::backend::Topology::Cluster) {
             let both = ok(lock.try_acquire_all(&[&r, &fresh("other")], &LockOptions::new(ms(5_000))).await, "multi");

@@ -1045,10 +1045,10 @@ pub async fn an_error_returned_from_main_prints_one_readable_line(connect: &UrlF
     assert!(!printed.contains("source:") && !printed.contains("hunter2"), "{printed}");
 }
 
-/// Issue 54 §4: a key of another type at a lock key (a list another program keeps there) is said to be one when a
-/// wait gives up ("a list sits at `wlp:customer:9`"), for the plain lock under each layout, the fair lock, a
-/// read-write writer and an election, not "held by another owner … a holder that crashed blocks it"; and the key is
-/// left as it was.
+/// Issue 54 §4: a value no lock writes at a lock key (a list another program keeps there) is said to be one when a
+/// wait gives up ("a list sits at \"wlp:{customer:9}\""), for the plain lock under each layout, the fair lock and a
+/// read-write writer, not "held by another owner … a holder that crashed blocks it"; it still holds the lock (the
+/// error is `Contended`, as for any holder), and the key is left as it was. A try asks nothing more.
 pub async fn a_key_of_another_type_at_a_lock_key_is_said_to_be_one(connect: &UrlFactory) {
     use lock_core::KeyLayout;
     let server = start();
@@ -1056,7 +1056,8 @@ pub async fn a_key_of_another_type_at_a_lock_key_is_said_to_be_one(connect: &Url
     let waiting = || LockOptions::new(ms(10_000)).with_wait(ms(200));
     let said = |what: &str, key: &str, kind: &str, err: LockError| {
         let text = err.report().to_string();
-        assert!(matches!(&err, LockError::WrongType { key: k, .. } if k == key), "{what}: {err:?}");
+        let named = matches!(&err, LockError::Contended { found: Some((k, at)), .. } if k == kind && at == key);
+        assert!(named, "{what}: {err:?}");
         assert!(text.contains(&format!("{kind} sits at {key:?}")), "{what}: {text}");
         assert!(!text.contains("held by another owner") && !text.contains("crashed"), "{what}: {text}");
     };
@@ -1073,29 +1074,29 @@ pub async fn a_key_of_another_type_at_a_lock_key_is_said_to_be_one(connect: &Url
         server.command(&[push, &key, "job-1"]).or_panic();
         let lock = Lock::from_arc(store.clone()).with_layout(layout.clone());
         let err = lock.acquire("customer:9", &waiting()).await.err().or_panic();
-        said(&format!("{layout:?}"), &key, &format!("a {kind}"), err);
+        said(&format!("{layout:?}"), &key, kind, err);
         assert_eq!(server.command(&["TYPE", &key]).or_panic(), Reply::Status(kind.into()), "the key was touched");
         server.command(&["DEL", &key]).or_panic();
     }
-    // A string at Redisson's key (a plain lock's token, say) is as foreign to `RLock` as a list.
+    // A string or a hash is another library's holder (a token; a Redisson `RLock`): no such words.
     let key = key_of(&KeyLayout::redisson());
-    server.command(&["SET", &key, "a-plain-token"]).or_panic();
+    server.command(&["SET", &key, "a-plain-token", "PX", "60000"]).or_panic();
     let redisson = Lock::from_arc(store.clone()).with_layout(KeyLayout::redisson());
-    said("redisson, a string", &key, "a string", redisson.acquire("customer:9", &waiting()).await.err().or_panic());
+    let err = redisson.acquire("customer:9", &waiting()).await.err().or_panic();
+    assert!(matches!(err, LockError::Contended { found: None, .. }), "{err:?}");
     server.command(&["DEL", &key]).or_panic();
 
     let lock = Lock::from_arc(store.clone());
     let key = key_of(&KeyLayout::native());
     server.command(&["RPUSH", &key, "job-1"]).or_panic();
     let fair = waiting().with_fair_queue(ms(5_000));
-    said("fair", &key, "a list", lock.acquire("customer:9", &fair).await.err().or_panic());
+    said("fair", &key, "list", lock.acquire("customer:9", &fair).await.err().or_panic());
     let rw = lock_core::RwLock::new(lock.clone(), "customer:9").or_panic();
     let rw_key = rw.keys().lock().to_owned();
     server.command(&["RPUSH", &rw_key, "job-1"]).or_panic();
-    said("rw write", &rw_key, "a list", rw.write(&waiting()).await.err().or_panic());
-    // What a try answers is unchanged: a try asks nothing more than its one round trip.
+    said("rw write", &rw_key, "list", rw.write(&waiting()).await.err().or_panic());
     let tried =
         lock.acquire("customer:9", &LockOptions::new(ms(10_000)).with_wait(Duration::ZERO)).await.err().or_panic();
-    assert!(matches!(tried, LockError::Contended { .. }), "{tried:?}");
+    assert!(matches!(tried, LockError::Contended { found: None, .. }), "a try asks nothing more: {tried:?}");
     assert_eq!(server.command(&["LLEN", &key]).or_panic(), Reply::Int(1));
 }

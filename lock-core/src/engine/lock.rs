@@ -311,8 +311,8 @@ impl Lock {
         };
         let (guard, watch) = match waited {
             Err(LockError::Contended { resource, waited, .. }) if !options.wait().is_zero() => {
-                let never_expires = self.why_held(target, options).await?;
-                return Err(LockError::Contended { resource, waited, never_expires });
+                let (never_expires, found) = self.why_held(target, options).await;
+                return Err(LockError::Contended { resource, waited, never_expires, found });
             }
             other => other?,
         };
@@ -328,22 +328,21 @@ impl Lock {
     }
 
     /// Why the one lock key a wait gave up on stayed taken, asked only when a wait ends in contention so that the
-    /// error can say it (a try asks nothing more): `TYPE` and `PTTL` on each instance. A value of another type than
-    /// the primitive's ("a list sits at `wlp:customer:9`") is [`LockError::WrongType`], not "held by another owner";
-    /// `Ok(true)` when the key has no expiry (another library's holder that took it without a TTL, which, crashed,
-    /// blocks it forever). Any error answers "not known", as the wait's own error stands.
-    async fn why_held(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<bool> {
-        let [keys] = target.resources() else { return Ok(false) };
+    /// error can say it (a try asks nothing more): `TYPE` and `PTTL` on each instance. Whatever sits at the key holds
+    /// the lock (another library's token, a Redisson hash); a value no lock of any library writes (a list, a set,
+    /// a sorted set, a stream) is named with its key ("a list sits at `wlp:{customer:9}`"), since no holder's release
+    /// will free it; a key without expiry is said to be one (another library's holder that took it without a TTL,
+    /// which, crashed, blocks it forever). Any error answers "not known", as the wait's own error stands.
+    async fn why_held(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> (bool, Option<(String, String)>) {
+        let [keys] = target.resources() else { return (false, None) };
         let call_keys = [keys.lock()];
         let bound = self.call_timeout(options.ttl());
-        let mut never_expires = false;
+        let (mut never_expires, mut found) = (false, None);
         for store in &self.instances.stores {
             let call = Call::plain("type", "TYPE", &call_keys, &[]);
             if let Ok(Ok(ran)) = crate::rt::timeout("type", bound, store.call(call)).await {
-                if let Some(found) = ran.reply.as_text().filter(|t| !["none", target.lock_key_type()].contains(t)) {
-                    let (key, found, expected) =
-                        (keys.lock().to_owned(), Some(found.to_owned()), target.lock_key_type());
-                    return Err(LockError::WrongType { key, found, source: Box::new(ForeignValue { expected }) });
+                if let Some(kind) = ran.reply.as_text().filter(|t| !["none", "string", "hash"].contains(t)) {
+                    found = Some((kind.to_owned(), keys.lock().to_owned()));
                 }
             }
             let call = Call::plain("pttl", "PTTL", &call_keys, &[]);
@@ -351,7 +350,7 @@ impl Lock {
                 never_expires |= ran.reply.as_int() == Some(-1);
             }
         }
-        Ok(never_expires)
+        (never_expires, found)
     }
 
     /// The bound on one call to one instance for a lock with `ttl`.
@@ -1609,24 +1608,3 @@ impl LockGuard for Guard {
         Guard::release(*self).await
     }
 }
-
-/// What a lock keeps at a key where a wait found a value of another type: the source of its
-/// [`LockError::WrongType`].
-#[derive(Debug)]
-struct ForeignValue {
-    /// The type a lock keeps there.
-    expected: &'static str,
-}
-
-impl std::fmt::Display for ForeignValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "a lock keeps a {} there, so another program writes this key, and no lock holder's release frees it \
-             (`lockctl audit` lists such keys)",
-            self.expected
-        )
-    }
-}
-
-impl std::error::Error for ForeignValue {}

@@ -235,12 +235,6 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
         false
     }
 
-    /// The type of value its lock key holds (`TYPE`'s answer): `"string"`, a holder's token, unless the layout keeps
-    /// another (Redisson's hash). A wait that gives up names any other type found there.
-    fn lock_key_type(&self) -> &'static str {
-        "string"
-    }
-
     fn label(&self) -> &str {
         self.resources().first().map(LockKeys::resource).unwrap_or_default()
     }

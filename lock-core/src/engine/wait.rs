@@ -578,11 +578,9 @@ where
         let exhausted = policy.max_attempts().is_some_and(|limit| attempts >= limit);
         if now >= deadline || exhausted {
             tracing::debug!(resource, attempts, "lock wait budget spent");
-            return Err(last_error.unwrap_or_else(|| LockError::Contended {
-                resource: resource.to_owned(),
-                waited: now.saturating_duration_since(started),
-                never_expires: false,
-            }));
+            return Err(
+                last_error.unwrap_or_else(|| LockError::contended(resource, now.saturating_duration_since(started)))
+            );
         }
         if watch.is_none() && last_error.is_none() {
             if let Some(registered) = Watches::new(stores, channels).await {

@@ -324,7 +324,6 @@ impl FencedResource {
                 reply.as_text().and_then(parse_fence).map(|fence| Some(FencingToken::new(fence))).ok_or_else(|| {
                     LockError::WrongType {
                         key: self.guard.to_string(),
-                        found: None,
                         source: format!("fence guard {} holds a value that is not a fence", self.guard).into(),
                     }
                 })

@@ -80,9 +80,4 @@ impl Primitive for RedissonTarget {
     fn resources(&self) -> &[LockKeys] {
         &self.keys
     }
-
-    fn lock_key_type(&self) -> &'static str {
-        // `RLock` keeps its holder as a hash field.
-        "hash"
-    }
 }

@@ -115,7 +115,7 @@ impl ServerErrorKind {
             ServerErrorKind::AclRefused => LockError::auth(acl_refusal(message)),
             ServerErrorKind::AuthFailed => LockError::Auth { source, at: None },
             ServerErrorKind::WrongType => match call {
-                Some(call) => LockError::WrongType { key: call.key_named_in(message).to_owned(), found: None, source },
+                Some(call) => LockError::WrongType { key: call.key_named_in(message).to_owned(), source },
                 None => LockError::Backend { source, at: None },
             },
             kind if kind.is_transient() => LockError::Unavailable { source, at: None },

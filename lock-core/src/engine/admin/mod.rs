@@ -583,7 +583,6 @@ fn parse_state(reply: &Reply) -> Result<LockState> {
         "" => None,
         digits => Some(digits.parse::<u64>().map_err(|_| LockError::WrongType {
             key: "fencing counter".to_owned(),
-            found: None,
             source: format!("the fencing counter holds {digits:?}, not a non-negative integer").into(),
         })?),
     };

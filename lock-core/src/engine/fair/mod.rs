@@ -327,11 +327,9 @@ pub(crate) async fn until_granted(
         if now >= deadline || policy.max_attempts().is_some_and(|limit| attempts >= limit) {
             tracing::debug!(resource, attempts, "fair lock wait budget spent; leaving the queue");
             place.release_now().await;
-            return Err(last_error.unwrap_or_else(|| LockError::Contended {
-                resource: resource.to_owned(),
-                waited: now.saturating_duration_since(started),
-                never_expires: false,
-            }));
+            return Err(
+                last_error.unwrap_or_else(|| LockError::contended(resource, now.saturating_duration_since(started)))
+            );
         }
         if watch.is_none() && last_error.is_none() {
             if let Some(hub) = &hub {
