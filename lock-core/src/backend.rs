@@ -39,6 +39,7 @@
 pub use crate::error::{is_tls_answer, AclRefusal, BoxError, NotRedis, PlainTextServer, TlsOnlyServer, TLS_PROBE};
 pub use crate::options::validate_ttl;
 pub use crate::resource::validate_prefix;
+pub use crate::revision::store::{Change, Enqueued, Entry, Lease, LeaseId, Order, Range, Revision, RevisionStore};
 pub use crate::rt::{live_background_tasks, live_renewal_tasks, spawn_background, BackgroundTask};
 pub use crate::seam::notify::{Confirmation, ReleaseHub, ReleaseWatch, SubscriptionControl};
 pub use crate::seam::store::{

@@ -15,7 +15,15 @@ use crate::options::LockOptions;
 use crate::seam::store::ReleaseOutcome;
 use crate::token::{FencingToken, Token};
 
-/// What a lock implementation can promise beyond the trait's contract.
+/// What a lock implementation can promise beyond the trait's contract, so that a framework holding
+/// `Arc<dyn DistributedLock>` can adapt (or refuse) before any I/O.
+///
+/// ```
+/// use lock_core::{DistributedLock, Lock, MemoryStore};
+/// let caps = Lock::new(MemoryStore::new()).capabilities();
+/// assert!(caps.fencing && caps.election);
+/// assert_eq!(caps.min_ttl, lock_core::MIN_TTL);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Capabilities {
@@ -24,12 +32,30 @@ pub struct Capabilities {
     pub release_on_drop: bool,
     /// Acquisitions with fencing on carry [`FencingToken`]s ([`LockGuard::fence`]).
     pub fencing: bool,
+    /// The shortest TTL the backend keeps as asked: a shorter one is rounded up (to whole seconds on etcd, whose
+    /// leases are counted in seconds and raised to the server's minimum), and the guard's validity follows what
+    /// was granted.
+    pub min_ttl: Duration,
+    /// [`DistributedLock::election`] hands out elections.
+    pub election: bool,
 }
 
 impl Capabilities {
-    /// Capabilities with the given flags.
+    /// Capabilities with the given flags, [`MIN_TTL`](crate::MIN_TTL) and no election.
     pub const fn new(release_on_drop: bool, fencing: bool) -> Self {
-        Capabilities { release_on_drop, fencing }
+        Capabilities { release_on_drop, fencing, min_ttl: crate::options::MIN_TTL, election: false }
+    }
+
+    /// With `min_ttl` as the shortest TTL kept as asked.
+    pub const fn with_min_ttl(mut self, min_ttl: Duration) -> Self {
+        self.min_ttl = min_ttl;
+        self
+    }
+
+    /// With elections (or without).
+    pub const fn with_election(mut self, election: bool) -> Self {
+        self.election = election;
+        self
     }
 }
 
@@ -79,6 +105,18 @@ pub trait DistributedLock: Send + Sync + Debug {
 
     /// What this implementation promises beyond the trait.
     fn capabilities(&self) -> Capabilities;
+
+    /// The election `name` on this lock's backend, with `options` (whose lease is rounded up as TTLs are: see
+    /// [`Capabilities::min_ttl`]).
+    ///
+    /// # Errors
+    /// [`Unsupported`](crate::LockError::Unsupported) when the backend has no elections
+    /// ([`Capabilities::election`] is false, the default); [`InvalidArgument`](crate::LockError::InvalidArgument)
+    /// for a bad name or options. Before any I/O.
+    fn election(&self, name: &str, options: crate::ElectionOptions) -> Result<Box<dyn crate::DistributedElection>> {
+        let _ = (name, options);
+        Err(crate::LockError::Unsupported("this lock's backend has no elections".into()))
+    }
 }
 
 /// Proof of holding a lock, until it is released, dropped, or lost.
@@ -182,5 +220,8 @@ impl<T: DistributedLock + ?Sized> DistributedLock for Arc<T> {
     }
     fn capabilities(&self) -> Capabilities {
         (**self).capabilities()
+    }
+    fn election(&self, name: &str, options: crate::ElectionOptions) -> Result<Box<dyn crate::DistributedElection>> {
+        (**self).election(name, options)
     }
 }

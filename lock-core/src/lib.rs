@@ -91,6 +91,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+mod distributed_election;
 mod distributed_lock;
 pub mod election;
 mod engine;
@@ -110,6 +111,7 @@ pub mod namespace;
 mod options;
 mod redisson;
 mod resource;
+pub mod revision;
 mod rt;
 pub mod rwlock;
 mod scoped;
@@ -121,6 +123,7 @@ pub mod wire;
 
 pub use engine::redlock;
 
+pub use distributed_election::{DistributedElection, LeaderGuard};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use engine::admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
@@ -141,6 +144,7 @@ pub use options::{
 };
 pub use redlock::RedlockBuilder;
 pub use resource::{LockKeys, DEFAULT_PREFIX, LEGACY_PREFIX, MAX_RESOURCE_NAME};
+pub use revision::MemoryRevisionStore;
 pub use rwlock::{ReadGuard, RwLock, RwState, WriteGuard};
 pub use scoped::{DistributedLockExt, LockContext};
 // The store a `Lock` runs on (what the backends build, and what `Lock::redlock` takes several of) is named by

@@ -319,7 +319,11 @@ impl DistributedLock for Lock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(true, true)
+        Capabilities::new(true, true).with_election(true)
+    }
+
+    fn election(&self, name: &str, options: crate::ElectionOptions) -> Result<Box<dyn crate::DistributedElection>> {
+        Ok(Box::new(crate::Election::new(self.clone(), name, options)?))
     }
 }
 

@@ -373,7 +373,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
 }
 
 /// Checks a resource name against the rule of [`LockKeys::new`].
-fn validate_name(resource: &str) -> Result<()> {
+pub(crate) fn validate_name(resource: &str) -> Result<()> {
     if resource.is_empty() {
         return Err(LockError::invalid("resource name must not be empty"));
     }

@@ -63,6 +63,7 @@ pub mod foreign_conformance;
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub mod history;
 pub mod job_conformance;
+pub mod leader_conformance;
 #[cfg(feature = "metrics")]
 pub mod metrics_cases;
 pub mod multi_conformance;
@@ -221,6 +222,32 @@ impl Subject {
         self.lock.clone()
     }
 
+    /// How much slower than a Redis lock the subject's times run: `ceil(min_ttl / 50 ms)` of its
+    /// [`Capabilities::min_ttl`](lock_core::Capabilities) (1 on Redis and in memory; 20 on an etcd member whose
+    /// smallest lease is 1 s). The lock cases ([`conformance`]) were written with 50 ms as their shortest TTL; they
+    /// multiply every TTL, pause and bound by this, so that an etcd lease (whole seconds, at least its server's
+    /// minimum) is kept exactly as asked and each case proves the same thing.
+    pub fn time_scale(&self) -> u32 {
+        let min = self.lock.capabilities().min_ttl.as_millis();
+        u32::try_from(min.div_ceil(50)).unwrap_or(u32::MAX).max(1)
+    }
+
+    /// `n` ms, scaled by [`time_scale`](Self::time_scale).
+    pub fn ms(&self, n: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(n).saturating_mul(self.time_scale())
+    }
+
+    /// `d`, or the backend's smallest TTL ([`Capabilities::min_ttl`](lock_core::Capabilities)) if that is longer:
+    /// for a case whose times are ratios of one TTL, not absolute.
+    pub fn at_least(&self, d: std::time::Duration) -> std::time::Duration {
+        d.max(self.lock.capabilities().min_ttl)
+    }
+
+    /// Options with a TTL and a wait budget of `ttl_ms` and `wait_ms`, scaled by [`time_scale`](Self::time_scale).
+    pub fn opts(&self, ttl_ms: u64, wait_ms: u64) -> lock_core::LockOptions {
+        lock_core::LockOptions::new(self.ms(ttl_ms)).with_wait(self.ms(wait_ms))
+    }
+
     /// The lock under test as lock-core's [`Lock`], for the cases of the primitives beyond the mutex (a subject
     /// built with [`Subject::new`] from a `Lock` has one).
     ///
@@ -251,6 +278,30 @@ impl fmt::Debug for Subject {
 #[macro_export]
 macro_rules! conformance_tests {
     ($runtime:ident, $subject:expr) => {
+        $crate::conformance_tests!(@cases $runtime, $subject; fencing_on_demand_refused_once_the_lock_is_gone);
+        $crate::lock_conformance_tests!($runtime, $subject);
+        $crate::multi_resource_tests!($runtime, $subject);
+        $crate::job_tests!($runtime, $subject);
+        $crate::fair_tests!($runtime, $subject);
+        $crate::admin_tests!($runtime, $subject);
+        $crate::election_tests!($runtime, $subject);
+        $crate::leader_tests!($runtime, $subject);
+        $crate::semaphore_tests!($runtime, $subject);
+        $crate::rwlock_tests!($runtime, $subject);
+        $crate::fenced_tests!($runtime, $subject);
+        $crate::foreign_tests!($runtime, $subject);
+    };
+    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
+        $crate::__subject_cases!(conformance; $runtime, $subject; $($case),*);
+    };
+}
+
+/// Writes one `#[test]` per case of [`conformance`] that holds for any [`DistributedLock`](lock_core::DistributedLock)
+/// (not only lock-core's Redis engine): what a backend of another kind (`lock-etcd`) runs. Times are the subject's
+/// ([`Subject::time_scale`]).
+#[macro_export]
+macro_rules! lock_conformance_tests {
+    ($runtime:ident, $subject:expr) => {
         $crate::conformance_tests!(@cases $runtime, $subject;
             try_acquire_on_held_lock,
             exclusive_under_contention,
@@ -265,7 +316,6 @@ macro_rules! conformance_tests {
             validity_ends_before_server_expiry,
             fencing_tokens_strictly_increase,
             fencing_on_demand_follows_hold_order,
-            fencing_on_demand_refused_once_the_lock_is_gone,
             cancelled_fence_draws_keep_the_order,
             fencing_can_be_turned_off,
             invalid_inputs_rejected,
@@ -280,18 +330,6 @@ macro_rules! conformance_tests {
             scoped_work_returns_output,
             scoped_work_cancelled_on_loss,
         );
-        $crate::multi_resource_tests!($runtime, $subject);
-        $crate::job_tests!($runtime, $subject);
-        $crate::fair_tests!($runtime, $subject);
-        $crate::admin_tests!($runtime, $subject);
-        $crate::election_tests!($runtime, $subject);
-        $crate::semaphore_tests!($runtime, $subject);
-        $crate::rwlock_tests!($runtime, $subject);
-        $crate::fenced_tests!($runtime, $subject);
-        $crate::foreign_tests!($runtime, $subject);
-    };
-    (@cases $runtime:ident, $subject:expr; $($case:ident),* $(,)?) => {
-        $crate::__subject_cases!(conformance; $runtime, $subject; $($case),*);
     };
 }
 
@@ -314,6 +352,20 @@ macro_rules! __subject_cases {
                 });
             }
         )*
+    };
+}
+
+/// Writes one `#[test]` per case of [`leader_conformance`]: the elections any backend's
+/// [`DistributedLock::election`](lock_core::DistributedLock::election) hands out.
+#[macro_export]
+macro_rules! leader_tests {
+    ($runtime:ident, $subject:expr) => {
+        $crate::__subject_cases!(leader_conformance; $runtime, $subject;
+            one_leader_at_a_time_and_terms_increase,
+            leader_and_observers_see_the_leader_and_its_value,
+            a_waiting_candidate_is_elected_when_the_leader_resigns,
+            bad_candidates_are_refused_before_any_io
+        );
     };
 }
 

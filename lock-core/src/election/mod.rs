@@ -261,12 +261,7 @@ impl Election {
     }
 
     fn prepare(&self, id: &str, value: &str, wait: Duration) -> Result<(Arc<dyn Primitive>, LockOptions)> {
-        let label = HolderLabel::new(id).map_err(|_| {
-            LockError::invalid(format!(
-                "a candidate id must be 1 to {} bytes without control characters",
-                crate::MAX_HOLDER_LABEL
-            ))
-        })?;
+        let label = check_id(id)?;
         check_value(value)?;
         let target = ElectionTarget {
             keys: [self.keys.clone()],
@@ -584,7 +579,19 @@ impl Primitive for ElectionTarget {
     }
 }
 
-fn check_value(value: &str) -> Result<()> {
+/// The id rule every backend's candidates follow (a holder label's): 1 to [`MAX_HOLDER_LABEL`](crate::MAX_HOLDER_LABEL)
+/// bytes without control characters.
+pub(crate) fn check_id(id: &str) -> Result<HolderLabel> {
+    HolderLabel::new(id).map_err(|_| {
+        LockError::invalid(format!(
+            "a candidate id must be 1 to {} bytes without control characters",
+            crate::MAX_HOLDER_LABEL
+        ))
+    })
+}
+
+/// The value rule every backend's leaders follow.
+pub(crate) fn check_value(value: &str) -> Result<()> {
     if value.len() > MAX_LEADER_VALUE {
         return Err(LockError::invalid(format!("a leader's value is at most {MAX_LEADER_VALUE} bytes")));
     }
