@@ -5,8 +5,9 @@
 #   scripts/test.sh --install-only     (installs what is missing, runs nothing)
 #   scripts/test.sh --valkey [...]     (the same on Valkey 8: scripts/valkey.sh finds or fetches valkey-server)
 #
-# redis-server (and OpenSSL's development files, for the native-tls features, and Python and Node.js for the other
-# languages' lock packages in tests/interop.rs) come from the system's packages:
+# redis-server (and OpenSSL's development files, for the native-tls features, Python and Node.js for the other
+# languages' lock packages in tests/interop.rs, and protoc, etcd and etcdctl for lock-etcd) come from the system's
+# packages:
 # apt-get (Debian, Ubuntu), dnf or yum (Fedora, RHEL), apk (Alpine), pacman (Arch), brew (macOS); as root, or
 # through `sudo` when it needs no password. Anywhere else, or when the install fails, it stops at once with what to
 # do. REDIS_SERVER=/path/to/redis-server uses that binary
@@ -86,6 +87,31 @@ install_openssl_headers() {
   have_openssl_headers || fail "OpenSSL's development files were installed but pkg-config does not find them"
 }
 
+# lock-etcd: etcd-client compiles etcd's protobuf definitions with `protoc`, and its tests start real etcd members
+# and drive the real etcdctl (Debian's etcd-server and etcd-client, 3.4.23 on Debian 12).
+have_etcd_tools() {
+  command -v etcd >/dev/null 2>&1 && command -v etcdctl >/dev/null 2>&1 && command -v protoc >/dev/null 2>&1 &&
+    protoc_has_well_known_types
+}
+
+# etcd's protos import protobuf's well-known types (descriptor.proto, struct.proto): protoc must find them.
+protoc_has_well_known_types() {
+  local dir
+  dir=$(mktemp -d)
+  printf 'syntax = "proto3";\nimport "google/protobuf/descriptor.proto";\n' >"$dir/probe.proto"
+  protoc -I "$dir" --descriptor_set_out=/dev/null "$dir/probe.proto" >/dev/null 2>&1
+  local status=$?
+  rm -rf "$dir"
+  return "$status"
+}
+
+install_etcd_tools() {
+  install_packages "protoc (with its well-known types), etcd or etcdctl" \
+    "protobuf-compiler libprotobuf-dev etcd-server etcd-client" "protobuf-compiler protobuf-devel etcd" \
+    "protobuf-dev etcd etcd-ctl" "protobuf etcd" "protobuf etcd"
+  have_etcd_tools || fail "protoc (with protobuf's well-known types), etcd and etcdctl are needed for lock-etcd"
+}
+
 # tests/interop.rs runs the other languages' lock packages (interop/setup.sh installs them from PyPI and npm): a
 # Python 3.11+ with venv, Node.js and npm.
 have_interop_tools() {
@@ -108,6 +134,7 @@ fi
 have_redis || install_redis
 have_openssl_headers || install_openssl_headers
 have_interop_tools || install_interop_tools
+have_etcd_tools || install_etcd_tools
 # The other languages' lock packages (PyPI, npm) that tests/interop.rs contends with, each in a driver process;
 # and the Python client written from WIRE.md (clients/python), which tests/cross_language.rs runs beside ours.
 interop/setup.sh
@@ -119,8 +146,10 @@ fi
 # The Sentinel tests run `redis-server sentinel.conf --sentinel`: the same binary, no other package needed.
 workspace=(--workspace --all-features --exclude lock-bench)
 cargo test "${workspace[@]}" --no-run "$@"
+# lock-etcd runs in a lane of its own (lane E below): its cases wait on etcd leases, whole seconds long.
+workspace+=(--exclude lock-etcd)
 
-# Most tests wait on locks' TTLs and servers rather than compute, so the test targets run in three lanes at once
+# Most tests wait on locks' TTLs and servers rather than compute, so the test targets run in lanes at once
 # (a lane is one `cargo test` naming its targets; the features, and so the build above, are the workspace's in
 # each). Lanes A and B take the long targets, balanced by their running time; lane C takes the unit tests, the
 # doctests and every other target, so a new test file is run without being listed here. Each lane's output is
@@ -130,6 +159,7 @@ lane_b=(explore sentinel conformance_memory redlock_memory interleavings renewal
 others=()
 for file in lock-*/tests/*.rs examples/tests/*.rs; do
   [ -e "$file" ] || continue
+  case "$file" in lock-etcd/*) continue ;; esac
   name=$(basename "$file" .rs)
   case " ${lane_a[*]} ${lane_b[*]} ${others[*]} " in
     *" $name "*) ;;
@@ -166,9 +196,15 @@ lane_d() {
     clients/python/.venv/bin/python -m pytest -q clients/python/tests
 }
 run_lane d lane_d &
+# lock-etcd on real etcd members (one, and a cluster of three) and the real etcdctl: its cases mostly sleep on leases
+# of whole seconds, so they run many at a time.
+lane_e() {
+  RUST_TEST_THREADS=16 cargo test -p lock-etcd --all-features --no-fail-fast "${extra[@]}"
+}
+run_lane e lane_e &
 wait
 failed=0
-for lane in a b c d; do
+for lane in a b c d e; do
   echo "scripts/test.sh: lane $lane: $(cat "$logs/$lane.status")"
   cat "$logs/$lane.log"
   [ "$(cat "$logs/$lane.status")" = ok ] || failed=1

@@ -55,6 +55,7 @@ pub mod composition;
 pub mod conformance;
 pub mod election_cases;
 pub mod election_conformance;
+mod etcd;
 pub mod explorer;
 pub mod fair_conformance;
 pub mod fenced_conformance;
@@ -113,6 +114,7 @@ pub mod __private {
     pub use lock_core::{LockStore, Result};
 }
 pub use cluster::{NodeView, RedisCluster, RedisClusterBuilder, SLOTS};
+pub use etcd::{etcd_binary, etcdctl_binary, EtcdBuilder, EtcdServer};
 pub use oracle::{CounterClient, FencedCounter, WriteOutcome};
 pub use proxy::{Direction, DirectionFaults, FaultProxy};
 pub use resp::{command as send_command, Connection, Reply};

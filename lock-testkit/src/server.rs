@@ -548,9 +548,14 @@ pub(crate) mod exit_hook {
     static STATE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
     pub(crate) fn register<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) {
+        register_processes(servers.into_iter().filter_map(|s| Some((s.pid()?, s.dir().to_owned()))));
+    }
+
+    /// Registers processes (and their directories) of a shared fixture by id.
+    pub(crate) fn register_processes(processes: impl IntoIterator<Item = (u32, PathBuf)>) {
         let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
         let first = state.is_empty();
-        state.extend(servers.into_iter().filter_map(|s| Some((s.pid()?, s.dir().to_owned()))));
+        state.extend(processes);
         #[cfg(unix)]
         if first {
             // SAFETY: registers a plain `extern "C"` function with the C runtime; it runs once, at `exit`.

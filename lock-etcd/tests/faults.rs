@@ -1,0 +1,196 @@
+//! What fails on etcd, and what the lock says: a member stopped mid-hold, a holder partitioned past its lease, a
+//! member restarting during a wait, a single member restarted on an empty disk (fences go back), a full database,
+//! refused credentials, nothing listening.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+use std::time::{Duration, Instant};
+
+use lock_core::revision::RevisionLock;
+use lock_core::{LockError, LockOptions, LostReason, ReleaseOutcome, RenewPolicy};
+use lock_testkit::{EtcdServer, FaultProxy};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn fresh(what: &str) -> String {
+    format!("{what}-{:08x}", rand::random::<u32>())
+}
+
+async fn lock_on(endpoints: &[String]) -> RevisionLock {
+    RevisionLock::new(lock_etcd::EtcdStore::connect(endpoints).await.unwrap())
+}
+
+/// Three members; the leader is killed while a renewed lock is held: the lock survives (a grant is committed by a
+/// majority, the keep-alives go to the members left), nobody else gets it meanwhile, and the holder never loses it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_leader_killed_mid_hold_loses_no_lock() {
+    let mut etcd = EtcdServer::builder().members(3).start().unwrap();
+    let holder = lock_on(&etcd.endpoints()).await;
+    let other = lock_on(&etcd.endpoints()).await;
+    let name = fresh("leader-killed");
+    let renewed = LockOptions::new(ms(3_000)).with_auto_renew(RenewPolicy::default());
+    let guard = holder.acquire(&name, &renewed).await.unwrap();
+    let leader = etcd.leader().expect("no leader");
+    etcd.kill(leader);
+    let until = Instant::now() + ms(8_000);
+    while Instant::now() < until {
+        if let Ok(Some(intruder)) = other.try_acquire(&name, &LockOptions::new(ms(3_000))).await {
+            panic!("another owner got a held lock after the leader died: {intruder:?}");
+        }
+        tokio::time::sleep(ms(200)).await;
+    }
+    assert!(!guard.is_lost(), "the holder lost its lock: {:?}", guard.lost_signal().reason());
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    etcd.restart(leader).unwrap();
+}
+
+/// A holder whose client is cut off (a partition, or a process paused past its lease): its lease runs out, its lost
+/// signal fires before anyone else gets in, the next holder's fence is above its own, and its late release touches
+/// nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_holder_loses_its_lease_and_says_so() {
+    let etcd = EtcdServer::shared().unwrap();
+    let proxy = FaultProxy::start(etcd.endpoint(0).unwrap().parse().unwrap()).unwrap();
+    let cut_off = lock_on(&[proxy.addr().to_string()]).await;
+    let other = lock_on(&etcd.endpoints()).await;
+    let name = fresh("partitioned");
+    let renewed = LockOptions::new(ms(2_000)).with_auto_renew(RenewPolicy::default());
+    let guard = cut_off.acquire(&name, &renewed).await.unwrap();
+    let first = guard.fence().await.unwrap();
+    proxy.blackhole(true);
+    let next = other.acquire(&name, &LockOptions::new(ms(5_000)).with_wait(ms(15_000))).await.unwrap();
+    let granted = Instant::now();
+    assert!(guard.is_lost(), "the cut-off holder still trusts its lock while another holds it");
+    assert!(guard.valid_until() <= granted, "its validity outlived the server's lease");
+    assert_eq!(guard.lost_signal().reason(), Some(LostReason::RenewalFailed));
+    assert!(next.fence().await.unwrap() > first);
+    proxy.blackhole(false);
+    let late = guard.release().await;
+    assert!(matches!(late, Ok(ReleaseOutcome::OwnedByOther | ReleaseOutcome::AlreadyExpired)), "{late:?}");
+    assert!(
+        other.try_acquire(&name, &LockOptions::new(ms(2_000))).await.unwrap().is_none(),
+        "the late release freed it"
+    );
+    next.release().await.unwrap();
+}
+
+/// A single member restarted (with its data) while a contender waits: the wait goes on, and the contender gets in
+/// when the holder releases.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_restarting_during_a_wait_is_waited_out() {
+    let mut etcd = EtcdServer::start().unwrap();
+    let lock = lock_on(&etcd.endpoints()).await;
+    let name = fresh("restart");
+    let holder = lock.acquire(&name, &LockOptions::new(ms(20_000))).await.unwrap();
+    let waiter = tokio::spawn({
+        let (lock, name) = (lock.clone(), name.clone());
+        async move { lock.acquire(&name, &LockOptions::new(ms(5_000)).with_wait(ms(30_000))).await }
+    });
+    tokio::time::sleep(ms(300)).await;
+    tokio::task::block_in_place(|| etcd.restart(0)).unwrap();
+    if waiter.is_finished() {
+        panic!("the waiter gave up during the restart: {:?}", waiter.await);
+    }
+    assert_eq!(holder.release().await.unwrap(), ReleaseOutcome::Released);
+    let guard = waiter.await.unwrap().unwrap();
+    guard.release().await.unwrap();
+}
+
+/// What consensus does not give: a single member restarted on an emptied data directory starts its revisions again,
+/// and the next holder's fence is *below* the last one handed out (FAULTS.md). Kept data keeps them.
+#[tokio::test(flavor = "multi_thread")]
+async fn fences_go_back_when_a_member_restarts_empty_and_not_otherwise() {
+    let mut etcd = EtcdServer::start().unwrap();
+    let name = fresh("wiped");
+    let lock = lock_on(&etcd.endpoints()).await;
+    let mut last = 0;
+    for _ in 0..20 {
+        let guard = lock.acquire(&name, &LockOptions::new(ms(5_000))).await.unwrap();
+        last = guard.fence().await.unwrap().get();
+        guard.release().await.unwrap();
+    }
+    tokio::task::block_in_place(|| etcd.restart(0)).unwrap();
+    let lock = lock_on(&etcd.endpoints()).await;
+    let kept = lock.acquire(&name, &LockOptions::new(ms(5_000))).await.unwrap();
+    assert!(kept.fence().await.unwrap().get() > last, "a restart with its data kept the revisions");
+    last = kept.fence().await.unwrap().get();
+    kept.release().await.unwrap();
+    tokio::task::block_in_place(|| etcd.restart_empty()).unwrap();
+    let lock = lock_on(&etcd.endpoints()).await;
+    let after = lock.acquire(&name, &LockOptions::new(ms(5_000))).await.unwrap();
+    let fence = after.fence().await.unwrap().get();
+    assert!(fence < last, "fence {fence} after {last}: the documented regression did not happen");
+    after.release().await.unwrap();
+}
+
+/// A full database (the `NOSPACE` alarm) is a typed, non-retried error, at connect and on a store connected before
+/// it filled up, and leaves no key behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_database_is_a_typed_error() {
+    let etcd = EtcdServer::builder().quota_bytes(1 << 20).start().unwrap();
+    let lock = lock_on(&etcd.endpoints()).await;
+    let filler = "x".repeat(100 * 1024);
+    for i in 0..40 {
+        let out = etcd.etcdctl(&["put", &format!("filler-{i}"), &filler]).unwrap();
+        if !out.status.success() {
+            break;
+        }
+    }
+    let alarms = etcd.etcdctl(&["alarm", "list"]).unwrap();
+    assert!(String::from_utf8_lossy(&alarms.stdout).contains("NOSPACE"), "no NOSPACE alarm");
+    let t0 = Instant::now();
+    let err = lock.acquire("full", &LockOptions::new(ms(5_000)).with_wait(ms(2_000))).await.unwrap_err();
+    let full = |err: &LockError| {
+        matches!(err, LockError::Backend { .. }) && err.report().to_string().contains("NOSPACE") && !err.is_retryable()
+    };
+    assert!(full(&err), "{err:?}");
+    assert!(t0.elapsed() < ms(2_000), "a full database was retried for {:?}", t0.elapsed());
+    let at_connect = lock_etcd::EtcdStore::connect(&etcd.endpoints()).await.unwrap_err();
+    assert!(full(&at_connect), "{at_connect:?}");
+    let keys = etcd.etcdctl(&["get", "--prefix", "wlp/", "--keys-only"]).unwrap();
+    assert!(String::from_utf8_lossy(&keys.stdout).trim().is_empty(), "a key was left behind");
+}
+
+/// etcd's user/password auth: no credential and a wrong password are `Auth`; the right one works; the password
+/// never shows in `Debug` or in the error.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_are_auth() {
+    let etcd = EtcdServer::start().unwrap();
+    for args in [
+        vec!["user", "add", "root:rootpw"],
+        vec!["role", "add", "root"],
+        vec!["user", "grant-role", "root", "root"],
+        vec!["auth", "enable"],
+    ] {
+        let out = etcd.etcdctl(&args).unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let endpoints = etcd.endpoints();
+    let none = lock_etcd::EtcdStore::connect(&endpoints).await.unwrap_err();
+    assert!(matches!(none, LockError::Auth { .. }), "{none:?}");
+    let builder = lock_etcd::EtcdStore::builder(&endpoints).with_user("root", "not-the-password");
+    assert!(!format!("{builder:?}").contains("not-the-password"));
+    let wrong = builder.connect().await.unwrap_err();
+    assert!(matches!(wrong, LockError::Auth { .. }), "{wrong:?}");
+    assert!(!format!("{wrong:?}").contains("not-the-password"));
+    let store = lock_etcd::EtcdStore::builder(&endpoints).with_user("root", "rootpw").connect().await.unwrap();
+    assert!(!format!("{store:?}").contains("rootpw"));
+    let lock = RevisionLock::new(store);
+    lock.acquire("authed", &LockOptions::new(ms(5_000))).await.unwrap().release().await.unwrap();
+}
+
+/// Nothing listening: `Unavailable` within the connect timeout, naming the endpoint; a bad endpoint is
+/// `InvalidArgument` naming its part, before any I/O.
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_listening_is_unavailable_naming_the_endpoint() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let t0 = Instant::now();
+    let err = lock_etcd::EtcdStore::builder(&[&endpoint]).with_connect_timeout(ms(2_000)).connect().await.unwrap_err();
+    assert!(matches!(err, LockError::Unavailable { .. }), "{err:?}");
+    assert!(t0.elapsed() < ms(2_000) + ms(1_500), "took {:?}", t0.elapsed());
+    assert!(err.to_string().contains(&endpoint), "{err}");
+    let bad = lock_etcd::EtcdStore::connect(&["127.0.0.1:99999"]).await.unwrap_err();
+    assert!(matches!(bad, LockError::InvalidArgument(_)) && bad.to_string().contains("port 99999"), "{bad}");
+}
