@@ -18,7 +18,8 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
                   named here: renewal-curve (1 000 to 100 000 renewing guards, minutes long),
                   waiter-curve (10 to 1 000 waiters over 1 to 50 processes), multi-curve (1, 8, 64
                   resources per multi-lock), cores-curve (1, 2, 4, … client worker threads, up to the
-                  CPUs this process may use: run it without taskset)
+                  CPUs this process may use: run it without taskset), backends (etcd, one member and
+                  three, beside Redis through `dyn DistributedLock`; needs etcd installed)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
@@ -65,7 +66,8 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 16] = [
+const GROUPS: [&str; 17] = [
+    "backends",
     "engine",
     "idle",
     "uncontended",

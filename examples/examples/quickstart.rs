@@ -6,7 +6,9 @@
 //! ```
 //!
 //! Backend choice: `REDIS_URL` set → that Redis server; otherwise a throwaway local `redis-server` if one is
-//! installed; otherwise the in-memory backend. The program says which it used.
+//! installed; otherwise the in-memory backend. Built with `--features etcd`, `ETCD_ENDPOINTS` (comma-separated)
+//! wins: the same code on etcd (`cargo run -p examples --features etcd --example quickstart`). The program says
+//! which it used.
 #![allow(clippy::print_stdout)] // an example talks to its user
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +50,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).init();
     let backend = examples::Backend::choose();
     println!("quickstart: using {}", backend.description());
-    let lock: Arc<dyn DistributedLock> = Arc::new(backend.lock().await?);
+    let lock: Arc<dyn DistributedLock> = backend.distributed_lock().await?;
 
     let counter = Arc::new(FencedCounter::default());
     let options = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(10));

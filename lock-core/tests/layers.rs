@@ -27,7 +27,22 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("seam", &["seam", "memory"]),
     ("engine", &["engine", "distributed_lock"]),
-    ("primitives", &["mutex", "redisson", "multi", "semaphore", "election", "job", "rwlock", "fenced", "scoped"]),
+    (
+        "primitives",
+        &[
+            "mutex",
+            "redisson",
+            "multi",
+            "semaphore",
+            "election",
+            "job",
+            "rwlock",
+            "fenced",
+            "scoped",
+            "distributed_election",
+            "revision",
+        ],
+    ),
     ("guide", &["guide"]),
     // What a backend author needs, re-exported from the layers below (the application's names are the crate root's).
     ("backend interface", &["backend"]),

@@ -1,7 +1,7 @@
-//! What fails on etcd, and what the lock says: a member stopped mid-hold, a holder partitioned past its lease, a
+//! What fails on etcd, and what the lock says: failovers right after a grant, a member stopped mid-hold, a holder partitioned past its lease, a
 //! member restarting during a wait, a single member restarted on an empty disk (fences go back), a full database,
 //! refused credentials, nothing listening.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // tests fail by panicking; figures are printed
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,50 @@ async fn the_leader_killed_mid_hold_loses_no_lock() {
     assert!(!guard.is_lost(), "the holder lost its lock: {:?}", guard.lost_signal().reason());
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     etcd.restart(leader).unwrap();
+}
+
+/// Failover trials, etcd's side of Sentinel's (`sentinel_cases::failover_trials_with_and_without_replica_ack`, where
+/// 0 to 4 of 5 grants are missing on the promoted replica without `WAIT`): 5 times, a lock is acquired and the
+/// leader killed at once, before anything else is written. Counted: grants another client can take after the
+/// failover (a second holder: must be 0, a grant is answered only once a majority has it), the holder's lost
+/// signals (must be 0), fences that do not increase (must be 0), and how long the cluster took to grant the next
+/// lock after the kill (printed: etcd's failover time with this fixture's election timeout, 1.3 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn failover_trials_lose_no_grant() {
+    const TRIALS: usize = 5;
+    let mut etcd = EtcdServer::builder().members(3).start().unwrap();
+    let holder = lock_on(&etcd.endpoints()).await;
+    let other = lock_on(&etcd.endpoints()).await;
+    let (mut second_holders, mut lost, mut fences_back, mut slowest) = (0, 0, 0, Duration::ZERO);
+    let mut last_fence = 0;
+    for trial in 0..TRIALS {
+        let name = fresh(&format!("failover-{trial}"));
+        let renewed = LockOptions::new(ms(4_000)).with_auto_renew(RenewPolicy::default());
+        let guard = holder.acquire(&name, &renewed).await.unwrap();
+        let leader = etcd.leader().expect("no leader");
+        etcd.kill(leader);
+        let killed = Instant::now();
+        // The next grant of another name: how long the cluster was without a leader, as a client sees it.
+        let probe = fresh("probe");
+        let next = other.acquire(&probe, &LockOptions::new(ms(4_000)).with_wait(ms(30_000))).await.unwrap();
+        slowest = slowest.max(killed.elapsed());
+        next.release().await.unwrap();
+        if let Some(intruder) = other.try_acquire(&name, &LockOptions::new(ms(4_000))).await.unwrap() {
+            second_holders += 1;
+            intruder.release().await.unwrap();
+        }
+        lost += usize::from(guard.is_lost());
+        let fence = guard.fence().await.unwrap().get();
+        fences_back += usize::from(fence <= last_fence);
+        last_fence = fence;
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released, "trial {trial}");
+        tokio::task::block_in_place(|| etcd.restart(leader)).unwrap();
+    }
+    println!(
+        "etcd failover trials: {second_holders}/{TRIALS} grants taken by a second holder, {lost}/{TRIALS} lost \
+         signals, {fences_back}/{TRIALS} fences not increasing; slowest next grant after the leader's kill {slowest:?}"
+    );
+    assert_eq!((second_holders, lost, fences_back), (0, 0, 0));
 }
 
 /// A holder whose client is cut off (a partition, or a process paused past its lease): its lease runs out, its lost

@@ -1,4 +1,4 @@
-//! The election cases every backend's [`DistributedElection`](lock_core::DistributedElection) passes, through
+//! The election cases every backend's [`DistributedElection`] passes, through
 //! [`DistributedLock::election`](lock_core::DistributedLock::election) (on Redis, lock-core's `Election`; on etcd,
 //! the `concurrency` recipe): one leader at a time, terms that strictly increase, `leader()` and `observe()` that
 //! see the leader, its value and its resignation, a waiting candidate elected when the leader resigns, and bad input

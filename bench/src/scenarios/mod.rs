@@ -1,5 +1,6 @@
 //! The scenarios of issue 8, the interleaving of contenders in rounds, and the targets checked at the end.
 
+mod backends;
 mod cores_curve;
 mod cycles;
 mod engine;
@@ -103,6 +104,10 @@ pub(crate) async fn run_all(settings: Settings, workers: usize) -> anyhow::Resul
     }
     if ctx.settings.named("cores-curve") {
         cores_curve::run(&mut ctx).await.context("scenario cores-curve")?;
+    }
+    // etcd beside Redis runs only when named: it needs etcd installed (scripts/test.sh installs it).
+    if ctx.settings.named("backends") {
+        backends::run(&mut ctx).await.context("scenario backends")?;
     }
     if ctx.settings.wants("idle") {
         idle::run(&mut ctx).await.context("scenario idle-while-free")?;

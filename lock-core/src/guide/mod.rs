@@ -32,3 +32,6 @@ pub mod connecting {}
 
 #[doc = include_str!(concat!(env!("OUT_DIR"), "/guide/11_backends.md"))]
 pub mod backends {}
+
+#[doc = include_str!(concat!(env!("OUT_DIR"), "/guide/12_redis_or_etcd.md"))]
+pub mod redis_or_etcd {}

@@ -34,7 +34,7 @@ use crate::token::{FencingToken, Token};
 /// let lock = RevisionLock::new(MemoryRevisionStore::new());
 /// let guard = lock.acquire("invoice/42", &LockOptions::new(Duration::from_secs(5))).await?;
 /// // The key's revision of creation: strictly increasing per name while the store's data survives.
-/// let fence = guard.fence();
+/// let fence = guard.fence().await?;
 /// assert!(lock.try_acquire("invoice/42", &LockOptions::new(Duration::from_secs(5))).await?.is_none());
 /// guard.release().await?;
 /// # let _ = fence;

@@ -1,6 +1,6 @@
 //! Locks and elections on a consensus store (etcd), by etcd's own recipes, written once over the small
 //! [`RevisionStore`](crate::backend::RevisionStore) interface that `lock-etcd` translates to etcd's client (and
-//! [`MemoryRevisionStore`](crate::MemoryRevisionStore) implements in memory).
+//! [`MemoryRevisionStore`] implements in memory).
 //!
 //! ```
 //! use lock_core::revision::RevisionLock;
