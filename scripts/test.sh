@@ -192,7 +192,8 @@ run_lane c lane_c $(targets "${others[@]}") &
 # The drivers' own tests (each adapts its package faithfully) and the Python client's, with every wire vector: they
 # mostly wait on servers, so a lane of their own.
 lane_d() {
-  interop/python/.venv/bin/python -m pytest -q interop/python/tests && (cd interop/node && node --test test/) &&
+  python3 wire/check_arguments.py &&
+    interop/python/.venv/bin/python -m pytest -q interop/python/tests && (cd interop/node && node --test test/) &&
     clients/python/.venv/bin/python -m pytest -q clients/python/tests
 }
 run_lane d lane_d &
