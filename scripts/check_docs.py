@@ -4,8 +4,9 @@
     scripts/check_docs.py [--browser PATH] PAGE_OR_DIR...
 
 For each page (every ``*.html`` under a directory), a copy beside it gets a script that runs once the page has
-loaded, inside the real browser: every ``<img>`` must have loaded (``complete`` and a natural width), every inline
-``<svg>`` must have a size, and every link to a local page must reach a page that exists and, with a ``#fragment``,
+loaded, inside the real browser (a 1 440 px wide window): every ``<img>`` must have loaded (``complete`` and a
+natural width), every inline ``<svg>`` must have a size, every table must fit the page's width (no column behind a
+horizontal scroll), and every link to a local page must reach a page that exists and, with a ``#fragment``,
 holds an element of that id. Links to other sites are listed, not fetched (CI may be offline). Chromium prints the
 page's DOM after the script ran; the result is read from it. Exit status 1 names every page and what failed.
 """
@@ -30,6 +31,18 @@ window.addEventListener('load', function () {
   drawings.forEach(function (svg) {
     var box = svg.getBoundingClientRect();
     if (box.width < 10 || box.height < 10) { problems.push('drawing has no size: ' + (svg.getAttribute('aria-label') || '?')); }
+  });
+  // A table wider than its column hides its last columns behind a horizontal scroll (rustdoc gives tables
+  // `overflow-x: auto`): every table must fit at the window's width.
+  var tables = document.querySelectorAll('.docblock table');
+  tables.forEach(function (table) {
+    // Overflowing its own box (a table shown as a scrolling block) or its column's (a table that grew past it).
+    var column = table.parentElement.getBoundingClientRect();
+    if (table.scrollWidth > table.clientWidth + 1 || table.getBoundingClientRect().right > column.right + 1) {
+      var head = Array.prototype.map.call(table.querySelectorAll('th'), function (th) { return th.textContent; });
+      problems.push('table wider than the page (' + table.scrollWidth + ' px in ' + Math.round(column.width) + '): ' +
+        head.join(' | '));
+    }
   });
   var links = 0, external = 0;
   var cache = {};
@@ -73,6 +86,10 @@ window.addEventListener('load', function () {
 """
 
 
+# The window the pages are checked in: a laptop's browser, not a wide monitor's.
+WIDTH = 1440
+
+
 def browser(explicit):
     for name in ([explicit] if explicit else []) + ["chromium", "chromium-browser", "google-chrome", "chrome"]:
         path = shutil.which(name) if name else None
@@ -101,6 +118,7 @@ def check(chrome, page, profile):
     try:
         run = subprocess.run(
             [chrome, "--headless=new", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+             "--window-size=%d,1000" % WIDTH,
              "--user-data-dir=" + profile, "--virtual-time-budget=10000", "--dump-dom",
              "file://" + os.path.abspath(probe)],
             capture_output=True, text=True, timeout=120)

@@ -737,3 +737,37 @@ async fn audit_finds_what_breaks_locks_where_two_tenants_meet() {
     let down = run("redis://127.0.0.1:1", &["audit"]);
     assert_eq!(down.status.code(), Some(3), "{down:?}");
 }
+
+/// `lockctl --help` reads as a manual (issue 56): every command with what it shows and whether it changes anything,
+/// the exit codes, and each command's own `--help` its options; `-h` is the short form.
+#[test]
+fn help_reads_as_a_manual() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_lockctl")).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    for command in ["list", "inspect", "force-release", "audit", "watch"] {
+        let line =
+            top.lines().find(|l| l.trim_start().starts_with(command)).unwrap_or_else(|| panic!("{command}: {top}"));
+        assert!(line.trim_start().len() > command.len() + 20, "{command} is listed without saying what it does: {top}");
+    }
+    for says in ["Exit codes:", "0 done", "2 bad usage", "3 server unreachable", "--url", "--prefix", "--json"] {
+        assert!(top.contains(says), "`lockctl --help` lacks {says:?}:\n{top}");
+    }
+    // What changes something says so; what only reads says that too.
+    let force = help(&["force-release", "--help"]);
+    for says in ["Delete", "keep its fencing counter", "Asks first", "--yes", "--owner"] {
+        assert!(force.contains(says), "`lockctl force-release --help` lacks {says:?}:\n{force}");
+    }
+    let audit = help(&["audit", "--help"]);
+    for says in ["Read-only", "SCAN", "never KEYS", "--max-keys", "--max-secs", "Exit 0", "7"] {
+        assert!(audit.contains(says), "`lockctl audit --help` lacks {says:?}:\n{audit}");
+    }
+    for (command, says) in [("list", "SCAN"), ("inspect", "holders"), ("watch", "each change")] {
+        let text = help(&[command, "--help"]);
+        assert!(text.contains(says), "`lockctl {command} --help` lacks {says:?}:\n{text}");
+    }
+    assert_eq!(help(&["-h"]).lines().next(), top.lines().next(), "-h is not the short form of --help");
+}
