@@ -317,7 +317,7 @@ fn a_stale_fenced_write_warns_naming_both_fences() {
     let seen = Recording::default();
     seen.capture(|| {
         run(async {
-            let resource = lock_core::FencedResource::new(MemoryStore::new(), "fence:{ledger}").unwrap();
+            let resource = lock_core::FencedResource::with_guard(MemoryStore::new(), "fence:{ledger}").unwrap();
             let (old, new) = (lock_core::FencingToken::new(7), lock_core::FencingToken::new(9));
             resource.set(new, "{ledger}:balance", "10").await.unwrap();
             let refused = resource.set(old, "{ledger}:balance", "0").await;
@@ -425,7 +425,7 @@ mod metrics_recorded {
                 let late = slow.try_acquire("m", &LockOptions::new(ms(20))).await;
                 assert!(matches!(late, Err(lock_core::LockError::ValidityExhausted { .. })), "{late:?}");
 
-                let fenced = lock_core::FencedResource::new(MemoryStore::new(), "fence:{m}").unwrap();
+                let fenced = lock_core::FencedResource::with_guard(MemoryStore::new(), "fence:{m}").unwrap();
                 fenced.set(lock_core::FencingToken::new(9), "{m}:v", "1").await.unwrap();
                 assert!(fenced.set(lock_core::FencingToken::new(8), "{m}:v", "0").await.is_err());
                 let taken = lock.acquire("m", &LockOptions::new(ms(30_000))).await.unwrap();

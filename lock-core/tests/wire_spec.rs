@@ -199,3 +199,25 @@ fn the_namespace_vectors_are_the_engines_rule() {
         LockKeys::for_layout(&layout_of(layout), prefix, name).unwrap_or_else(|e| panic!("{layout} {name:?}: {e}"));
     }
 }
+
+/// WIRE.md 16.1: the guard `FencedResource::new` derives for a data key is the one `names.json` gives (which the
+/// Python client derives too), in the data key's slot; the keys it lists as refused are refused.
+#[test]
+fn the_guard_vectors_are_the_engines_rule() {
+    let text = std::fs::read_to_string(root().join("wire/vectors/names.json")).unwrap();
+    let names: Value = serde_json::from_str(&text).unwrap();
+    let entries = names["guards"].as_array().unwrap();
+    assert!(entries.len() >= 10, "too few guard vectors");
+    for entry in entries {
+        let data = entry["data"].as_str().unwrap();
+        let derived = lock_core::fenced::guard_for(data);
+        if entry["refused"].as_bool() == Some(true) {
+            assert!(matches!(derived, Err(lock_core::LockError::InvalidArgument(_))), "{data:?}: {derived:?}");
+            continue;
+        }
+        let guard = derived.unwrap();
+        assert_eq!(guard, entry["guard"].as_str().unwrap(), "{data:?}");
+        assert_eq!(u64::from(slot(&guard)), entry["slot"].as_u64().unwrap(), "{data:?}: the guard's slot");
+        assert_eq!(slot(&guard), slot(data), "{data:?}: the guard is not in the data's slot");
+    }
+}

@@ -124,7 +124,7 @@ async fn replay(actions: &[Action], resource: Resource, restart: Restart) -> Rep
         (0..2).map(|_| Lock::new(server.client()).with_operation_timeout(Duration::from_secs(60))).collect();
     // The resource is its own system: a restart of the lock's server leaves it as it was.
     let data: Arc<dyn LockStore> = Arc::new(lock_core::MemoryStore::new());
-    let fenced = FencedResource::from_arc(data.clone(), GUARD).unwrap();
+    let fenced = FencedResource::from_arc_with_guard(data.clone(), GUARD).unwrap();
     let mut clients: Vec<Client> = (0..2).map(|_| Client::default()).collect();
     let checker = Checker::new();
     let (mut accepted, mut grants, mut fences) = (0i64, 0usize, Vec::new());

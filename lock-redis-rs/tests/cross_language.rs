@@ -116,7 +116,7 @@ async fn work(worker: String) {
     let freeze_every: u64 = env("LOCK_SOAK_FREEZE_EVERY").parse().unwrap();
     let store = RedisStore::connect(&url).await.unwrap();
     let lock = Lock::new(store.clone());
-    let guard = FencedResource::new(store, &format!("{resource}:data:fence")).unwrap();
+    let guard = FencedResource::with_guard(store, &format!("{resource}:data:fence")).unwrap();
     let data = format!("{resource}:data");
     let mut events = std::fs::OpenOptions::new().append(true).create(true).open(env("LOCK_SOAK_EVENTS")).unwrap();
     let options = LockOptions::new(ms(TTL_MS)).with_wait(ms(10_000));

@@ -1400,7 +1400,7 @@ fn lock_set_worker(id: u32, dir: &std::path::Path, ttl: Duration) {
     runtime().block_on(async move {
         let lock = single(&env(URL)).await;
         let data = lock.stores()[0].clone();
-        let fenced = lock_core::FencedResource::from_arc(data.clone(), LOCK_SET_GUARD).unwrap();
+        let fenced = lock_core::FencedResource::from_arc_with_guard(data.clone(), LOCK_SET_GUARD).unwrap();
         let mut log = String::new();
         for add in 0.. {
             if (id == PAUSED_WORKER && add == 3) || (id != PAUSED_WORKER && dir.join("finish").exists()) {

@@ -474,7 +474,7 @@ pub async fn fenced_writes_run_on_every_primary_and_stay_in_the_guards_slot(stor
         let tag = format!("fenced-spread-{i}-{:08x}", rand::random::<u32>());
         let guard = format!("{{{tag}}}:guard");
         primaries.insert(cluster.primary_for_key(&guard).or_panic());
-        let r = lock_core::FencedResource::from_arc(data.clone(), &guard).or_panic();
+        let r = lock_core::FencedResource::from_arc_with_guard(data.clone(), &guard).or_panic();
         let fence = lock_core::FencingToken::new(10);
         r.set(fence, &format!("{{{tag}}}:v"), "x").await.or_panic();
         match r.set(lock_core::FencingToken::new(9), &format!("{{{tag}}}:v"), "y").await {
@@ -489,7 +489,8 @@ pub async fn fenced_writes_run_on_every_primary_and_stay_in_the_guards_slot(stor
         assert_eq!(r.current().await.or_panic(), Some(fence));
         // A key without a hash tag goes with a guard that wraps its name in braces (the module docs' rule).
         let plain = format!("balance-{tag}");
-        let beside = lock_core::FencedResource::from_arc(data.clone(), &format!("{{{plain}}}:guard")).or_panic();
+        let beside =
+            lock_core::FencedResource::from_arc_with_guard(data.clone(), &format!("{{{plain}}}:guard")).or_panic();
         assert_eq!(beside.incr_by(fence, &plain, 5).await.or_panic(), 5);
         assert_eq!(beside.del(fence, &[&plain]).await.or_panic(), 1);
         r.del(fence, &[&format!("{{{tag}}}:v")]).await.or_panic();

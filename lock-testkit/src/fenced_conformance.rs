@@ -27,7 +27,7 @@ fn fresh(case: &str) -> (String, String, String) {
 
 fn resource(s: &Subject, guard: &str) -> FencedResource {
     let store = some(s.engine().stores().first().cloned(), "the lock's first store");
-    ok(FencedResource::from_arc(store, guard), "FencedResource::from_arc")
+    ok(FencedResource::from_arc_with_guard(store, guard), "FencedResource::from_arc")
 }
 
 async fn raw(s: &Subject, command: &'static str, keys: &[&str], args: &[&str]) -> Reply {

@@ -205,13 +205,13 @@ pub async fn a_fenced_write_the_acl_refuses_is_auth_and_writes_nothing(connect: 
     let server = server_with_locker(&format!("{MINIMAL_ACL_RULES} ~{{orders}}:* +rpush"));
     let store = connect(server.url_for("locker", "secret", false)).await.or_panic();
     let fence = lock_core::FencingToken::new(7);
-    let elsewhere = lock_core::FencedResource::from_arc(store.clone(), "{billing}:fence").or_panic();
+    let elsewhere = lock_core::FencedResource::from_arc_with_guard(store.clone(), "{billing}:fence").or_panic();
     match elsewhere.set(fence, "{billing}:total", "1").await {
         Err(LockError::Auth { .. }) => {}
         other => panic!("a fenced write on keys the ACL does not give: {other:?}"),
     }
     assert!(!exists(&server, "{billing}:total") && !exists(&server, "{billing}:fence"), "written past the ACL");
-    let orders = lock_core::FencedResource::from_arc(store, "{orders}:fence").or_panic();
+    let orders = lock_core::FencedResource::from_arc_with_guard(store, "{orders}:fence").or_panic();
     assert_eq!(orders.rpush(fence, "{orders}:log", &["a"]).await.or_panic(), 1);
     match orders.set(lock_core::FencingToken::new(6), "{orders}:total", "1").await {
         Err(LockError::StaleFence { presented: 6, current: 7 }) => {}

@@ -56,3 +56,17 @@ def test_entry(entry):
         assert K.semaphore_keys(prefix[: -len("sem:")], name) == res
     if primitive == "rwlock":
         assert K.rwlock_keys(prefix[: -len("rw:")], name) == res
+
+
+@pytest.mark.parametrize("entry", DOC["guards"], ids=lambda e: e["data"] or "<empty>")
+def test_guard(entry):
+    """WIRE.md 16.1: the guard of a data key, in its slot; refused where no guard derives from it."""
+    from wirelock.errors import InvalidArgument
+
+    if entry.get("refused"):
+        with pytest.raises(InvalidArgument):
+            K.guard_for(entry["data"])
+        return
+    guard = K.guard_for(entry["data"])
+    assert guard == entry["guard"]
+    assert K.key_slot(guard) == K.key_slot(entry["data"]) == entry["slot"]

@@ -16,7 +16,7 @@
 //! # async fn main() -> lock_core::Result<()> {
 //! let store = MemoryStore::new();
 //! let lock = Lock::new(store.clone());
-//! let orders = FencedResource::new(store, "{orders}:fence")?;
+//! let orders = FencedResource::new(store, "{orders}:total")?; // guard: {orders}:fence
 //!
 //! let options = LockOptions::new(Duration::from_secs(5));
 //! let old = lock.acquire("orders", &options).await?;
@@ -40,12 +40,12 @@
 //! # Choosing the guard
 //! One guard per thing a lock protects, written by every write to it: once a holder has written any of its keys,
 //! an older holder can write none of them (a guard per key would let the old holder overwrite a key the new one
-//! only read). Name it beside the data:
-//! - on a single server or behind Sentinel, any key name works;
-//! - on Redis Cluster, the guard and every key a write touches must hash to one slot, which Redis decides by the
-//!   key's hash tag: keys `{orders}:total` and `{orders}:items` go with guard `{orders}:fence`. For one key that
-//!   has no hash tag, such as `balance`, wrap its whole name in braces: `{balance}:fence` hashes as `balance` does.
-//!   A write to a key in another slot is refused before any I/O.
+//! only read). [`FencedResource::new`] derives it from a data key as every language does ([`guard_for`], WIRE.md
+//! 16.1), in the data's Redis Cluster slot: keys `{orders}:total` and `{orders}:items` share guard
+//! `{orders}:fence`; a key without a hash tag, such as `balance`, gets `{balance}:fence`, which hashes as `balance`
+//! does. So a Python or Node writer of the same data finds the same guard without agreeing on a name.
+//! [`FencedResource::with_guard`] names one instead (all writers must then name the same). On Redis Cluster a
+//! write to a key in another slot than the guard's is refused before any I/O.
 //!
 //! The guard never expires: it is your data's history, and a guard that vanished would let a stale holder write
 //! once more. Delete it with the data. On a restart without persistence it goes with the data it guards; after a
@@ -76,8 +76,9 @@
 //!
 //! # Errors and retries
 //! A timed-out or cut-off write may have been applied. Retrying with the same fence is safe for
-//! [`set`](FencedResource::set), [`hset`](FencedResource::hset), [`del`](FencedResource::del) and
-//! [`get`](FencedResource::get) and [`observe`](FencedResource::observe) (applying them twice is applying them once), not for
+//! [`set`](FencedResource::set), [`hset`](FencedResource::hset), [`del`](FencedResource::del), the reads
+//! ([`get`](FencedResource::get), [`hget`](FencedResource::hget), [`hgetall`](FencedResource::hgetall)) and
+//! [`observe`](FencedResource::observe) (applying them twice is applying them once), not for
 //! [`incr_by`](FencedResource::incr_by), [`rpush`](FencedResource::rpush), [`xadd`](FencedResource::xadd) or
 //! [`get_set`](FencedResource::get_set).
 
@@ -127,19 +128,39 @@ struct Write<'a> {
 }
 
 impl FencedResource {
-    /// The resource whose guard is the key `guard` on `store`.
+    /// The resource of the data at `data_key` (and of every key that shares its hash tag) on `store`, guarded by
+    /// the guard every language derives for it ([`guard_for`]: `{orders}:total` → `{orders}:fence`, `balance` →
+    /// `{balance}:fence`), so that writers in every language protect each other without agreeing on a name.
     ///
     /// # Errors
-    /// [`LockError::InvalidArgument`] for an empty guard name or one longer than [`MAX_KEY`].
-    pub fn new(store: impl LockStore, guard: &str) -> Result<Self> {
-        Self::from_arc(Arc::new(store), guard)
+    /// [`LockError::InvalidArgument`] for a key [`guard_for`] refuses (empty, longer than [`MAX_KEY`], or a `}`
+    /// without a hash tag: name a guard with [`with_guard`](Self::with_guard)).
+    pub fn new(store: impl LockStore, data_key: &str) -> Result<Self> {
+        Self::from_arc(Arc::new(store), data_key)
     }
 
     /// As [`new`](Self::new), on a shared store (for instance [`Lock::stores`](crate::Lock::stores)' first).
     ///
     /// # Errors
     /// As [`new`](Self::new).
-    pub fn from_arc(store: Arc<dyn LockStore>, guard: &str) -> Result<Self> {
+    pub fn from_arc(store: Arc<dyn LockStore>, data_key: &str) -> Result<Self> {
+        Self::from_arc_with_guard(store, &guard_for(data_key)?)
+    }
+
+    /// The resource whose guard is the key `guard` on `store`, named by the caller: every writer of the data, in
+    /// every language, must then name the same guard (WIRE.md 16.1). Prefer [`new`](Self::new).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty guard name or one longer than [`MAX_KEY`].
+    pub fn with_guard(store: impl LockStore, guard: &str) -> Result<Self> {
+        Self::from_arc_with_guard(Arc::new(store), guard)
+    }
+
+    /// As [`with_guard`](Self::with_guard), on a shared store.
+    ///
+    /// # Errors
+    /// As [`with_guard`](Self::with_guard).
+    pub fn from_arc_with_guard(store: Arc<dyn LockStore>, guard: &str) -> Result<Self> {
         check_key(guard)?;
         Ok(FencedResource { store, guard: guard.into(), operation_timeout: DEFAULT_OPERATION_TIMEOUT })
     }
@@ -198,6 +219,43 @@ impl FencedResource {
         let keys = [key];
         let write = Write { operation: "fenced-get-set", name: "get-set", keys: &keys, args: vec![value] };
         optional_text(self.apply(fence, write).await?)
+    }
+
+    /// `HGET key field`, if `fence` is not stale, recording `fence` (as [`get`](Self::get)): the read of a
+    /// read-modify-write of a hash.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the fence recorded; retrying it is safe.
+    pub async fn hget(&self, fence: FencingToken, key: &str, field: &str) -> Result<Option<String>> {
+        let keys = [key];
+        let write = Write { operation: "fenced-hget", name: "hget", keys: &keys, args: vec![field] };
+        optional_text(self.apply(fence, write).await?)
+    }
+
+    /// `HGETALL key`, if `fence` is not stale, recording `fence` (as [`get`](Self::get)): every field and value,
+    /// in the server's order.
+    ///
+    /// # Errors
+    /// As [`set`](Self::set).
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not leave the fence recorded; retrying it is safe.
+    pub async fn hgetall(&self, fence: FencingToken, key: &str) -> Result<Vec<(String, String)>> {
+        let keys = [key];
+        let write = Write { operation: "fenced-hgetall", name: "hgetall", keys: &keys, args: Vec::new() };
+        let reply = self.apply(fence, write).await?;
+        let Reply::Array(items) = &reply else { return Err(unexpected(&reply)) };
+        let texts: Option<Vec<String>> = items.iter().map(Reply::to_text_lossy).collect();
+        let texts = texts.filter(|t| t.len() % 2 == 0).ok_or_else(|| unexpected(&reply))?;
+        let mut pairs = Vec::with_capacity(texts.len() / 2);
+        let mut texts = texts.into_iter();
+        while let (Some(field), Some(value)) = (texts.next(), texts.next()) {
+            pairs.push((field, value));
+        }
+        Ok(pairs)
     }
 
     /// `HSET key field value …`, if `fence` is not stale: how many fields were new.
@@ -276,7 +334,7 @@ impl FencedResource {
     /// # async fn main() -> lock_core::Result<()> {
     /// let store = MemoryStore::new();
     /// let lock = Lock::new(store.clone());
-    /// let events = FencedResource::new(store, "{orders}:fence")?;
+    /// let events = FencedResource::new(store, "{orders}:events")?;
     /// let guard = lock.acquire("orders", &LockOptions::new(Duration::from_secs(5))).await?;
     /// let fence = guard.fence().await?;
     /// let fence_text = fence.get().to_string();
@@ -383,6 +441,42 @@ impl FencedResource {
             }
             other => Err(unexpected(&other)),
         }
+    }
+}
+
+/// The guard of the data at `data_key`, as every language derives it (WIRE.md 16.1): in the key's Redis Cluster
+/// slot, one per hash tag, so every key of one piece of data (`{orders}:total`, `{orders}:items`) shares it.
+///
+/// - A key with a hash tag `t` (the bytes between its first `{` and the first `}` after it, when there are any):
+///   `{t}:fence`.
+/// - A key without one and without `}`: `{<key>}:fence`, whose tag is the whole key, so it hashes as the key does.
+/// - Any other key (a `}` without a tag before it, as in `a}b` or `{}x`) has no guard in its slot this way:
+///   refused; name one with [`FencedResource::with_guard`].
+///
+/// ```
+/// use lock_core::fenced::guard_for;
+///
+/// assert_eq!(guard_for("{orders}:total").unwrap(), "{orders}:fence");
+/// assert_eq!(guard_for("{orders}:items").unwrap(), "{orders}:fence");
+/// assert_eq!(guard_for("balance").unwrap(), "{balance}:fence");
+/// assert!(guard_for("a}b").is_err());
+/// ```
+///
+/// # Errors
+/// [`LockError::InvalidArgument`] for an empty key, one longer than [`MAX_KEY`], or one with no guard in its slot.
+pub fn guard_for(data_key: &str) -> Result<String> {
+    check_key(data_key)?;
+    let tag = data_key.find('{').and_then(|open| {
+        let rest = &data_key[open + 1..];
+        rest.find('}').map(|close| &rest[..close]).filter(|tag| !tag.is_empty())
+    });
+    match tag {
+        Some(tag) => Ok(format!("{{{tag}}}:fence")),
+        None if !data_key.contains('}') => Ok(format!("{{{data_key}}}:fence")),
+        None => Err(LockError::invalid(format!(
+            "key {data_key:?} has a '}}' but no hash tag, so no guard derived from it shares its Redis Cluster slot: \
+             name one with FencedResource::with_guard"
+        ))),
     }
 }
 

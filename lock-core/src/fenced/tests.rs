@@ -26,7 +26,7 @@ fn stale(result: Result<impl fmt::Debug>, presented: u64, current: u64) {
 #[tokio::test]
 async fn a_fence_below_the_guard_writes_nothing_with_any_write() {
     let store = MemoryStore::new();
-    let r = FencedResource::new(store.clone(), "{r}:fence").unwrap();
+    let r = FencedResource::with_guard(store.clone(), "{r}:fence").unwrap();
     r.set(fence(10), "{r}:s", "new").await.unwrap();
     r.hset(fence(10), "{r}:h", &[("f", "new")]).await.unwrap();
     r.rpush(fence(10), "{r}:l", &["new"]).await.unwrap();
@@ -61,7 +61,7 @@ async fn a_fence_below_the_guard_writes_nothing_with_any_write() {
 #[tokio::test]
 async fn every_write_applies_with_the_newest_fence_and_moves_the_guard() {
     let store = MemoryStore::new();
-    let r = FencedResource::new(store.clone(), "{r}:fence").unwrap();
+    let r = FencedResource::with_guard(store.clone(), "{r}:fence").unwrap();
     assert_eq!(r.current().await.unwrap(), None);
     assert_eq!(r.get(fence(3), "{r}:s").await.unwrap(), None, "a read records its fence");
     assert_eq!(r.current().await.unwrap(), Some(fence(3)));
@@ -87,7 +87,7 @@ async fn every_write_applies_with_the_newest_fence_and_moves_the_guard() {
 #[tokio::test]
 async fn fences_compare_exactly_beyond_what_a_double_holds() {
     let store = MemoryStore::new();
-    let r = FencedResource::new(store, "{r}:fence").unwrap();
+    let r = FencedResource::with_guard(store, "{r}:fence").unwrap();
     let big = 1u64 << 53;
     r.set(fence(big + 1), "{r}:s", "new").await.unwrap();
     stale(r.set(fence(big), "{r}:s", "old").await, big, big + 1);
@@ -102,7 +102,7 @@ async fn fences_compare_exactly_beyond_what_a_double_holds() {
 #[tokio::test]
 async fn a_write_the_server_refuses_leaves_the_guard_unchanged() {
     let store = MemoryStore::new();
-    let r = FencedResource::new(store.clone(), "{r}:fence").unwrap();
+    let r = FencedResource::with_guard(store.clone(), "{r}:fence").unwrap();
     r.set(fence(4), "{r}:s", "not a number").await.unwrap();
     assert!(r.incr_by(fence(5), "{r}:s", 1).await.is_err());
     raw(&store, "HSET", &["{r}:h"], &["f", "v"]).await;
@@ -124,7 +124,7 @@ async fn a_guard_that_holds_no_fence_is_wrongtype_naming_it() {
     raw(&store, "HSET", &["{r}:hash-guard"], &["f", "v"]).await;
     raw(&store, "SET", &["{r}:text-guard"], &["twelve"]).await;
     for guard in ["{r}:hash-guard", "{r}:text-guard"] {
-        let r = FencedResource::new(store.clone(), guard).unwrap();
+        let r = FencedResource::with_guard(store.clone(), guard).unwrap();
         match r.set(fence(1), "{r}:s", "x").await {
             Err(LockError::WrongType { key, .. }) => assert_eq!(key, guard),
             other => panic!("{guard}: {other:?}"),
@@ -137,10 +137,10 @@ async fn a_guard_that_holds_no_fence_is_wrongtype_naming_it() {
 #[tokio::test]
 async fn bad_input_is_refused_before_any_io() {
     let store = MemoryStore::new();
-    assert!(matches!(FencedResource::new(store.clone(), ""), Err(LockError::InvalidArgument(_))));
+    assert!(matches!(FencedResource::with_guard(store.clone(), ""), Err(LockError::InvalidArgument(_))));
     let long = "k".repeat(MAX_KEY + 1);
-    assert!(matches!(FencedResource::new(store.clone(), &long), Err(LockError::InvalidArgument(_))));
-    let r = FencedResource::new(store.clone(), "g").unwrap();
+    assert!(matches!(FencedResource::with_guard(store.clone(), &long), Err(LockError::InvalidArgument(_))));
+    let r = FencedResource::with_guard(store.clone(), "g").unwrap();
     let too_many: Vec<&str> = vec!["v"; MAX_ITEMS + 1];
     let bad = [
         r.set(fence(1), "", "v").await,
@@ -163,7 +163,35 @@ async fn bad_input_is_refused_before_any_io() {
 
 #[test]
 fn the_debug_form_names_the_guard() {
-    let r = FencedResource::new(MemoryStore::new(), "{orders}:fence").unwrap();
+    let r = FencedResource::with_guard(MemoryStore::new(), "{orders}:fence").unwrap();
     let text = format!("{r:?}");
     assert!(text.contains("{orders}:fence"), "{text}");
+}
+
+/// A read-modify-write of a hash reads through the guard (issue 56): `hget` and `hgetall` record the fence, so an
+/// older holder can no longer change what a newer one read, and a stale read is refused; `new` takes a data key and
+/// writes under the guard every language derives for it (WIRE.md 16.1).
+#[tokio::test]
+async fn hash_reads_record_the_fence_under_the_derived_guard() {
+    let store = MemoryStore::new();
+    let items = FencedResource::new(store.clone(), "{cart}:items").unwrap();
+    assert_eq!(items.guard(), "{cart}:fence");
+    items.hset(fence(3), "{cart}:items", &[("sku-1", "2"), ("sku-2", "5")]).await.unwrap();
+    assert_eq!(items.hget(fence(4), "{cart}:items", "sku-1").await.unwrap().as_deref(), Some("2"));
+    assert_eq!(items.hget(fence(4), "{cart}:items", "none").await.unwrap(), None);
+    stale(items.hset(fence(3), "{cart}:items", &[("sku-1", "9")]).await, 3, 4);
+    let mut all = items.hgetall(fence(5), "{cart}:items").await.unwrap();
+    all.sort();
+    assert_eq!(all, [("sku-1".to_owned(), "2".to_owned()), ("sku-2".to_owned(), "5".to_owned())]);
+    stale(items.hgetall(fence(4), "{cart}:items").await, 4, 5);
+    stale(items.hget(fence(4), "{cart}:items", "sku-1").await, 4, 5);
+    assert_eq!(raw(&store, "GET", &["{cart}:fence"], &[]).await, Reply::Bulk(b"5".to_vec()));
+    assert!(items.hgetall(fence(5), "{cart}:missing").await.unwrap().is_empty());
+    // A key of another type is the store's WRONGTYPE, naming it; nothing moves.
+    items.set(fence(5), "{cart}:s", "x").await.unwrap();
+    assert!(matches!(items.hgetall(fence(6), "{cart}:s").await, Err(LockError::WrongType { .. })));
+    assert_eq!(raw(&store, "GET", &["{cart}:fence"], &[]).await, Reply::Bulk(b"5".to_vec()));
+    // No guard derives from a key with a `}` but no hash tag: named ones only.
+    assert!(matches!(FencedResource::new(store.clone(), "a}b"), Err(LockError::InvalidArgument(_))));
+    assert!(FencedResource::with_guard(store, "a}b:guard").is_ok());
 }

@@ -3,8 +3,8 @@
 -- KEYS[1]  the guard: the highest fence this resource accepted, a decimal string without leading zeros
 -- KEYS[2…] the keys the write touches (on Redis Cluster in the guard's slot)
 -- ARGV[1]  the presented fence (decimal, no leading zeros: u64 printed by Rust)
--- ARGV[2]  the write: get | set | get-set | hset | del | incrby | rpush | xadd | observe (a read counts as a write:
---          once a holder has read, no older holder may change what it read)
+-- ARGV[2]  the write: get | hget | hgetall | set | get-set | hset | del | incrby | rpush | xadd | observe (a read
+--          counts as a write: once a holder has read, no older holder may change what it read)
 -- ARGV[3…] its arguments
 --
 -- Reply: {1, the command's reply} when the fence is at least the guard's, which then becomes the presented fence;
@@ -30,6 +30,10 @@ local write = ARGV[2]
 local reply
 if write == 'get' then
   reply = redis.pcall('GET', KEYS[2])
+elseif write == 'hget' then
+  reply = redis.pcall('HGET', KEYS[2], ARGV[3])
+elseif write == 'hgetall' then
+  reply = redis.pcall('HGETALL', KEYS[2])
 elseif write == 'set' then
   reply = redis.pcall('SET', KEYS[2], ARGV[3])
 elseif write == 'get-set' then

@@ -36,7 +36,7 @@ log = logging.getLogger("wirelock")
 
 _VERSION = re.compile(r"([0-9]+)\.([0-9]+)")
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
-FENCED_WRITES = ("get", "set", "get-set", "hset", "del", "incrby", "rpush", "xadd", "observe")
+FENCED_WRITES = ("get", "hget", "hgetall", "set", "get-set", "hset", "del", "incrby", "rpush", "xadd", "observe")
 
 RECHECK_AFTER = 300.0
 """Seconds a successful protocol version check is remembered ("Protocol version key": at most five minutes), so that
@@ -138,8 +138,9 @@ class Connection:
         """A write that only a holder of the newest fence may make (section 16), in one script with the check.
 
         ``guard`` remembers the highest fence that wrote through it; ``keys`` are the keys the write touches;
-        ``op`` is one of ``get``, ``set``, ``get-set``, ``hset``, ``del``, ``incrby``, ``rpush``, ``xadd``,
-        ``observe`` and ``args`` its arguments. Returns the command's reply; raises :class:`StaleFence` when the
+        ``op`` is one of ``get``, ``hget``, ``hgetall``, ``set``, ``get-set``, ``hset``, ``del``, ``incrby``,
+        ``rpush``, ``xadd``, ``observe`` and ``args`` its arguments. :func:`wirelock.keys.guard_for` derives the guard
+        every language uses for a data key (section 16.1). Returns the command's reply; raises :class:`StaleFence` when the
         guard holds a higher fence (nothing written), :class:`WrongType` for a guard or data key of another type.
         A read counts as a write: a new holder should ``observe`` right after acquiring.
         """
@@ -199,7 +200,10 @@ def _check_fenced_write(guard: str, fence: int, op: str, keys: list[str], args: 
         raise InvalidArgument(f"a fenced {op} touches exactly one key")
     if op == "del" and not keys:
         raise InvalidArgument("a fenced del touches at least one key")
-    arity = {"get": (0, 0), "observe": (0, 0), "del": (0, 0), "set": (1, 1), "get-set": (1, 1), "incrby": (1, 1)}
+    arity = {
+        "get": (0, 0), "hgetall": (0, 0), "observe": (0, 0), "del": (0, 0),
+        "hget": (1, 1), "set": (1, 1), "get-set": (1, 1), "incrby": (1, 1),
+    }
     lo, hi = arity.get(op, (1, None))
     if len(args) < lo or (hi is not None and len(args) > hi):
         raise InvalidArgument(f"a fenced {op} takes {lo if lo == hi else f'at least {lo}'} argument(s)")

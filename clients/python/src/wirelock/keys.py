@@ -122,6 +122,30 @@ def hash_tag(key: str | bytes) -> bytes:
     return raw
 
 
+#: The longest data key or guard a guarded write takes, in bytes (WIRE.md 16).
+MAX_FENCED_KEY = 16 * 1024
+
+
+def guard_for(data_key: str) -> str:
+    """The guard of the data at ``data_key`` (WIRE.md 16.1), in its Redis Cluster slot and shared by every key of
+    its hash tag: ``{t}:fence`` for a key with hash tag ``t``; ``{<key>}:fence`` for a key without one and without
+    ``}``; any other key (a ``}`` with no tag before it) has none: :class:`InvalidArgument`, name a guard instead."""
+    raw = data_key.encode("utf-8") if isinstance(data_key, str) else b""
+    if not isinstance(data_key, str) or not raw or len(raw) > MAX_FENCED_KEY:
+        raise InvalidArgument(f"a fenced key's name is 1 to {MAX_FENCED_KEY} bytes, not {data_key!r}")
+    start = data_key.find("{")
+    if start >= 0:
+        end = data_key.find("}", start + 1)
+        if end > start + 1:
+            return "{" + data_key[start + 1 : end] + "}:fence"
+    if "}" in data_key:
+        raise InvalidArgument(
+            f"key {data_key!r} has a '}}' but no hash tag, so no guard derived from it shares its Redis Cluster slot: "
+            f"name a guard"
+        )
+    return "{" + data_key + "}:fence"
+
+
 def key_slot(key: str | bytes) -> int:
     """The Redis Cluster slot of ``key``."""
     return crc16_xmodem(hash_tag(key)) % 16384

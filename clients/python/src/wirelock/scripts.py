@@ -27,7 +27,7 @@ SCRIPT_SHA1: dict[str, str] = {
     "fair-acquire": "adcf945d38bb6b93a37e0ef4d9c71adef2b8d9f6",
     "fair-release": "c228ec4d949769df0b922cee0ee8b2bfbb83a97e",
     "fence": "a71c371488b2fea13963def6badfc15941b9ee42",
-    "fenced-write": "1f4ac791413cc90f8a3106c9596ec6a8eeac9a12",
+    "fenced-write": "870f36c089e5dad769239ce46e7d98ab137e27c5",
     "force-release": "17a772bd69c6d9a5bd392aa5113c54d28ed7d277",
     "holder": "b7a97ab326a4542a9e00b96d9bf34c59d57ff2ed",
     "inspect": "9009f06f3e4b5d8426c763e7ad3dd86c9b84fef6",
@@ -57,7 +57,7 @@ SCRIPT_SHA1: dict[str, str] = {
 }
 
 # The scripts digest of protocol 1.1 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "ef01bda3c40c3e6fa65f8427d74be9732ee17bb8"
+SCRIPTS_DIGEST = "da4bd4ca735f9efc85c8c1096d0fe229ff7d4bd7"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:
