@@ -48,45 +48,57 @@ async fn the_leader_killed_mid_hold_loses_no_lock() {
 /// Failover trials, etcd's side of Sentinel's (`sentinel_cases::failover_trials_with_and_without_replica_ack`, where
 /// 0 to 4 of 5 grants are missing on the promoted replica without `WAIT`): 5 times, a lock is acquired and the
 /// leader killed at once, before anything else is written. Counted: grants another client can take after the
-/// failover (a second holder: must be 0, a grant is answered only once a majority has it), the holder's lost
-/// signals (must be 0), fences that do not increase (must be 0), and how long the cluster took to grant the next
-/// lock after the kill (printed: etcd's failover time with this fixture's election timeout, 1.3 s).
+/// failover (a second holder: must be 0, a grant is answered only once a majority has it) and fences that do not
+/// increase (must be 0); and the holder's lost signals, which must be 0 for a failover shorter than half the
+/// lease (its keep-alives, every third of it, then reach the new leader in time; a longer one, on a starved
+/// machine, may end its validity first, and the holder is then told, never left believing). Printed: how long the
+/// cluster took to grant the next lock after the kill (this fixture's election timeout is 1.3 s).
 #[tokio::test(flavor = "multi_thread")]
 async fn failover_trials_lose_no_grant() {
     const TRIALS: usize = 5;
+    const TTL: Duration = Duration::from_secs(10);
     let mut etcd = EtcdServer::builder().members(3).start().unwrap();
     let holder = lock_on(&etcd.endpoints()).await;
     let other = lock_on(&etcd.endpoints()).await;
-    let (mut second_holders, mut lost, mut fences_back, mut slowest) = (0, 0, 0, Duration::ZERO);
-    let mut last_fence = 0;
+    let (mut second_holders, mut lost, mut lost_in_short, mut fences_back) = (0, 0, 0, 0);
+    let (mut slowest, mut last_fence) = (Duration::ZERO, 0);
     for trial in 0..TRIALS {
         let name = fresh(&format!("failover-{trial}"));
-        let renewed = LockOptions::new(ms(4_000)).with_auto_renew(RenewPolicy::default());
+        let renewed = LockOptions::new(TTL).with_auto_renew(RenewPolicy::default());
         let guard = holder.acquire(&name, &renewed).await.unwrap();
+        let fence = guard.fence().await.unwrap().get();
+        fences_back += usize::from(fence <= last_fence);
+        last_fence = fence;
         let leader = etcd.leader().expect("no leader");
         etcd.kill(leader);
         let killed = Instant::now();
         // The next grant of another name: how long the cluster was without a leader, as a client sees it.
         let probe = fresh("probe");
-        let next = other.acquire(&probe, &LockOptions::new(ms(4_000)).with_wait(ms(30_000))).await.unwrap();
-        slowest = slowest.max(killed.elapsed());
+        let next = other.acquire(&probe, &LockOptions::new(TTL).with_wait(ms(60_000))).await.unwrap();
+        let failover = killed.elapsed();
+        slowest = slowest.max(failover);
         next.release().await.unwrap();
-        if let Some(intruder) = other.try_acquire(&name, &LockOptions::new(ms(4_000))).await.unwrap() {
+        if let Some(intruder) = other.try_acquire(&name, &LockOptions::new(TTL)).await.unwrap() {
             second_holders += 1;
             intruder.release().await.unwrap();
         }
-        lost += usize::from(guard.is_lost());
-        let fence = guard.fence().await.unwrap().get();
-        fences_back += usize::from(fence <= last_fence);
-        last_fence = fence;
-        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released, "trial {trial}");
+        if guard.is_lost() {
+            lost += 1;
+            lost_in_short += usize::from(failover < TTL / 2);
+        }
+        let released = guard.release().await;
+        assert!(
+            matches!(released, Ok(ReleaseOutcome::Released | ReleaseOutcome::AlreadyExpired)),
+            "trial {trial}: {released:?}"
+        );
         tokio::task::block_in_place(|| etcd.restart(leader)).unwrap();
     }
     println!(
-        "etcd failover trials: {second_holders}/{TRIALS} grants taken by a second holder, {lost}/{TRIALS} lost \
-         signals, {fences_back}/{TRIALS} fences not increasing; slowest next grant after the leader's kill {slowest:?}"
+        "etcd failover trials: {second_holders}/{TRIALS} grants taken by a second holder, {fences_back}/{TRIALS} \
+         fences not increasing, {lost}/{TRIALS} holders told they lost it ({lost_in_short} after a failover shorter \
+         than half the lease); slowest next grant after the leader's kill {slowest:?}"
     );
-    assert_eq!((second_holders, lost, fences_back), (0, 0, 0));
+    assert_eq!((second_holders, fences_back, lost_in_short), (0, 0, 0));
 }
 
 /// A holder whose client is cut off (a partition, or a process paused past its lease): its lease runs out, its lost
