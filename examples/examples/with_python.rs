@@ -1,15 +1,19 @@
-//! A Python service and a Rust service on one lock: redis-py's `Lock` in a Python process and this library's lock
-//! (under [`KeyLayout::plain`](lock_core::KeyLayout::plain), redis-py's key) each add 1 to one counter 500 times,
+//! A Python service and a Rust service on one lock: redis-py's `Lock` (or, with `--peer python-redis-lock`,
+//! python-redis-lock's) in a Python process and this library's lock (under the package's key layout:
+//! [`KeyLayout::plain`](lock_core::KeyLayout::plain) or
+//! [`KeyLayout::python_redis_lock`](lock_core::KeyLayout::python_redis_lock)) each add 1 to one counter 500 times,
 //! at once; the counter ends at exactly 1 000.
 //!
 //! ```text
-//! interop/setup.sh                                   # a virtual environment with redis-py from PyPI (once)
+//! interop/setup.sh                                   # a virtual environment with both packages from PyPI (once)
 //! cargo run -p examples --example with_python        # starts a throwaway redis-server
+//! cargo run -p examples --example with_python -- --peer python-redis-lock
 //! PYTHON=/usr/bin/python3 REDIS_URL=redis://HOST:PORT cargo run -p examples --example with_python
 //! ```
 // A demo narrates what it does.
 #![allow(clippy::print_stdout)]
 
+use examples::with_python::Peer;
 use lock_testkit::RedisServer;
 
 #[tokio::main]
@@ -23,7 +27,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             (server.url(), Some(server))
         }
     };
-    let shared = examples::with_python::run(&url, "orders", 500).await?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let peer = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] | ["--peer", "redis-py"] => Peer::RedisPy,
+        ["--peer", "python-redis-lock"] => Peer::PythonRedisLock,
+        other => return Err(format!("usage: with_python [--peer redis-py|python-redis-lock], not {other:?}").into()),
+    };
+    println!("the Python side: {}", peer.name());
+    let shared = examples::with_python::run(&url, peer, "orders", 500).await?;
     for line in &shared.python_said {
         println!("{line}");
     }

@@ -1,6 +1,7 @@
-//! A Python process (redis-py's own `Lock`) and this library on one lock and one counter: each adds to the counter
-//! under the lock, and no update is lost. The Rust side names the lock as redis-py does, with
-//! [`KeyLayout::plain`](lock_core::KeyLayout::plain).
+//! A Python process (redis-py's own `Lock`, or python-redis-lock's) and this library on one lock and one counter:
+//! each adds to the counter under the lock, and no update is lost. The Rust side names the lock as the Python
+//! package does, with the [`KeyLayout`] of that [`Peer`]: two packages easy to confuse, two different keys
+//! (`orders` and `lock:orders`).
 //!
 //! Run by `cargo run -p examples --example with_python` (see there for the Python it needs).
 
@@ -20,6 +21,34 @@ pub fn python() -> PathBuf {
         .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../interop/python/.venv/bin/python"), PathBuf::from)
 }
 
+/// The Python package on the other side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// redis-py's own `Lock` (`client.lock(name)`, PyPI `redis`): the raw name is the key, [`KeyLayout::plain`].
+    RedisPy,
+    /// python-redis-lock's `Lock` (PyPI `python-redis-lock`): key `lock:<name>`, [`KeyLayout::python_redis_lock`];
+    /// our release pushes its signal list, so its waiters wake at once.
+    PythonRedisLock,
+}
+
+impl Peer {
+    /// The name `shared_counter.py` takes and the example's `--peer` flag.
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::RedisPy => "redis-py",
+            Peer::PythonRedisLock => "python-redis-lock",
+        }
+    }
+
+    /// The layout that takes this package's key.
+    pub fn layout(self) -> KeyLayout {
+        match self {
+            Peer::RedisPy => KeyLayout::plain(),
+            Peer::PythonRedisLock => KeyLayout::python_redis_lock(),
+        }
+    }
+}
+
 /// What both sides did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Shared {
@@ -35,16 +64,16 @@ pub struct Shared {
     pub python_said: Vec<String>,
 }
 
-/// Runs `n` updates on each side at once against the Redis at `url`, on `resource`.
+/// Runs `n` updates on each side at once against the Redis at `url`, on `resource`, with `peer` on the Python side.
 ///
 /// # Errors
 /// The Python process could not start or failed; the lock or the connection failed.
-pub async fn run(url: &str, resource: &str, n: u64) -> Result<Shared, Box<dyn std::error::Error>> {
+pub async fn run(url: &str, peer: Peer, resource: &str, n: u64) -> Result<Shared, Box<dyn std::error::Error>> {
     let counter = format!("{resource}:count");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/shared_counter.py");
     let mut python = tokio::process::Command::new(python())
         .arg(script)
-        .args([url, resource, &counter, &n.to_string()])
+        .args([url, resource, &counter, &n.to_string(), peer.name()])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -57,8 +86,8 @@ pub async fn run(url: &str, resource: &str, n: u64) -> Result<Shared, Box<dyn st
         other => return Err(format!("the Python side did not start: {other:?}").into()),
     }
 
-    // The same key redis-py uses: the raw name, `SET NX PX` with a random token, compare-and-delete.
-    let lock = Lock::new(RedisStore::connect(url).await?).with_layout(KeyLayout::plain());
+    // The same key the Python package uses (redis-py: the raw name; python-redis-lock: `lock:<name>`).
+    let lock = Lock::new(RedisStore::connect(url).await?).with_layout(peer.layout());
     let mut conn = lock_redis_rs::redis::Client::open(url)?.get_multiplexed_async_connection().await?;
     let options = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(30));
     let mut contended = 0;
