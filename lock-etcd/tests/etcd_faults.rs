@@ -21,28 +21,49 @@ async fn lock_on(endpoints: &[String]) -> RevisionLock {
     RevisionLock::new(lock_etcd::EtcdStore::connect(endpoints).await.unwrap())
 }
 
-/// Three members; the leader is killed while a renewed lock is held: the lock survives (a grant is committed by a
-/// majority, the keep-alives go to the members left), nobody else gets it meanwhile, and the holder never loses it.
+/// Three members; the leader is killed while a renewed lock is held: nobody else gets it while the holder believes
+/// it holds it (an intruder is only possible once the holder's validity ended, and the holder was told), and the
+/// holder keeps it when the cluster answers again within half its lease (a grant is committed by a majority; the
+/// keep-alives go to the members left, and a new leader extends every lease). On a starved machine a failover can
+/// outlast the lease: the holder is then told, never left believing.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_leader_killed_mid_hold_loses_no_lock() {
+    const TTL: Duration = Duration::from_secs(10);
     let mut etcd = EtcdServer::builder().members(3).start().unwrap();
     let holder = lock_on(&etcd.endpoints()).await;
     let other = lock_on(&etcd.endpoints()).await;
     let name = fresh("leader-killed");
-    let renewed = LockOptions::new(ms(3_000)).with_auto_renew(RenewPolicy::default());
+    let renewed = LockOptions::new(TTL).with_auto_renew(RenewPolicy::default());
     let guard = holder.acquire(&name, &renewed).await.unwrap();
     let leader = etcd.leader().expect("no leader");
     etcd.kill(leader);
-    let until = Instant::now() + ms(8_000);
-    while Instant::now() < until {
-        if let Ok(Some(intruder)) = other.try_acquire(&name, &LockOptions::new(ms(3_000))).await {
-            panic!("another owner got a held lock after the leader died: {intruder:?}");
+    let killed = Instant::now();
+    let mut answered = None;
+    while killed.elapsed() < TTL + TTL / 2 {
+        match other.try_acquire(&name, &LockOptions::new(TTL)).await {
+            Ok(Some(intruder)) => {
+                let granted = Instant::now();
+                assert!(
+                    guard.is_lost() && guard.valid_until() <= granted,
+                    "another owner got the lock while its holder believed it held it: {intruder:?}"
+                );
+                intruder.release().await.unwrap();
+            }
+            Ok(None) => {
+                answered.get_or_insert_with(|| killed.elapsed());
+            }
+            Err(_) => {}
         }
         tokio::time::sleep(ms(200)).await;
     }
-    assert!(!guard.is_lost(), "the holder lost its lock: {:?}", guard.lost_signal().reason());
-    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
-    etcd.restart(leader).unwrap();
+    let answered = answered.expect("the cluster never answered after the leader's kill");
+    if answered < TTL / 2 {
+        assert!(!guard.is_lost(), "the holder lost its lock: {:?}", guard.lost_signal().reason());
+        assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    } else {
+        println!("the cluster answered {answered:?} after the leader's kill, more than half the lease");
+    }
+    tokio::task::block_in_place(|| etcd.restart(leader)).unwrap();
 }
 
 /// Failover trials, etcd's side of Sentinel's (`sentinel_cases::failover_trials_with_and_without_replica_ack`, where
