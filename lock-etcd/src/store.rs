@@ -78,6 +78,17 @@ impl EtcdStore {
         self.client.clone()
     }
 
+    /// One transaction, sent as [`send`](Self::send) sends every request (an unsent one retried on another
+    /// endpoint), its error mapped.
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.send(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+        .map_err(mapped)
+    }
+
     /// Sends one request, and sends it again (to another endpoint, as the client balances them) while it could not
     /// even be sent: a connection refused by a member that is down means nothing reached etcd, so any request may
     /// be retried, and a cluster with a dead member still answers. At most twice per endpoint, 10 ms apart.
@@ -305,13 +316,7 @@ impl RevisionStore for EtcdStore {
                 TxnOp::get(queue, Some(first_created())),
             ])
             .or_else([TxnOp::get(key, None), TxnOp::get(queue, Some(first_created()))]);
-        let answer = self
-            .send(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(mapped)?;
+        let answer = self.txn(txn).await?;
         let created = answer.succeeded();
         let revision = revision_of(answer.header());
         let gets: Vec<etcd_client::GetResponse> = answer
@@ -369,28 +374,14 @@ impl RevisionStore for EtcdStore {
             value,
             Some(PutOptions::new().with_lease(lease)),
         )]);
-        Ok(self
-            .send(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(mapped)?
-            .succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     async fn delete_if_created(&self, key: &str, created: Revision) -> Result<bool> {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, created)])
             .and_then([TxnOp::delete(key, None)]);
-        Ok(self
-            .send(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await
-            .map_err(mapped)?
-            .succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     fn watch(&self, key: &str, prefix: bool, from: Revision) -> BoxStream<'static, Result<Change>> {
