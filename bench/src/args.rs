@@ -7,7 +7,8 @@ use anyhow::{bail, Context as _};
 use crate::contender::Contender;
 
 pub(crate) const USAGE: &str = "\
-usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders NAME[,NAME…]] [--diagnostics] [--quick]
+usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders NAME[,NAME…]]
+                  [--runtime multi-thread|current-thread|both] [--diagnostics] [--quick]
        lock-bench summarize RUN_OUTPUT…
 
   --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
@@ -21,6 +22,10 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
                   CPUs this process may use: run it without taskset), backends (etcd, one member and
                   three, beside Redis through `dyn DistributedLock`; needs etcd installed)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
+  --runtime R     the tokio runtime of the client side: multi-thread (one worker per CPU this process may use),
+                  current-thread (every task on the calling thread, as `#[tokio::main(flavor = \"current_thread\")]`
+                  runs them), or both (the default): the in-process scenarios run once on each, and the rows of
+                  the current-thread runtime carry `@current-thread` after the scenario's name
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
   summarize       print median and min-max of every row, ratio and target over several runs' output";
@@ -45,6 +50,27 @@ pub(crate) struct Settings {
     pub(crate) diagnostics: bool,
     /// Multiplier on every time bound (1.0, or 0.1 with `--quick`).
     pub(crate) scale: f64,
+    /// The runtimes to measure on, in order.
+    pub(crate) runtimes: Vec<Runtime>,
+}
+
+/// A tokio runtime flavour the client side runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Runtime {
+    /// One worker thread per CPU this process may use (one under `taskset -c 0`).
+    MultiThread,
+    /// Every task on the thread that runs the scenarios.
+    CurrentThread,
+}
+
+impl Runtime {
+    /// What the rows measured on this runtime append to their scenario's name.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            Runtime::MultiThread => "",
+            Runtime::CurrentThread => "@current-thread",
+        }
+    }
 }
 
 impl Settings {
@@ -66,7 +92,7 @@ impl Settings {
     }
 }
 
-const GROUPS: [&str; 17] = [
+pub(crate) const GROUPS: [&str; 17] = [
     "backends",
     "engine",
     "idle",
@@ -87,7 +113,14 @@ const GROUPS: [&str; 17] = [
 ];
 
 pub(crate) fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Command> {
-    let mut settings = Settings { server_cpu: None, only: None, contenders: None, diagnostics: false, scale: 1.0 };
+    let mut settings = Settings {
+        server_cpu: None,
+        only: None,
+        contenders: None,
+        diagnostics: false,
+        scale: 1.0,
+        runtimes: vec![Runtime::MultiThread, Runtime::CurrentThread],
+    };
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => return Ok(Command::Help),
@@ -113,6 +146,14 @@ pub(crate) fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Co
             "--contenders" => {
                 let value = args.next().context("--contenders needs a list of names")?;
                 settings.contenders = Some(value.split(',').map(str::to_owned).collect());
+            }
+            "--runtime" => {
+                settings.runtimes = match args.next().as_deref() {
+                    Some("multi-thread") => vec![Runtime::MultiThread],
+                    Some("current-thread") => vec![Runtime::CurrentThread],
+                    Some("both") => vec![Runtime::MultiThread, Runtime::CurrentThread],
+                    other => bail!("--runtime needs multi-thread, current-thread or both, not {other:?}"),
+                }
             }
             "--diagnostics" => settings.diagnostics = true,
             "--quick" => settings.scale = 0.1,

@@ -53,6 +53,9 @@ const CORE_NESTED_FAIR: &[&str] = &[
     "hdel",
 ];
 
+/// The wait of the [`Contender::core_default`] contenders.
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(60);
+
 /// The waiter TTL of the fair contenders.
 pub(crate) const WAITER_TTL: Duration = Duration::from_secs(3);
 
@@ -153,6 +156,18 @@ impl Contender {
         Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw }, nested })
     }
 
+    /// Our backend on one server with the default options and a wait of [`DEFAULT_WAIT`]: what an application
+    /// that writes `LockOptions::new(ttl).with_wait(…)` and `acquire` runs (issue 58's harness).
+    pub(crate) async fn core_default(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
+        let lock = Lock::from_arc(backend.store(url).await?);
+        let options = LockOptions::new(TTL).with_wait(DEFAULT_WAIT);
+        Ok(Contender {
+            name: name.to_owned(),
+            client: Client::Core { lock, options, draw: false },
+            nested: CORE_NESTED_NOFENCE,
+        })
+    }
+
     /// Our backend on one server with a fair queue ([`LockOptions::with_fair_queue`], waiter TTL [`WAITER_TTL`]).
     pub(crate) async fn core_fair(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
         let lock = Lock::from_arc(backend.store(url).await?);
@@ -213,7 +228,7 @@ impl Contender {
     /// Acquires `key` in one try; the scenarios that call this use fresh keys, so "held" is an error.
     pub(crate) async fn lock(&self, key: &str) -> anyhow::Result<Held> {
         let held = match &self.client {
-            Client::Core { lock, options, draw } => match lock.try_acquire(key, options).await? {
+            Client::Core { lock, options, draw } => match Self::core_acquire(lock, key, options).await? {
                 Some(guard) if *draw => {
                     guard.fence().await?;
                     Some(Held::Core(guard))
@@ -243,6 +258,15 @@ impl Contender {
             Client::Rslock(manager) => Some(Held::Rslock(manager.lock(key, TTL).await?)),
         };
         held.with_context(|| format!("{}: fresh key {key} was held", self.name))
+    }
+
+    /// One try, or (options with a wait) a waiting acquire, which on a fresh key is granted at its first try.
+    async fn core_acquire(lock: &Lock, key: &str, options: &LockOptions) -> lock_core::Result<Option<Guard>> {
+        if options.wait().is_zero() {
+            lock.try_acquire(key, options).await
+        } else {
+            lock.acquire(key, options).await.map(Some)
+        }
     }
 
     /// Releases a lock taken by [`lock`](Self::lock) and checks that it was still ours.

@@ -25,7 +25,7 @@ mod summary;
 
 use anyhow::Context as _;
 
-use crate::args::Command;
+use crate::args::{Command, Runtime};
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -41,12 +41,23 @@ fn main() -> anyhow::Result<()> {
             // One worker per CPU this process may run on: with `taskset -c 0` that is one, so the client side of
             // every contender gets the same single core.
             let workers = std::thread::available_parallelism().map(usize::from).unwrap_or(1);
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(workers)
+            for flavour in settings.runtimes.clone() {
+                // Each runtime gets servers, connections and contenders of its own: a connection's driver task
+                // lives on the runtime that made it.
+                let runtime = match flavour {
+                    Runtime::MultiThread => {
+                        let mut builder = tokio::runtime::Builder::new_multi_thread();
+                        builder.worker_threads(workers);
+                        builder
+                    }
+                    Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+                }
                 .enable_all()
                 .build()
                 .context("building the tokio runtime")?;
-            runtime.block_on(scenarios::run_all(settings, workers))
+                runtime.block_on(scenarios::run_all(settings.clone(), workers, flavour))?;
+            }
+            Ok(())
         }
     }
 }

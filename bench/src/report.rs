@@ -78,11 +78,20 @@ impl Bar {
 #[derive(Debug, Default)]
 pub(crate) struct Report {
     rows: Vec<Row>,
+    /// Appended to every scenario's name: `@current-thread` for the rows measured on tokio's current-thread
+    /// runtime, nothing on the multi-thread runtime (whose names the history has always used).
+    suffix: &'static str,
 }
 
 impl Report {
+    /// A report whose scenario names carry `suffix` (see [`Report::suffix`]).
+    pub(crate) fn with_suffix(suffix: &'static str) -> Self {
+        Report { rows: Vec::new(), suffix }
+    }
+
     /// Prints the row and keeps it.
-    pub(crate) fn row(&mut self, row: Row) {
+    pub(crate) fn row(&mut self, mut row: Row) {
+        row.scenario.push_str(self.suffix);
         let mut line = format!("row scenario={} contender={}", row.scenario, row.contender);
         for (name, value) in &row.fields {
             let _ = write!(line, " {name}={}", number(*value));
@@ -92,11 +101,14 @@ impl Report {
     }
 
     fn value(&self, scenario: &str, contender: &str, metric: &str) -> Option<f64> {
-        self.rows.iter().find(|r| r.scenario == scenario && r.contender == contender).and_then(|r| r.get(metric))
+        self.row_of(scenario, contender).and_then(|r| r.get(metric))
     }
 
+    /// The row of `scenario` (named without the suffix) and `contender`.
     fn row_of(&self, scenario: &str, contender: &str) -> Option<&Row> {
-        self.rows.iter().find(|r| r.scenario == scenario && r.contender == contender)
+        self.rows.iter().find(|r| {
+            r.contender == contender && r.scenario.strip_suffix(self.suffix).is_some_and(|name| name == scenario)
+        })
     }
 
     /// `a`'s `metric` over `b`'s. Where both rows kept the metric per slice, the median of the per-slice ratios
@@ -118,6 +130,7 @@ impl Report {
     /// `a`'s `metric` divided by `b`'s, printed as a `ratio` line (skipped when either row is missing).
     pub(crate) fn ratio(&self, scenario: &str, metric: &str, a: &str, b: &str) {
         if let Some(q) = self.quotient(scenario, metric, a, b) {
+            let scenario = format!("{scenario}{}", self.suffix);
             println!("ratio scenario={scenario} metric={metric} a={a} b={b} value={:.3}{}", q.value, q.spread_text());
         }
     }
@@ -133,6 +146,7 @@ impl Report {
         }
         let value = va / vb;
         let pass = if bar.passes(value) { "yes" } else { "no" };
+        let (scenario, base) = (format!("{scenario}{}", self.suffix), format!("{base}{}", self.suffix));
         println!(
             "target scenario={scenario} metric={metric} a={a} b={base}/{b} value={value:.3} bar={} pass={pass}",
             bar.text()
@@ -149,6 +163,7 @@ impl Report {
             return;
         };
         let pass = if bar.passes(q.value) { "yes" } else { "no" };
+        let scenario = format!("{scenario}{}", self.suffix);
         println!(
             "target scenario={scenario} metric={metric} a={a} b={} value={:.3}{} bar={} pass={pass}",
             b.unwrap_or("-"),

@@ -42,6 +42,10 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         Contender::core_on_demand("redis-rs-ondemand", Backend::RedisRs, url, false).await?,
         Contender::core_on_demand("fred-ondemand", Backend::Fred, url, false).await?,
         Contender::core_on_demand("redis-rs-ondemand-drawn", Backend::RedisRs, url, true).await?,
+        // The default options with a wait (a waiting acquire, granted at its first try on a fresh key): what an
+        // application writes.
+        Contender::core_default("redis-rs-default", Backend::RedisRs, url).await?,
+        Contender::core_default("fred-default", Backend::Fred, url).await?,
         // Not a target: the floor's commands sent by bare fred, how much of fred's gap is fred's own.
         Contender::floor_fred("floor-fred", url).await?,
         // Not targets: our backends' stores called without the lock (lock-core's engine) around them.

@@ -25,11 +25,30 @@ const HOLD: Duration = Duration::from_millis(1);
 /// heartbeats while it waits (the fair contenders' heartbeat is a second), as with jobs that hold a lock for a while.
 const LONG_HOLD: Duration = Duration::from_millis(250);
 
-/// Holds the lock for `hold`. tokio's timer has millisecond ticks, so its `sleep(1 ms)` lasts 1–2 ms; a thread
-/// sleep on the blocking pool lasts ~1.05 ms and leaves the runtime's worker free for the waiters meanwhile.
-async fn hold(hold: Duration) -> anyhow::Result<()> {
-    #[allow(clippy::disallowed_methods)] // On a blocking-pool thread, not on the async runtime.
-    tokio::task::spawn_blocking(move || std::thread::sleep(hold)).await.context("the hold thread panicked")
+/// How a holder spends its hold.
+#[derive(Clone, Copy, Debug)]
+enum Holding {
+    /// A thread sleep on the blocking pool: ~1.05 ms for 1 ms, and the runtime's worker free for the waiters
+    /// meanwhile.
+    Thread(Duration),
+    /// tokio's `sleep`, as an application that awaits something while it holds: tokio's timer has millisecond
+    /// ticks, so `sleep(1 ms)` lasts 1–2 ms, and the holder wakes on the runtime's timer tick beside the waiters
+    /// (issue 58's harness holds this way).
+    Timer(Duration),
+}
+
+/// Holds the lock as `holding` says.
+async fn hold(holding: Holding) -> anyhow::Result<()> {
+    match holding {
+        Holding::Thread(time) => {
+            #[allow(clippy::disallowed_methods)] // On a blocking-pool thread, not on the async runtime.
+            tokio::task::spawn_blocking(move || std::thread::sleep(time)).await.context("the hold thread panicked")
+        }
+        Holding::Timer(time) => {
+            tokio::time::sleep(time).await;
+            Ok(())
+        }
+    }
 }
 
 /// rslock with retries ~1 ms apart: its delay is uniform in [0, delay), so 2 ms gives 0 or 1 ms.
@@ -237,7 +256,15 @@ async fn process_segment(
                     .map(|(i, competitor)| {
                         let me = process * per_process + i;
                         let (shared, key) = (shared.clone(), key.clone());
-                        tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max, holding))
+                        tokio::spawn(compete(
+                            competitor,
+                            me,
+                            shared,
+                            key,
+                            deadline,
+                            per_competitor_max,
+                            Holding::Thread(holding),
+                        ))
                     })
                     .collect();
                 let mut tallies = Vec::with_capacity(tasks.len());
@@ -297,7 +324,24 @@ pub(crate) async fn run(ctx: &mut Ctx) -> anyhow::Result<()> {
     scenario(ctx, "handoff-8", 8, ROUNDS, Bound::new(0.9, 1_000_000, scale), true).await?;
     scenario(ctx, "handoff-2", 2, ROUNDS, Bound::new(0.9, 1_000_000, scale), true).await?;
     // The load run: two rounds, and no 1 ms poller (200 of them would only measure a saturated server).
-    scenario(ctx, "handoff-200", 200, 2, Bound::new(1.5, 1_000_000, scale), false).await
+    scenario(ctx, "handoff-200", 200, 2, Bound::new(1.5, 1_000_000, scale), false).await?;
+    timer_holds(ctx, Bound::new(0.9, 1_000_000, scale)).await
+}
+
+/// handoff-8 as issue 58's harness runs it: the default options (fencing on demand, a waiting acquire) and holds on
+/// tokio's timer (see [`Holding::Timer`]), against rslock and the hand-written pub/sub waiter.
+async fn timer_holds(ctx: &mut Ctx, bound: Bound) -> anyhow::Result<()> {
+    let servers = ctx.servers(1)?;
+    let url = servers[0].url();
+    let mut contenders = vec![
+        Contender::core_default("redis-rs-default", Backend::RedisRs, &url).await?,
+        Contender::core_default("fred-default", Backend::Fred, &url).await?,
+        Contender::pubsub("pubsub-waiter", &url).await?,
+        Contender::rslock("rslock", std::slice::from_ref(&url), None)?,
+    ];
+    ctx.settings.keep(&mut contenders);
+    let holding = Holding::Timer(HOLD);
+    rounds_of(ctx, "handoff-8-timer", &servers, &contenders, 8, ROUNDS, bound, holding).await
 }
 
 async fn scenario(
@@ -322,15 +366,32 @@ async fn scenario(
         contenders.push(Contender::rslock("rslock-poll1ms", &urls, Some(RSLOCK_FAST_RETRY))?);
     }
     ctx.settings.keep(&mut contenders);
+    rounds_of(ctx, name, &servers, &contenders, competitors, rounds, bound, Holding::Thread(HOLD)).await
+}
+
+/// Warms every contender up, then runs `rounds` interleaved rounds of `competitors` on one key and reports a row
+/// per contender.
+#[allow(clippy::too_many_arguments)] // Two call sites; a struct would only rename them.
+async fn rounds_of(
+    ctx: &mut Ctx,
+    name: &str,
+    servers: &[Server],
+    contenders: &[Contender],
+    competitors: usize,
+    rounds: usize,
+    bound: Bound,
+    holding: Holding,
+) -> anyhow::Result<()> {
     // Warm-up: a short uncontended segment each (connections, scripts, subscriber).
     for (i, contender) in contenders.iter().enumerate() {
         let warmup = Bound { time: Duration::from_millis(100), count: 50 };
-        segment(contender, &format!("{name}:warm:{i}"), 2, warmup, &servers).await?;
+        segment(contender, &format!("{name}:warm:{i}"), 2, warmup, servers, holding).await?;
     }
     let mut totals: Vec<Option<Totals>> = contenders.iter().map(|_| None).collect();
     for round in 0..rounds {
         for i in order(round, contenders.len()) {
-            let seg = segment(&contenders[i], &format!("{name}:{i}:{round}"), competitors, bound, &servers).await?;
+            let tag = format!("{name}:{i}:{round}");
+            let seg = segment(&contenders[i], &tag, competitors, bound, servers, holding).await?;
             match &mut totals[i] {
                 Some(total) => total.add(seg)?,
                 slot @ None => *slot = Some(Totals::from(seg)),
@@ -490,6 +551,7 @@ async fn segment(
     competitors: usize,
     bound: Bound,
     servers: &[Server],
+    holding: Holding,
 ) -> anyhow::Result<Segment> {
     // Waiters are set up (pub/sub connections subscribed) before the counters are reset and the clock starts.
     let mut prepared = Vec::with_capacity(competitors);
@@ -510,7 +572,7 @@ async fn segment(
     for (me, competitor) in prepared.into_iter().enumerate() {
         let shared = shared.clone();
         let key = key.to_owned();
-        handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max, HOLD)));
+        handles.push(tokio::spawn(compete(competitor, me, shared, key, deadline, per_competitor_max, holding)));
     }
     let mut seg = Segment::new(bound.time)?;
     for handle in handles {
@@ -529,7 +591,7 @@ async fn compete(
     key: String,
     deadline: Instant,
     max: u64,
-    holding: Duration,
+    holding: Holding,
 ) -> anyhow::Result<Tally> {
     let mut tally =
         Tally { acquisitions: 0, gaps: Latency::new()?, waits: Latency::new()?, retakes: 0, overlaps: 0, errors: 0 };
