@@ -150,33 +150,36 @@ impl Contender {
     /// Our backend on one server with fencing on demand ([`Fencing::OnDemand`]): the acquire is a plain
     /// `SET NX PX`; with `draw`, every acquisition then asks for its token (one `FENCE` script more).
     pub(crate) async fn core_on_demand(name: &str, backend: Backend, url: &str, draw: bool) -> anyhow::Result<Self> {
-        let lock = Lock::from_arc(backend.store(url).await?);
         let options = LockOptions::new(TTL).with_fencing_mode(Fencing::OnDemand);
         let nested = if draw { CORE_NESTED } else { CORE_NESTED_NOFENCE };
-        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw }, nested })
+        Contender::core_single(name, backend, url, options, draw, nested).await
     }
 
     /// Our backend on one server with the default options and a wait of [`DEFAULT_WAIT`]: what an application
     /// that writes `LockOptions::new(ttl).with_wait(…)` and `acquire` runs (issue 58's harness).
     pub(crate) async fn core_default(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
-        let lock = Lock::from_arc(backend.store(url).await?);
         let options = LockOptions::new(TTL).with_wait(DEFAULT_WAIT);
-        Ok(Contender {
-            name: name.to_owned(),
-            client: Client::Core { lock, options, draw: false },
-            nested: CORE_NESTED_NOFENCE,
-        })
+        Contender::core_single(name, backend, url, options, false, CORE_NESTED_NOFENCE).await
     }
 
     /// Our backend on one server with a fair queue ([`LockOptions::with_fair_queue`], waiter TTL [`WAITER_TTL`]).
     pub(crate) async fn core_fair(name: &str, backend: Backend, url: &str) -> anyhow::Result<Self> {
-        let lock = Lock::from_arc(backend.store(url).await?);
         let options = LockOptions::new(TTL).with_fair_queue(WAITER_TTL);
-        Ok(Contender {
-            name: name.to_owned(),
-            client: Client::Core { lock, options, draw: false },
-            nested: CORE_NESTED_FAIR,
-        })
+        Contender::core_single(name, backend, url, options, false, CORE_NESTED_FAIR).await
+    }
+
+    /// Our lock over one store of `backend` on `url`, acquiring with `options` (and, with `draw`, drawing each
+    /// acquisition's fence).
+    async fn core_single(
+        name: &str,
+        backend: Backend,
+        url: &str,
+        options: LockOptions,
+        draw: bool,
+        nested: &'static [&'static str],
+    ) -> anyhow::Result<Self> {
+        let lock = Lock::from_arc(backend.store(url).await?);
+        Ok(Contender { name: name.to_owned(), client: Client::Core { lock, options, draw }, nested })
     }
 
     /// Our backend's [`LockStore`] on one server, called without the lock around it (see [`Client::Store`]); a
