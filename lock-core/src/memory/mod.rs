@@ -114,8 +114,9 @@ impl MemoryStore {
     }
 
     fn inspect<T>(&self, f: impl FnOnce(&mut keyspace::Keyspace, Instant) -> Option<T>) -> Option<T> {
+        let engine = self.engine();
         let now = Instant::now();
-        self.engine().as_ref().ok()?.with_keyspace(|keyspace| f(keyspace, now)).flatten()
+        engine.as_ref().ok()?.with_keyspace(|keyspace| f(keyspace, now)).flatten()
     }
 
     /// Number of live keys with a time-to-live: the locks held, and whatever else a primitive keeps with one
@@ -153,9 +154,13 @@ impl MemoryStore {
 
     /// One call under the engine's lock: its reply and the messages it published.
     fn execute(&self, call: Call<'_>) -> (Result<Ran>, Vec<(String, Vec<u8>)>) {
-        let now = Instant::now();
         let (reply, published) = {
             let mut engine = self.engine();
+            // Read under the lock: calls run in the order they take it, and `TIME` (the fences' floor) must never go
+            // back from one call to the next, as a server's clock read when the script runs does not. Read before
+            // the lock, a call that waited for it ran with an older clock than the call before it (found by the
+            // explorer once fencing counters could expire: an expired counter's fence came out below the last).
+            let now = Instant::now();
             let engine = match engine.as_mut() {
                 Ok(engine) => engine,
                 Err(err) => return (Err(LockError::backend(ServerError(err.clone()))), Vec::new()),
