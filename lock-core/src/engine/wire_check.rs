@@ -154,7 +154,7 @@ impl WireChecks {
                 // acquire, release and extend are its own protocol, so there is nothing to compare.
                 Ok(Checked::Done(Instant::now()))
             }
-            Err(LockError::Auth { .. }) => {
+            Err(LockError::Auth { source, .. }) if source.downcast_ref::<crate::error::AclRefusal>().is_some() => {
                 // An ACL that refuses the version key: not ours to insist on.
                 tracing::debug!(instance = i, key, "the server's ACL refuses the wire version key; not checked");
                 Ok(Checked::Done(Instant::now()))
@@ -173,6 +173,9 @@ fn is_verdict(err: &LockError) -> bool {
             | LockError::ForeignKey { .. }
             | LockError::OldPrefixInUse { .. }
             | LockError::WrongType { .. }
+            // Credentials the server refuses (an ACL's refusal of the key was taken as "not checked" above): the
+            // acquisition would be refused as well.
+            | LockError::Auth { .. }
     )
 }
 

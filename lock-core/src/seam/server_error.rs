@@ -93,6 +93,12 @@ impl ServerErrorKind {
         if message.contains("called without any password configured") {
             return ServerErrorKind::AuthFailed;
         }
+        // A request of more than ten parts from a client that has not authenticated: Redis and Valkey refuse it with
+        // `Protocol error: unauthenticated multibulk length` (and close the connection) instead of `NOAUTH`. It
+        // says the same: the connection has no credentials.
+        if message.contains("unauthenticated multibulk") || message.contains("unauthenticated bulk") {
+            return ServerErrorKind::AuthFailed;
+        }
         let first = message
             .split(|c: char| c.is_whitespace() || matches!(c, ':' | '-' | '(' | ',' | '"' | '`'))
             .find_map(|word| CODES.iter().find(|(code, _)| *code == word).map(|(_, kind)| *kind));
@@ -183,6 +189,8 @@ mod tests {
             ),
             ("NOPERM No permissions to access a key", AclRefused),
             ("NOAUTH Authentication required.", AuthFailed),
+            ("Protocol error: unauthenticated multibulk length", AuthFailed),
+            ("Protocol error: unauthenticated bulk length", AuthFailed),
             ("WRONGPASS invalid username-password pair or user is disabled.", AuthFailed),
             ("WRONGTYPE Operation against a key holding the wrong kind of value", WrongType),
             ("WRONGTYPE lock key lock:{orders} holds a value that is not a lock", WrongType),
