@@ -88,6 +88,8 @@ impl Backend {
 }
 
 /// The client a contender measures.
+// One value per contender, built once: boxing the lock would only add an indirection to the measured loop.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Client {
     /// lock-core's [`Lock`] over our backend(s), acquiring with `options`; with `draw`, asking each acquisition for

@@ -101,6 +101,9 @@ pub(crate) struct Peer {
     pub(crate) heard: bool,
     /// The longest our waiters sleep between tries.
     pub(crate) poll: Option<Duration>,
+    /// Whether the fencing counter is the peer's own, which its clients count from 1: ours never let it expire
+    /// (WIRE.md 5.5).
+    pub(crate) owns_counter: bool,
 }
 
 /// python-redis-lock's signal lists: `lock-signal:<name>`, which our release under its layout writes.

@@ -130,7 +130,7 @@ pub use distributed_election::{DistributedElection, LeaderGuard};
 pub use distributed_lock::{Capabilities, DistributedLock, LockGuard};
 pub use election::{Election, ElectionOptions, LeaderContext, LeaderInfo, Leadership, MAX_LEADER_VALUE};
 pub use engine::admin::{ExpectedHolder, Forced, ForcedRelease, Holder, HolderRole, Inspection, LockState};
-pub use engine::lock::{Guard, Lock, ReleaseReport, DEFAULT_OPERATION_TIMEOUT};
+pub use engine::lock::{Guard, Lock, ReleaseReport, DEFAULT_FENCE_COUNTER_EXPIRY, DEFAULT_OPERATION_TIMEOUT};
 pub use error::{LockError, Report, Result, Site};
 pub use fenced::FencedResource;
 pub use holder::{HolderLabel, OWNER_ID_LEN};

@@ -58,6 +58,10 @@ pub struct LockKeys {
     /// it has a hash tag, else `{<lock key>}`, so they share its Cluster slot), and what its releases need. `None`
     /// under the native layout, where that is the lock key (no allocation on the default path).
     peer: Option<std::sync::Arc<PeerKeys>>,
+    /// How long the fencing counter lives unused, in ms as the scripts take it (WIRE.md 5.5); `None` keeps it for
+    /// ever (a peer's counter, a read-write lock's, or a lock that asked so). Shared with the [`Lock`](crate::Lock)
+    /// that derived these keys: no allocation per acquire.
+    fence_idle: Option<std::sync::Arc<str>>,
 }
 
 /// The parts of a lock's keys another library's layout adds (see [`LockKeys::for_layout`]).
@@ -71,7 +75,7 @@ struct PeerKeys {
 
 impl std::hash::Hash for crate::layout::Peer {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (&self.signal, &self.message, self.heard, self.poll).hash(state);
+        (&self.signal, &self.message, self.heard, self.poll, self.owns_counter).hash(state);
     }
 }
 
@@ -125,7 +129,7 @@ impl LockKeys {
                 *end = text.len();
             }
         }
-        Ok(LockKeys { text, ends, peer: None })
+        Ok(LockKeys { text, ends, peer: None, fence_idle: None })
     }
 
     /// Derives the keys for `resource` under `layout` (see [`KeyLayout`](crate::KeyLayout)); `prefix` applies to the
@@ -154,7 +158,8 @@ impl LockKeys {
                 validate_name(resource)?;
                 validate_prefix(prefix)?;
                 namespace::check_lock_key(prefix, resource, resource)?;
-                let release = Peer { signal: None, message: Some("0".to_owned()), heard: true, poll: None };
+                let release =
+                    Peer { signal: None, message: Some("0".to_owned()), heard: true, poll: None, owns_counter: true };
                 let base = Self::base_of(resource);
                 let fence = redisson_prefix_name(crate::layout::REDISSON_TOKEN, resource);
                 let channel = redisson_prefix_name("redisson_lock__channel", resource);
@@ -180,6 +185,7 @@ impl LockKeys {
             message: raw.channel.as_ref().map(|_| lock.clone()),
             heard: raw.channel.is_some(),
             poll: raw.poll,
+            owns_counter: false,
         };
         let fence = format!("{base}:fence");
         Ok(Self::packed(resource, &lock, base, &fence, &channel, release))
@@ -214,7 +220,7 @@ impl LockKeys {
                 *end = text.len();
             }
         }
-        LockKeys { text, ends, peer: Some(std::sync::Arc::new(PeerKeys { base, release })) }
+        LockKeys { text, ends, peer: Some(std::sync::Arc::new(PeerKeys { base, release })), fence_idle: None }
     }
 
     /// A key beside the lock key, `<base>:<suffix>`, in the lock key's Cluster slot: `<lock key>:<suffix>` under
@@ -341,6 +347,20 @@ impl LockKeys {
     pub fn waiting(&self) -> &str {
         self.part(5)
     }
+
+    /// How long the fencing counter may stay unused before it expires, in ms as the fenced scripts take it; `""`
+    /// keeps it for ever (see [`Lock::with_fence_counter_expiry`](crate::Lock::with_fence_counter_expiry)).
+    pub(crate) fn fence_idle(&self) -> &str {
+        self.fence_idle.as_deref().unwrap_or_default()
+    }
+
+    /// These keys with the counter's idle expiry `idle` (ms), unless the counter is another library's, which its own
+    /// clients count from 1 (an expired one would hand out fences below earlier ones).
+    pub(crate) fn with_fence_idle(mut self, idle: Option<&std::sync::Arc<str>>) -> Self {
+        let peers_counter = self.peer.as_ref().is_some_and(|peer| peer.release.owns_counter);
+        self.fence_idle = idle.filter(|_| !peers_counter).cloned();
+        self
+    }
 }
 
 impl std::fmt::Debug for LockKeys {
@@ -353,6 +373,7 @@ impl std::fmt::Debug for LockKeys {
             .field("awaited", &self.awaited())
             .field("waiting", &self.waiting())
             .field("peer", &self.peer)
+            .field("fence_idle", &self.fence_idle)
             .finish()
     }
 }

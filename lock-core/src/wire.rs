@@ -36,7 +36,7 @@
 pub const RECHECK_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The protocol version this library speaks: `<major>.<minor>`.
-pub const VERSION: &str = "1.1";
+pub const VERSION: &str = "1.2";
 
 /// The key that holds the protocol version of the keys under `prefix`: `<prefix>wire` (no native lock key, which
 /// always has a `{…}` hash tag, has this name, and a name whose lock key under another library's layout would be it

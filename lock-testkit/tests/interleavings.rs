@@ -1338,3 +1338,39 @@ async fn a_late_grant_of_a_queued_try_is_never_given_back_under_the_waiters_toke
         drop(guard);
     }
 }
+
+/// Issue 58 (WIRE.md 5.5): a Redlock acquire whose requests reach the servers after its counters expired carries a
+/// floor its client read before another holder drew. Taken as sent on the expired counters, that floor would draw
+/// below the other holder's fence (and the late grant is still valid: its TTL is long). The scripts take a sent
+/// floor on an absent counter no lower than half the expiry below the server's clock, so the late fence is above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_floor_delayed_past_a_counter_expiry_still_draws_above_the_fences_before() {
+    use lock_core::{Fencing, LockKeys};
+    let servers = three_servers();
+    let expiry = ms(40);
+    let lock = || redlock_over(&servers).with_fence_counter_expiry(Some(expiry));
+    let (late, early) = (lock(), lock());
+    let eager = LockOptions::new(ms(10_000)).with_fencing_mode(Fencing::OnAcquire);
+    let gate = Gate::new();
+    for server in &servers {
+        server.once(Op::Acquire, Fault::Gate(gate.clone()));
+    }
+    let late_acquire = tokio::spawn({
+        let eager = eager.clone();
+        async move { late.try_acquire("ledger", &eager).await }
+    });
+    eventually("the late requests at the gate", ms(5_000), || servers.iter().all(|s| !s.log().is_empty())).await;
+    let first = early.try_acquire("ledger", &eager).await.unwrap().expect("the lock is free");
+    let fence = first.drawn_fence().unwrap();
+    first.release().await.unwrap();
+    let counter = LockKeys::new(lock_core::DEFAULT_PREFIX, "ledger").unwrap().fence().to_owned();
+    eventually("every counter expired", ms(5_000), || {
+        servers.iter().all(|s| s.memory().command(&["EXISTS", &counter]) == Some(lock_core::backend::Reply::Int(0)))
+    })
+    .await;
+    gate.open();
+    let late = late_acquire.await.unwrap().unwrap().expect("the late requests find the lock free");
+    let late_fence = late.drawn_fence().unwrap();
+    assert!(late_fence > fence, "the late grant's fence {late_fence} is below the one drawn before it, {fence}");
+    late.release().await.unwrap();
+}

@@ -9,12 +9,36 @@ local function read_counter(key)
   end
   return current
 end
-local function advance(key, current, floor)
+-- The server's clock in µs when this script first asks (one reading per script, so the counters one script draws
+-- from take one floor): the floor when the caller sends none.
+local clock_read = nil
+local function clock_floor()
+  if not clock_read then
+    local now = redis.call('TIME')
+    clock_read = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock_read
+end
+-- Sets the counter to max(current + 1, floor). With `idle` (ms, a decimal string; nil or empty for none) the counter
+-- expires once unused that long: the next draw starts again from the floor, above every fence drawn before as long
+-- as the clocks agree within half of `idle` (WIRE.md 5.5).
+local function advance(key, current, floor, idle)
+  local expires = idle and idle ~= ''
+  if expires and not current then
+    -- A new or expired counter: a floor the caller sent (a Redlock client's, read before its request travelled)
+    -- counts only down to half the expiry below the server's clock, so a request delayed past an expiry cannot
+    -- draw below the fence drawn meanwhile; a floor in step with the clock is kept, so instances stay in step.
+    floor = math.max(floor, clock_floor() - tonumber(idle) * 500)
+  end
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
     step = 1
   end
-  return redis.call('INCRBY', key, string.format('%d', step))
+  local fence = redis.call('INCRBY', key, string.format('%d', step))
+  if expires then
+    redis.call('PEXPIRE', key, idle)
+  end
+  return fence
 end
 
 local function awaited(key, pttl)
@@ -61,12 +85,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not fencing then
     return {1}
   end
-  local floor = tonumber(ARGV[4] or '')
-  if not floor then
-    local now = redis.call('TIME')
-    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  end
-  return {1, advance(KEYS[2], current, floor)}
+  return {1, advance(KEYS[2], current, tonumber(ARGV[4] or '') or clock_floor(), ARGV[6])}
 end
 -- Held: by a token, or by a key of another type (another library's lock), which holds it as well.
 local pttl = redis.call('PTTL', KEYS[1])

@@ -22,12 +22,36 @@ local function read_counter(key)
   end
   return current
 end
-local function advance(key, current, floor)
+-- The server's clock in µs when this script first asks (one reading per script, so the counters one script draws
+-- from take one floor): the floor when the caller sends none.
+local clock_read = nil
+local function clock_floor()
+  if not clock_read then
+    local now = redis.call('TIME')
+    clock_read = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock_read
+end
+-- Sets the counter to max(current + 1, floor). With `idle` (ms, a decimal string; nil or empty for none) the counter
+-- expires once unused that long: the next draw starts again from the floor, above every fence drawn before as long
+-- as the clocks agree within half of `idle` (WIRE.md 5.5).
+local function advance(key, current, floor, idle)
+  local expires = idle and idle ~= ''
+  if expires and not current then
+    -- A new or expired counter: a floor the caller sent (a Redlock client's, read before its request travelled)
+    -- counts only down to half the expiry below the server's clock, so a request delayed past an expiry cannot
+    -- draw below the fence drawn meanwhile; a floor in step with the clock is kept, so instances stay in step.
+    floor = math.max(floor, clock_floor() - tonumber(idle) * 500)
+  end
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
     step = 1
   end
-  return redis.call('INCRBY', key, string.format('%d', step))
+  local fence = redis.call('INCRBY', key, string.format('%d', step))
+  if expires then
+    redis.call('PEXPIRE', key, idle)
+  end
+  return fence
 end
 
 local function awaited(key, pttl)
@@ -95,7 +119,13 @@ if holder == ARGV[1] then
   -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  return {1, tonumber(current or '0')}
+  if current then
+    return {1, tonumber(current)}
+  end
+  -- The counter expired since the election (WIRE.md 5.5): a term drawn anew within this hold, and recorded.
+  local term = advance(KEYS[2], false, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
+  redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
+  return {1, term}
 end
 local me = ARGV[8] or ''
 -- Marks the election as awaited for `pttl` and lines this process up; a refusal (a key of another type) to return.
@@ -145,12 +175,7 @@ if grace and KEYS[7] and KEYS[9] then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local floor = tonumber(ARGV[3] or '')
-if not floor then
-  local now = redis.call('TIME')
-  floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-local term = advance(KEYS[2], current, floor)
+local term = advance(KEYS[2], current, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
 if KEYS[7] and (me ~= '' or turn) then
   redis.pcall('ZREM', KEYS[7], ARGV[6])
 end

@@ -22,12 +22,36 @@ local function read_counter(key)
   end
   return current
 end
-local function advance(key, current, floor)
+-- The server's clock in µs when this script first asks (one reading per script, so the counters one script draws
+-- from take one floor): the floor when the caller sends none.
+local clock_read = nil
+local function clock_floor()
+  if not clock_read then
+    local now = redis.call('TIME')
+    clock_read = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  return clock_read
+end
+-- Sets the counter to max(current + 1, floor). With `idle` (ms, a decimal string; nil or empty for none) the counter
+-- expires once unused that long: the next draw starts again from the floor, above every fence drawn before as long
+-- as the clocks agree within half of `idle` (WIRE.md 5.5).
+local function advance(key, current, floor, idle)
+  local expires = idle and idle ~= ''
+  if expires and not current then
+    -- A new or expired counter: a floor the caller sent (a Redlock client's, read before its request travelled)
+    -- counts only down to half the expiry below the server's clock, so a request delayed past an expiry cannot
+    -- draw below the fence drawn meanwhile; a floor in step with the clock is kept, so instances stay in step.
+    floor = math.max(floor, clock_floor() - tonumber(idle) * 500)
+  end
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
     step = 1
   end
-  return redis.call('INCRBY', key, string.format('%d', step))
+  local fence = redis.call('INCRBY', key, string.format('%d', step))
+  if expires then
+    redis.call('PEXPIRE', key, idle)
+  end
+  return fence
 end
 
 local fencing = ARGV[3] == '1'
@@ -57,7 +81,12 @@ if holder == ARGV[1] then
   -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local started = redis.call('HMGET', KEYS[3], 'started_ms')
-  return {1, fencing and tonumber(current or '-1') or -1, tonumber(started[1] or '0')}
+  local fence = -1
+  if fencing then
+    -- The counter as it stands, or, when it expired since the start (WIRE.md 5.5), a fence drawn anew in this hold.
+    fence = current and tonumber(current) or advance(KEYS[2], false, clock_floor(), ARGV[7])
+  end
+  return {1, fence, tonumber(started[1] or '0')}
 end
 local record = redis.call('HMGET', KEYS[3], 'holder', 'token')
 if KEYS[4] then
@@ -75,7 +104,7 @@ local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local started = math.floor(micros / 1000)
 local fence = -1
 if fencing then
-  fence = advance(KEYS[2], current, micros)
+  fence = advance(KEYS[2], current, micros, ARGV[7])
 end
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'token', ARGV[1], 'started_ms', string.format('%d', started),

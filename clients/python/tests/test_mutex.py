@@ -158,6 +158,29 @@ def test_fences_strictly_increase(make_client):
     assert fences[0] > 10**15  # the server's clock in µs is the floor
 
 
+def test_fence_counter_idle_expiry(make_client, r):
+    """WIRE.md 5.5: every fence sets the counter's idle expiry (a week by default); ``None`` keeps it for ever; an
+    expired counter's next fence is still above every earlier one; an expiry out of range is refused before I/O."""
+    with make_client().mutex.acquire("idle", ttl=1.0) as hold:
+        first = hold.fence
+    week_ms = int(wirelock.DEFAULT_FENCE_COUNTER_EXPIRY * 1000)
+    assert week_ms - 60_000 <= r.pttl("wlp:{idle}:fence") <= week_ms
+    with make_client(fence_counter_expiry=1.0).mutex.acquire("idle", ttl=1.0) as hold:
+        second = hold.fence
+        assert 0 < r.pttl("wlp:{idle}:fence") <= 1000
+    deadline = time.monotonic() + 10.0
+    while r.exists("wlp:{idle}:fence") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.exists("wlp:{idle}:fence") == 0, "the counter outlived its idle expiry"
+    kept = make_client(fence_counter_expiry=None)
+    with kept.mutex.acquire("idle", ttl=1.0) as hold:
+        assert hold.fence > second > first
+    assert r.pttl("wlp:{idle}:fence") == -1
+    for bad in (0.009, 400 * 24 * 3600.0):
+        with pytest.raises(wirelock.InvalidArgument):
+            make_client(fence_counter_expiry=bad)
+
+
 def test_without_fencing_and_label(client, r):
     with client.mutex.acquire("plain", ttl=1.0, fencing=False, label="worker 3") as hold:
         assert hold.fence is None

@@ -18,7 +18,7 @@ from wirelock import tokens as T
 
 def test_version_key_written_once(client, r):
     client.mutex.acquire("a", ttl=1.0).release()
-    assert r.get("wlp:wire") == "1.1" and r.pttl("wlp:wire") == -1
+    assert r.get("wlp:wire") == wirelock.PROTOCOL_VERSION == "1.2" and r.pttl("wlp:wire") == -1
     client.semaphore.acquire("a", limit=1, ttl=1.0).release()
     assert r.keys("*wire*") == ["wlp:wire"]  # covers <P>sem: and <P>rw: too
 
@@ -36,7 +36,7 @@ def test_version_key_refuses_other_major(make_client, r, found):
     ):
         with pytest.raises(ProtocolVersionMismatch) as refused:
             acquire()
-        assert found in str(refused.value) and "1.1" in str(refused.value)
+        assert found in str(refused.value) and wirelock.PROTOCOL_VERSION in str(refused.value)
     assert r.keys("*") == ["wlp:wire"]  # nothing else written
     # A refusal is not remembered: once the key holds a compatible version, the prefix works.
     r.set("wlp:wire", "1.12")
@@ -74,7 +74,7 @@ def test_version_key_other_prefix_and_wrong_type(make_client, r):
         client.mutex.acquire("a", ttl=1.0)
     assert r.keys("*") == ["app:wire"]
     make_client().mutex.acquire("a", ttl=1.0).release()  # the default prefix has its own key
-    assert r.get("wlp:wire") == "1.1"
+    assert r.get("wlp:wire") == wirelock.PROTOCOL_VERSION
 
 
 def test_version_key_checked_again_after_five_minutes(client, r, monkeypatch):
@@ -88,7 +88,7 @@ def test_version_key_checked_again_after_five_minutes(client, r, monkeypatch):
     assert r.exists("wlp:wire") == 0  # remembered
     monkeypatch.setattr(C, "RECHECK_AFTER", 0.0)
     client.mutex.acquire("a", ttl=1.0).release()
-    assert r.get("wlp:wire") == "1.1"
+    assert r.get("wlp:wire") == wirelock.PROTOCOL_VERSION
 
 
 def test_compatible_version():

@@ -33,7 +33,13 @@ if holder == ARGV[1] then
   -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  return {1, tonumber(current or '0')}
+  if current then
+    return {1, tonumber(current)}
+  end
+  -- The counter expired since the election (WIRE.md 5.5): a term drawn anew within this hold, and recorded.
+  local term = advance(KEYS[2], false, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
+  redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
+  return {1, term}
 end
 local me = ARGV[8] or ''
 -- Marks the election as awaited for `pttl` and lines this process up; a refusal (a key of another type) to return.
@@ -83,12 +89,7 @@ if grace and KEYS[7] and KEYS[9] then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local floor = tonumber(ARGV[3] or '')
-if not floor then
-  local now = redis.call('TIME')
-  floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-local term = advance(KEYS[2], current, floor)
+local term = advance(KEYS[2], current, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
 if KEYS[7] and (me ~= '' or turn) then
   redis.pcall('ZREM', KEYS[7], ARGV[6])
 end

@@ -238,7 +238,7 @@ impl Election {
     pub fn new(lock: Lock, name: &str, options: ElectionOptions) -> Result<Self> {
         options.validate()?;
         lock.native_only("an election")?;
-        let keys = LockKeys::new(lock.key_prefix(), name)?;
+        let keys = LockKeys::new(lock.key_prefix(), name)?.with_fence_idle(lock.fence_idle()?);
         let info = keys.aux(crate::namespace::Aux::Info);
         let channel = keys.aux(crate::namespace::Aux::Leader);
         Ok(Election { lock, options, keys, info, channel })
@@ -493,8 +493,18 @@ impl ElectionTarget {
             &self.promised,
             keys.channel(),
         ];
-        let args =
-            [ask.token.as_str(), &ttl, &floor, &self.id, &self.value, origin, sharded, waiting_as, &self.grace_ms];
+        let args = [
+            ask.token.as_str(),
+            &ttl,
+            &floor,
+            &self.id,
+            &self.value,
+            origin,
+            sharded,
+            waiting_as,
+            &self.grace_ms,
+            keys.fence_idle(),
+        ];
         let call = Call::script("acquire", &scripts::ELECT, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
         let ints = ran.reply.as_ints().unwrap_or_default();
@@ -569,7 +579,7 @@ impl Primitive for ElectionTarget {
     async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {
         let want = want.to_string();
         let call_keys = [keys.lock(), keys.fence(), self.info.as_str()];
-        let args = [token.as_str(), want.as_str()];
+        let args = [token.as_str(), want.as_str(), keys.fence_idle()];
         let ran = store.call(Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             Some(1) => Ok(true),

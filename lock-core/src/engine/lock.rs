@@ -51,6 +51,15 @@ fn since_wire_epoch(at: Instant) -> u64 {
 /// The default bound on one call to one store (acquire, release or extend), on top of the backend's own timeouts.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long a resource's fencing counter lives after its last fence by default (see
+/// [`Lock::with_fence_counter_expiry`]): a week, so a name locked once leaves no key behind for ever, and an expired
+/// counter's next fence stays above every earlier one unless the server's clock steps back by more than a week.
+pub const DEFAULT_FENCE_COUNTER_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The shortest and longest idle expiry a fencing counter takes (see [`Lock::with_fence_counter_expiry`]).
+const FENCE_COUNTER_EXPIRY_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(366 * 24 * 3600);
+
 /// A distributed lock over one [`LockStore`] ([`Lock::new`]) or a quorum of independent ones
 /// ([`Lock::redlock`]).
 ///
@@ -82,6 +91,9 @@ pub struct Lock {
     /// Until when every instance's answer about the protocol version under this prefix holds (see
     /// [`wire`](crate::wire)), in ms since [`wire_epoch`] (0: ask): the one atomic load a try makes for it.
     wire_checked: Arc<AtomicU64>,
+    /// The fencing counters' idle expiry in ms as the scripts take it (`None`: for ever), or the out-of-range
+    /// duration the caller asked for, refused at the next acquisition.
+    fence_idle: std::result::Result<Option<Arc<str>>, Duration>,
 }
 
 impl Lock {
@@ -125,6 +137,7 @@ impl Lock {
             layout: crate::KeyLayout::native(),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             wire_checked: Arc::default(),
+            fence_idle: Ok(Some(DEFAULT_FENCE_COUNTER_EXPIRY.as_millis().to_string().into())),
         }
     }
 
@@ -148,9 +161,54 @@ impl Lock {
         &self.layout
     }
 
-    /// The keys of `resource` under this lock's prefix and layout.
+    /// The keys of `resource` under this lock's prefix and layout, with its fencing counters' expiry.
     pub(crate) fn keys(&self, resource: &str) -> Result<LockKeys> {
-        LockKeys::for_layout(&self.layout, &self.prefix, resource)
+        Ok(LockKeys::for_layout(&self.layout, &self.prefix, resource)?.with_fence_idle(self.fence_idle()?))
+    }
+
+    /// The fencing counters' idle expiry as the scripts take it (see [`with_fence_counter_expiry`]).
+    ///
+    /// [`with_fence_counter_expiry`]: Self::with_fence_counter_expiry
+    pub(crate) fn fence_idle(&self) -> Result<Option<&Arc<str>>> {
+        match &self.fence_idle {
+            Ok(idle) => Ok(idle.as_ref()),
+            Err(asked) => Err(LockError::invalid(format!(
+                "a fencing counter's expiry must lie between 10 ms and 366 days (asked: {asked:?}); None keeps it"
+            ))),
+        }
+    }
+
+    /// How long a resource's fencing counter lives after the last fence drawn from it (default
+    /// [`DEFAULT_FENCE_COUNTER_EXPIRY`], a week); `None` keeps every counter for ever, as protocol 1.1 did.
+    ///
+    /// Without an expiry, every name ever locked with a fence leaves one small key (a lock per customer over ten
+    /// million customers: ten million keys). An expired counter costs no safety: the next fence starts again at the
+    /// server's clock in µs (the floor that also survives a restart without persistence), above every fence drawn
+    /// before, **as long as the server's clock never steps back by more than the expiry** (a failover to a replica
+    /// whose clock is behind), and over Redlock as long as the clients' clocks agree with the servers' within half
+    /// of it (see WIRE.md 5.5 and FAULTS.md). The expiry is refreshed at every fence, so a counter in use never
+    /// expires, and a hold that outlives its counter draws its next fence anew, above its last. Counters another
+    /// library counts from 1 (Redisson's) never expire, nor do a read-write lock's, whose readers read the last
+    /// write's fence as their epoch. Each acquisition sends its own expiry, so the last lock to draw sets it. A
+    /// short expiry is a tight clock assumption: keep it far above any step your clocks may take.
+    ///
+    /// An expiry under 10 ms or over 366 days makes every acquisition fail with [`LockError::InvalidArgument`].
+    ///
+    /// ```
+    /// use lock_core::{Lock, MemoryStore};
+    /// use std::time::Duration;
+    ///
+    /// // Per-customer locks over millions of customers: counters unused for a day go.
+    /// let lock = Lock::new(MemoryStore::new()).with_fence_counter_expiry(Some(Duration::from_secs(24 * 3600)));
+    /// # let _ = lock;
+    /// ```
+    pub fn with_fence_counter_expiry(mut self, expiry: Option<Duration>) -> Self {
+        self.fence_idle = match expiry {
+            None => Ok(None),
+            Some(d) if FENCE_COUNTER_EXPIRY_RANGE.contains(&d) => Ok(Some(d.as_millis().to_string().into())),
+            Some(d) => Err(d),
+        };
+        self
     }
 
     /// The keys of `resource` for `what`, a primitive whose release does nothing for another library's waiters:
@@ -904,7 +962,7 @@ impl GuardState {
             return Err(LockError::invalid("no store to draw a fencing token from"));
         };
         let call_keys = [keys.lock(), keys.fence()];
-        let args = [self.token.as_str()];
+        let args = [self.token.as_str(), keys.fence_idle()];
         let call = Call::script("fence", &crate::seam::scripts::FENCE, &call_keys, &args);
         let ran = bounded("fence", self.call_timeout, store.as_ref(), &*self.target, false, store.call(call))
             .await

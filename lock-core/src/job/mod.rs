@@ -509,7 +509,8 @@ impl JobTarget {
         let tick_ttl = self.tick.as_ref().map(|(_, ttl)| ttl.to_string()).unwrap_or_default();
         let mut call_keys = vec![keys.lock(), keys.fence(), self.info.as_str()];
         call_keys.extend(self.tick.as_ref().map(|(key, _)| key.as_str()));
-        let args = [ask.token.as_str(), &ttl, ask.fencing_flag(), &self.holder, &at_least, &tick_ttl];
+        let args =
+            [ask.token.as_str(), &ttl, ask.fencing_flag(), &self.holder, &at_least, &tick_ttl, keys.fence_idle()];
         let call =
             Call::script("acquire", &crate::seam::scripts::JOB_START, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;

@@ -26,7 +26,12 @@ if holder == ARGV[1] then
   -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local started = redis.call('HMGET', KEYS[3], 'started_ms')
-  return {1, fencing and tonumber(current or '-1') or -1, tonumber(started[1] or '0')}
+  local fence = -1
+  if fencing then
+    -- The counter as it stands, or, when it expired since the start (WIRE.md 5.5), a fence drawn anew in this hold.
+    fence = current and tonumber(current) or advance(KEYS[2], false, clock_floor(), ARGV[7])
+  end
+  return {1, fence, tonumber(started[1] or '0')}
 end
 local record = redis.call('HMGET', KEYS[3], 'holder', 'token')
 if KEYS[4] then
@@ -44,7 +49,7 @@ local micros = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local started = math.floor(micros / 1000)
 local fence = -1
 if fencing then
-  fence = advance(KEYS[2], current, micros)
+  fence = advance(KEYS[2], current, micros, ARGV[7])
 end
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'holder', ARGV[4], 'token', ARGV[1], 'started_ms', string.format('%d', started),

@@ -204,10 +204,11 @@ impl Keyspace {
         std::mem::take(&mut self.published)
     }
 
-    /// How many live keys expire: everything a lock or job holds (fencing counters and job records never expire and
-    /// are not counted).
+    /// How many live keys expire: everything a lock or job holds (job records never expire; fencing counters, which
+    /// outlive every hold by their idle expiry, are not counted).
     pub(crate) fn expiring_count(&self, now: Instant) -> usize {
-        self.entries.values().filter(|e| e.expires.is_some_and(|t| t > now)).count()
+        let counter = |key: &[u8]| key.ends_with(b":fence");
+        self.entries.iter().filter(|(key, e)| !counter(key) && e.expires.is_some_and(|t| t > now)).count()
     }
 
     /// The remaining time-to-live of `key`, if it exists and expires.

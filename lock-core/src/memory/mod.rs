@@ -120,7 +120,9 @@ impl MemoryStore {
     }
 
     /// Number of live keys with a time-to-live: the locks held, and whatever else a primitive keeps with one
-    /// (for tests: "no keys left behind"). Fencing counters, which never expire, are not counted.
+    /// (for tests: "no keys left behind"). Fencing counters (keys ending `:fence`) are not counted: they outlive
+    /// every hold by their idle expiry (a week by default, see
+    /// [`Lock::with_fence_counter_expiry`](crate::Lock::with_fence_counter_expiry)), or never expire.
     pub fn held_count(&self) -> usize {
         self.inspect(|keyspace, now| Some(keyspace.expiring_count(now))).unwrap_or(0)
     }

@@ -30,26 +30,21 @@ for i = 1, n do
     return {0, i, pttl}
   end
 end
-local floor = nil
-if fencing then
-  floor = tonumber(ARGV[4] or '')
-  if not floor then
-    local now = redis.call('TIME')
-    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  end
-end
+local floor = fencing and (tonumber(ARGV[4] or '') or clock_floor())
 local reply = {1}
 for i = 1, n do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
   if values[i] == ARGV[1] then
     redis.call('PEXPIRE', lock, ARGV[2])
     if fencing then
-      reply[i + 1] = tonumber(counters[i] or '0')
+      -- A retry of our own grant: the counter as it stands, or, when it expired since, a fence drawn anew (in the
+      -- hold the first grant began, so above every fence before it).
+      reply[i + 1] = counters[i] and tonumber(counters[i]) or advance(fence, false, floor, ARGV[6])
     end
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
     if fencing then
-      reply[i + 1] = advance(fence, counters[i], floor)
+      reply[i + 1] = advance(fence, counters[i], floor, ARGV[6])
     end
   end
 end

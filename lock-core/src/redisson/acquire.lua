@@ -19,8 +19,8 @@ if kind == 'none' then
   if not fencing then
     return {1}
   end
-  local now = redis.call('TIME')
-  return {1, advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))}
+  -- Redisson's own clients increment this counter from 1: it never expires (no idle), whatever ours do.
+  return {1, advance(KEYS[2], current, clock_floor(), nil)}
 end
 if kind == 'hash' and redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -125,6 +125,8 @@ impl RwLock {
             ));
         }
         lock.native_only("a read-write lock")?;
+        // No idle expiry for this counter (WIRE.md 5.5): a reader's epoch is the counter as it stands, and an
+        // expired one would read as 0, older than the last write.
         let keys = LockKeys::new(&format!("{}rw:", lock.key_prefix()), name)?;
         Ok(RwLock { lock, keys, waiter_ttl: DEFAULT_WAITER_TTL })
     }

@@ -44,15 +44,14 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(scripts::ttl_millis(request.ttl));
         // A try that does not line its process up (see `AcquireRequest::waiting_as`) leaves out the waiting
-        // processes' key and the origin: a shorter request, and one a server still takes from a client that has not
-        // authenticated yet (Redis refuses a request of more than ten parts from such a client, rather than answer
-        // `NOAUTH`).
+        // processes' key, and the origin unless the counter's expiry follows it: a shorter request.
         let (origin, lines_up) = (request.waiting_as.unwrap_or_default(), usize::from(request.waiting_as.is_some()));
         let (reply, acknowledged) = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
             let all_keys = [keys.lock(), keys.fence(), keys.awaited(), keys.waiting()];
-            let all_args = [request.token.as_str(), ttl, "1", &floor, origin];
-            let (call_keys, args) = (&all_keys[..3 + lines_up], &all_args[..4 + lines_up]);
+            let all_args = [request.token.as_str(), ttl, "1", &floor, origin, keys.fence_idle()];
+            let sent = if keys.fence_idle().is_empty() { 4 + lines_up } else { 6 };
+            let (call_keys, args) = (&all_keys[..3 + lines_up], &all_args[..sent]);
             let call = Call::script("acquire", &scripts::ACQUIRE, call_keys, args).with_replicas(request.replicas);
             let ran = timed(self, call).await?;
             let ints = ran.reply.as_ints().ok_or_else(|| unexpected("acquire", &ran.reply))?;
@@ -118,7 +117,7 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     async fn raise_fence(&self, keys: &LockKeys, token: &Token, at_least: u64) -> Result<bool> {
         let floor = at_least.to_string();
         let call_keys = [keys.lock(), keys.fence()];
-        let args = [token.as_str(), &floor];
+        let args = [token.as_str(), &floor, keys.fence_idle()];
         let ran = timed(self, Call::script("raise-fence", &scripts::RAISE_FENCE, &call_keys, &args)).await?;
         scripts::parse_raise_fence(int("raise-fence", &ran.reply)?)
     }
@@ -132,8 +131,11 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
             call_keys.extend(request.keys.iter().map(LockKeys::waiting));
         }
         let fencing = if request.fencing { "1" } else { "0" };
-        let all_args = [request.token.as_str(), &ttl, fencing, &floor, request.waiting_as.unwrap_or_default()];
-        let args = &all_args[..4 + usize::from(request.waiting_as.is_some())];
+        // Every resource's counter takes the first one's expiry: the keys come from one lock.
+        let idle = request.keys.first().map(LockKeys::fence_idle).unwrap_or_default();
+        let all_args = [request.token.as_str(), &ttl, fencing, &floor, request.waiting_as.unwrap_or_default(), idle];
+        let sent = if idle.is_empty() { 4 + usize::from(request.waiting_as.is_some()) } else { 6 };
+        let args = &all_args[..sent];
         let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, args).with_replicas(request.replicas);
         let ran = timed(self, call).await?;
         let ints = ran.reply.as_ints().ok_or_else(|| unexpected("multi-acquire", &ran.reply))?;

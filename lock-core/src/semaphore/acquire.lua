@@ -51,12 +51,7 @@ while #slots < n and slot < limit do
 end
 local fence = -1
 if fencing then
-  local floor = tonumber(ARGV[6] or '')
-  if not floor then
-    local t = redis.call('TIME')
-    floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
-  fence = advance(KEYS[5], current, floor)
+  fence = advance(KEYS[5], current, tonumber(ARGV[6] or '') or clock_floor(), ARGV[7])
 end
 for _, s in ipairs(slots) do
   redis.call('HSET', KEYS[2], string.format('%d', s), ARGV[1])

@@ -116,7 +116,7 @@ impl Semaphore {
             return Err(LockError::invalid(format!("a semaphore's limit must be 1 to {MAX_PERMITS}")));
         }
         lock.native_only("a semaphore")?;
-        let keys = LockKeys::new(&format!("{}sem:", lock.key_prefix()), name)?;
+        let keys = LockKeys::new(&format!("{}sem:", lock.key_prefix()), name)?.with_fence_idle(lock.fence_idle()?);
         let names = Arc::new(keys.semaphore());
         Ok(Semaphore { lock, keys, names, limit })
     }
@@ -277,7 +277,8 @@ impl PermitTarget {
         let ttl = scripts::ttl_millis(ask.ttl).to_string();
         let floor = ask.floor_arg();
         let call_keys = [exp.as_str(), slots, grants, limit, keys.fence(), keys.awaited()];
-        let args = [ask.token.as_str(), &self.permits, &ttl, &self.limit, ask.fencing_flag(), &floor];
+        let args =
+            [ask.token.as_str(), &self.permits, &ttl, &self.limit, ask.fencing_flag(), &floor, keys.fence_idle()];
         let call = Call::script("acquire", &scripts::SEM_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
         let grant = match parse_acquire(&ran.reply, keys.resource(), &self.limit)? {

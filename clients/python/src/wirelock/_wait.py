@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import redis
 import redis.exceptions
 
-from .connection import Connection
+from .connection import DEFAULT_FENCE_COUNTER_EXPIRY, Connection
 from .errors import Contended
 from .keys import DEFAULT_PREFIX
 from .listener import ReleaseListener
@@ -47,8 +47,15 @@ class Engine(Connection):
         scripts: ScriptSet | None = None,
         listen: bool = True,
         operation_timeout: float = 2.0,
+        fence_counter_expiry: float | None = DEFAULT_FENCE_COUNTER_EXPIRY,
     ) -> None:
-        super().__init__(redis_client, prefix=prefix, scripts=scripts, operation_timeout=operation_timeout)
+        super().__init__(
+            redis_client,
+            prefix=prefix,
+            scripts=scripts,
+            operation_timeout=operation_timeout,
+            fence_counter_expiry=fence_counter_expiry,
+        )
         self._listener: ReleaseListener | None = ReleaseListener(self) if listen else None
 
     @property

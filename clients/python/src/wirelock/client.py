@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from ._wait import Engine
-from .connection import FENCED_WRITES, compatible_version
+from .connection import DEFAULT_FENCE_COUNTER_EXPIRY, FENCED_WRITES, compatible_version
 from .election import Elections
 from .keys import DEFAULT_PREFIX
 from .mutex import Mutex
@@ -40,9 +40,15 @@ class Client(Engine):
         scripts: ScriptSet | None = None,
         listen: bool = True,
         operation_timeout: float = 2.0,
+        fence_counter_expiry: float | None = DEFAULT_FENCE_COUNTER_EXPIRY,
     ) -> None:
         super().__init__(
-            redis_client, prefix=prefix, scripts=scripts, listen=listen, operation_timeout=operation_timeout
+            redis_client,
+            prefix=prefix,
+            scripts=scripts,
+            listen=listen,
+            operation_timeout=operation_timeout,
+            fence_counter_expiry=fence_counter_expiry,
         )
         self.mutex = Mutex(self)
         self.semaphore = Semaphores(self)

@@ -38,6 +38,11 @@ _VERSION = re.compile(r"([0-9]+)\.([0-9]+)")
 _INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 FENCED_WRITES = ("get", "hget", "hgetall", "set", "get-set", "hset", "del", "incrby", "rpush", "xadd", "observe")
 
+DEFAULT_FENCE_COUNTER_EXPIRY = 7 * 24 * 3600.0
+"""Seconds a fencing counter lives after its last fence (WIRE.md 5.5): a week, the Rust engine's default. An expired
+counter's next fence starts again from the server's clock, above every earlier one unless that clock steps back by
+more than the expiry."""
+
 RECHECK_AFTER = 300.0
 """Seconds a successful protocol version check is remembered ("Protocol version key": at most five minutes), so that
 a version key lost to a ``FLUSHALL``, a failover or an eviction is written again."""
@@ -61,8 +66,15 @@ class Connection:
         prefix: str = DEFAULT_PREFIX,
         scripts: ScriptSet | None = None,
         operation_timeout: float = 2.0,
+        fence_counter_expiry: float | None = DEFAULT_FENCE_COUNTER_EXPIRY,
     ) -> None:
         validate_prefix(prefix)
+        if fence_counter_expiry is not None and not 0.01 <= fence_counter_expiry <= 366 * 24 * 3600.0:
+            raise InvalidArgument(
+                f"a fencing counter's expiry lies between 10 ms and 366 days, or is None, not {fence_counter_expiry!r}"
+            )
+        self.fence_idle = "" if fence_counter_expiry is None else str(int(fence_counter_expiry * 1000))
+        """The fencing counters' idle expiry in ms as the scripts take it (WIRE.md 5.5), ``""`` for none."""
         self.redis = redis_client
         self.prefix = prefix
         self.scripts = scripts if scripts is not None else default_scripts()
@@ -178,7 +190,7 @@ class Connection:
                 raise InvalidArgument("the holder's token is not empty")
         elif not isinstance(token, str) or not token:
             raise InvalidArgument(f"the holder's token is a non-empty str or bytes, not {token!r}")
-        code = self._script("fence", [keys.lock, keys.fence], [token])
+        code = self._script("fence", [keys.lock, keys.fence], [token, self.fence_idle])
         if code == 0:
             raise Lost(name, f"the lock key {keys.lock!r} is gone (expired or released)")
         if code == -1:

@@ -136,7 +136,18 @@ class Elections:
                 reply = client._script(
                     "elect",
                     elect_keys,
-                    [token, str(lease_ms), "", candidate, value, client.origin, "0", origin or "", str(grace_ms)],
+                    [
+                        token,
+                        str(lease_ms),
+                        "",
+                        candidate,
+                        value,
+                        client.origin,
+                        "0",
+                        origin or "",
+                        str(grace_ms),
+                        client.fence_idle,
+                    ],
                 )
             except TRANSIENT:
                 # Resign notes the token as given back, so a grant still on its way elects nobody.

@@ -173,7 +173,8 @@ class ReadWriteLocks:
                 reply = client._script(
                     "fair-acquire",
                     fair_keys,
-                    [token, str(ms), "1", "", str(wms), "1" if waiting else "0", client.origin, "0", ""],
+                    # ARGV[10] empty: a read-write lock's counter never expires (its readers read it as their epoch).
+                    [token, str(ms), "1", "", str(wms), "1" if waiting else "0", client.origin, "0", "", ""],
                 )
             except TRANSIENT:
                 # Unsure whether this token holds the lock or a place: give it back, and go on with a new token so

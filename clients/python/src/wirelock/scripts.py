@@ -1,4 +1,4 @@
-"""The protocol's Lua scripts: loaded from ``wire/scripts/*.lua``, checked against the SHA-1s of protocol 1.1, and
+"""The protocol's Lua scripts: loaded from ``wire/scripts/*.lua``, checked against the SHA-1s of protocol 1.2, and
 sent with ``EVALSHA``, falling back once to ``EVAL`` on ``NOSCRIPT`` (WIRE.md section 4.1)."""
 
 from __future__ import annotations
@@ -15,49 +15,49 @@ import redis.exceptions
 
 from .errors import AclRefused, ScriptMismatch, ServerError, WrongType
 
-PROTOCOL_VERSION = "1.1"
+PROTOCOL_VERSION = "1.2"
 PROTOCOL_MAJOR = "1"
 
-# WIRE.md section 4.2: the scripts of protocol 1.1 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
+# WIRE.md section 4.2: the scripts of protocol 1.2 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
 SCRIPT_SHA1: dict[str, str] = {
-    "acquire": "a00dc0f2cbb74796c5d262756a241e33d17db247",
-    "elect": "dee22ec34fbe0a14fb0dc5ac43660320759f1a90",
+    "acquire": "c1c52f9d9980a4432ff835a227e421c19020b213",
+    "elect": "fdebb8d22eb8dc8d16364e8ce3aa33c1cfb64d19",
     "election-renew": "631c59542561ddac6a027fdf4bdd1f138f46e82e",
     "extend": "fdb6c3f04049b296fa97dacf0271bba757f646fa",
-    "fair-acquire": "adcf945d38bb6b93a37e0ef4d9c71adef2b8d9f6",
-    "fair-release": "c228ec4d949769df0b922cee0ee8b2bfbb83a97e",
-    "fence": "a71c371488b2fea13963def6badfc15941b9ee42",
+    "fair-acquire": "e9d47dd30a4d436fdfdb6e80bde3f68490a5c122",
+    "fair-release": "bbf57a9ad5658f83c2c3d13296301ea561f74d22",
+    "fence": "d2ce904d90905dd20fa63b9e8bade9abf75fbac3",
     "fenced-write": "870f36c089e5dad769239ce46e7d98ab137e27c5",
     "force-release": "17a772bd69c6d9a5bd392aa5113c54d28ed7d277",
     "holder": "b7a97ab326a4542a9e00b96d9bf34c59d57ff2ed",
     "inspect": "9009f06f3e4b5d8426c763e7ad3dd86c9b84fef6",
     "job-finish": "222fbbe63a6723797838b81725b9da9782fcaefa",
-    "job-start": "8d968d1c9e8ab55f5c787268d41df0af7317b208",
+    "job-start": "c2cadd2b157dc935b37e9c5944d80030420b6185",
     "leader": "ed308d64ef8719ca302fa21ecc8e2c8bcf23d1d1",
-    "multi-acquire": "7332705a086a2ad3514420f0e585ac1363660c7c",
+    "multi-acquire": "bc983805c63826d3efe959b0b90632e709009633",
     "multi-extend": "a83fb10f158f5b3210f6021b35a9157de061f876",
     "multi-release": "7ba93325ffebe2deaeabb383a8837e3019ddf8c0",
     "pass-on": "77fcd15c9f8792a7e8e17f32682974823f9de0d2",
     "proclaim": "3f06399867bc9fddda9829d6f448ff56dfb248d9",
-    "raise-fence": "f31cac1e9b93ba38bfd26119d04cb6cc4b28be4e",
-    "redisson-acquire": "05009c9e5ebb63b85d6d9eb65e347fbf14c95382",
+    "raise-fence": "e16c39e437a0f7d5abd833efbcd690cb922b2518",
+    "redisson-acquire": "e4aa952c9289412b2a2f0217c7b332e3394c82fc",
     "redisson-extend": "3c95bbf9430536b2198577cde465f2351cb4e840",
     "redisson-release": "9ac9cb1f464a3e767a04b25ed93d5d67f5d3efad",
     "release": "78dfde11a9f054dfbad3e9ab064fbd665a0b4449",
     "resign": "b4b40d3ce19d82dead47b53d117a6b3aaae215c0",
     "rw-extend": "e7065b82321d7421414bbd784cf4ac40e204b31f",
-    "rw-read": "5445feadbc53e275cdaa8b878c0e092176391405",
+    "rw-read": "a48692049a434126dbe9a37756247300b079c21e",
     "rw-release": "7e97073fb66e973a86891c53ae3c5efebca6e18c",
     "rw-state": "944339cd5e81c67dbf87a3056cdf274a9203c508",
-    "sem-acquire": "a726f6bef205d3e5d956d162153d4b74ff594afc",
+    "sem-acquire": "651be08e74e15f93c26f101bf16a096ad6993f37",
     "sem-extend": "b8c60a71676cd456e2752fabe6fde2144b13cdd4",
     "sem-release": "5a20a59acd1a3a26e13e377e313533fbd11a4d5c",
     "sem-state": "9c5266d8a5e426f990706d815458dc1c933f6128",
     "wire-version": "922cd3c57430c4e6bd723b379359f867b03d0434",
 }
 
-# The scripts digest of protocol 1.1 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "da4bd4ca735f9efc85c8c1096d0fe229ff7d4bd7"
+# The scripts digest of protocol 1.2 (WIRE.md, Changelog): a check that the table above was copied whole.
+SCRIPTS_DIGEST = "735837de894a0e38e28935d7ef39376d50b86993"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:

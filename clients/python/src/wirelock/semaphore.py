@@ -99,7 +99,9 @@ class Semaphores:
             token = new_token()
             start = now_ns()
             try:
-                reply = client._script("sem-acquire", k, [token, str(n), str(ms), str(limit), "1" if fencing else "0", ""])
+                reply = client._script(
+                    "sem-acquire", k, [token, str(n), str(ms), str(limit), "1" if fencing else "0", "", client.fence_idle]
+                )
             except TRANSIENT:
                 give_back(f"semaphore {name!r}", lambda: _release(client, keys, token), ms)
                 raise

@@ -60,7 +60,12 @@ if holder == token then
   if refused then
     return refused
   end
-  return {1, tonumber(current)}
+  if current then
+    return {1, tonumber(current)}
+  end
+  -- The counter expired since the grant (WIRE.md 5.5): a fence drawn anew, within the hold the grant began.
+  local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  return {1, advance(KEYS[2], false, floor, ARGV[10])}
 end
 if not busy and (not first or first == token) then
   local current, refused = false, nil
@@ -86,7 +91,7 @@ if not busy and (not first or first == token) then
     return {1}
   end
   local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  return {1, advance(KEYS[2], current, floor)}
+  return {1, advance(KEYS[2], current, floor, ARGV[10])}
 end
 local tell = not busy and first and first ~= before
 local function announce()
@@ -132,7 +137,7 @@ if not placed then
 end
 redis.call('ZADD', KEYS[4], expiry, token)
 local reply = {0, pttl, 0}
-for i = 10, #ARGV do
+for i = 11, #ARGV do
   if redis.call('ZSCORE', KEYS[4], ARGV[i]) then
     redis.call('ZADD', KEYS[4], expiry, ARGV[i])
     if not busy and ARGV[i] == first then

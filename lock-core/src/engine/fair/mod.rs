@@ -122,8 +122,18 @@ impl FairSpec {
             }
             _ => String::new(),
         };
-        let mut args =
-            vec![ask.token.as_str(), &ttl, fencing, &floor, &self.waiter_ttl_ms, queue, origin, sharded, &grant];
+        let mut args = vec![
+            ask.token.as_str(),
+            &ttl,
+            fencing,
+            &floor,
+            &self.waiter_ttl_ms,
+            queue,
+            origin,
+            sharded,
+            &grant,
+            keys.fence_idle(),
+        ];
         args.extend(ask.queued.unwrap_or_default().iter().map(String::as_str));
         let call = Call::script("acquire", &scripts::FAIR_ACQUIRE, &call_keys, &args).with_replicas(ask.replicas);
         let ran = store.call(call).await?;
@@ -186,7 +196,7 @@ impl FairTarget {
         let (origin, sharded) = announcer(store);
         let call_keys =
             [keys.lock(), &fair.queue, &fair.heartbeats, keys.channel(), keys.awaited(), keys.fence(), &fair.grants];
-        let args = [token.as_str(), origin, sharded];
+        let args = [token.as_str(), origin, sharded, keys.fence_idle()];
         let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             Some(code) => Ok(vec![scripts::parse_release(code)?]),

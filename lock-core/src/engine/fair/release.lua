@@ -78,7 +78,7 @@ if head and live then
     local fence = ''
     if draw == '1' then
       -- Formatted as an integer: Lua prints a number past 14 digits (a token above the time floor) in exponent form.
-      fence = string.format('%d', advance(KEYS[6], current, tonumber(t[1]) * 1000000 + tonumber(t[2])))
+      fence = string.format('%d', advance(KEYS[6], current, tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[4]))
     end
     redis.call(publish, KEYS[4], ARGV[2] .. '+' .. fence .. ' ' .. waiter_id(head))
     return outcome

@@ -71,8 +71,9 @@ macro_rules! lock_prelude {
 /// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (decimal, may be empty) the
 /// counter's floor in place of the server's clock (see
 /// [`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
-/// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up).
-/// Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
+/// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up),
+/// `ARGV[6]` (optional) how long the counter may stay unused before it expires, in ms (WIRE.md 5.5; absent or
+/// empty: the counter keeps no expiry). Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
 /// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). A lock key of another
 /// type (another library's lock) is held like any other; the fence, mark or waiting key of another type is refused
 /// with `WRONGTYPE` before any write.
@@ -171,7 +172,7 @@ pub static EXTEND: Script = Script::new("extend", concat!(lock_prelude!(), inclu
 /// Raise the fencing counter to at least `ARGV[2]`, only while the lock key holds our token (Redlock).
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` (an election's) the leader record; `ARGV[1]` token, `ARGV[2]`
-/// the floor (decimal). Reply: `1` done, `0` not our lock. With a leader record that is this token's, its term
+/// the floor (decimal), `ARGV[3]` (optional) the counter's idle expiry in ms, set when it raises. Reply: `1` done, `0` not our lock. With a leader record that is this token's, its term
 /// becomes the floor too: the term the leader was elected with is the highest over its quorum, and each instance's
 /// record must name that one, or observers reading a quorum find records that disagree and see no leader.
 pub static RAISE_FENCE: Script =
@@ -180,7 +181,8 @@ pub static RAISE_FENCE: Script =
 /// Draw a fencing token for a lock already held ([`Fencing::OnDemand`](crate::Fencing::OnDemand)): advance the
 /// counter as [`ACQUIRE`] does, only while the lock key holds our token.
 ///
-/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token. Reply: the new counter value (≥ 1), `0` when the lock
+/// `KEYS[1]` lock key, `KEYS[2]` fence key; `ARGV[1]` token, `ARGV[2]` (optional) the counter's idle expiry in ms
+/// (as in [`ACQUIRE`]). Reply: the new counter value (≥ 1), `0` when the lock
 /// key is gone, `-1` when it holds another token (or a value of another type). Errors with `WRONGTYPE` for a counter
 /// of another type, before any write.
 ///
@@ -200,12 +202,13 @@ pub static FENCE: Script =
 /// ₂, … (the single lock's keys of each resource, so a multi-lock and a single lock on one resource exclude each
 /// other; on Cluster all in one slot); `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]`
 /// (may be empty) the counters' floor in place of the server's clock, `ARGV[5]` (optional) the trying process's
-/// origin. Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based,
+/// origin, `ARGV[6]` (optional) the counters' idle expiry in ms (as in [`ACQUIRE`]). Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based,
 /// is held by another token; its PTTL; that lock is marked as awaited and the process lined up on it, as by
 /// [`ACQUIRE`]). Every key's type is checked before any write (one `GET` per key, which refuses
 /// other types). Idempotent: a retry with the same token finds its own value, refreshes the TTL and replies the
-/// fences the first call set. Server commands for a free set of n resources with fencing: 4n + 2 (`EVALSHA`,
-/// `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`).
+/// fences the first call set (a counter that expired since is drawn anew, within the same hold). Server commands for
+/// a free set of n resources with fencing: 4n + 2 (`EVALSHA`, `TIME`, and per resource `GET` ×2, `SET`, `INCRBY`),
+/// and a `PEXPIRE` per resource with an idle expiry.
 pub static MULTI_ACQUIRE: Script = Script::new(
     "multi-acquire",
     concat!(
@@ -244,7 +247,8 @@ pub static MULTI_EXTEND: Script =
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` info hash, `KEYS[4]` (tick mode) the tick key; `ARGV[1]`
 /// token, `ARGV[2]` `at_most_for` in ms (the lock's TTL), `ARGV[3]` `"1"` for fencing, `ARGV[4]` the holder label,
-/// `ARGV[5]` `at_least_for` in ms, `ARGV[6]` (tick mode) the tick key's TTL in ms.
+/// `ARGV[5]` `at_least_for` in ms, `ARGV[6]` (tick mode) the tick key's TTL in ms, `ARGV[7]` (optional) the counter's
+/// idle expiry in ms (as in [`ACQUIRE`]).
 /// Reply: `{1, fence or -1, started_ms}` (started; `started_ms` is the server's clock), `{0, pttl, holder}` (another
 /// run holds the job; `holder` is its label, `false` when unknown), `{0, pttl, holder, 'tick'}` (this tick already
 /// ran or runs; `pttl` is the tick key's). Every key's type is checked before any write. Idempotent: a retry with
@@ -305,7 +309,8 @@ macro_rules! fair_prelude {
 /// `"1"` to take or keep a place (a waiting acquire; also its heartbeat), `"0"` for a try, `ARGV[7]` the caller's
 /// origin, `ARGV[8]` `"1"` to announce with `SPUBLISH`, `ARGV[9]` how a release may grant the lock to this waiter
 /// when it is the head (`"<lease ms> <1 to draw a fencing token>"`, noted in the grants hash when the place is
-/// taken; `""`: never, only tell it, as for a read-write lock's writer), `ARGV[10…]` (waiting only) the tokens of the
+/// taken; `""`: never, only tell it, as for a read-write lock's writer), `ARGV[10]` the counter's idle expiry in ms (as
+/// in [`ACQUIRE`]; empty: none), `ARGV[11…]` (waiting only) the tokens of the
 /// caller's peers: other waiters of its process with the same waiter TTL, whose places this call renews too (one
 /// heartbeat per process and resource), never re-creating a place that is gone. `KEYS[7]` the grants (hash: token
 /// → `ARGV[9]`, see [`FAIR_RELEASE`]), `KEYS[8]` (optional) a read-write lock's readers (zset: token → expiry in
@@ -343,7 +348,8 @@ pub static FAIR_ACQUIRE: Script = Script::new(
 ///
 /// `KEYS[1]` lock key, `KEYS[2]` queue, `KEYS[3]` heartbeats, `KEYS[4]` release channel, `KEYS[5]` the release
 /// mark, `KEYS[6]` fence key, `KEYS[7]` grants (see [`FAIR_ACQUIRE`]); `ARGV[1]` token, `ARGV[2]` origin, `ARGV[3]`
-/// `"1"` to announce with `SPUBLISH`. Reply: as [`RELEASE`] (`1` released, `0` absent, `-1` held by another token).
+/// `"1"` to announce with `SPUBLISH`, `ARGV[4]` (optional) the counter's idle expiry in ms for a grant's fence (as in
+/// [`ACQUIRE`]). Reply: as [`RELEASE`] (`1` released, `0` absent, `-1` held by another token).
 ///
 /// When the lock is free afterwards (we released it, or we left the queue of a free lock), places whose heartbeat
 /// expired are removed from the front of the queue (`TIME`), and the live head, if its place noted how to grant it
@@ -433,8 +439,9 @@ pub static FORCE_RELEASE: Script = Script::new(
 /// `ARGV[1]` token, `ARGV[2]` lease in ms, `ARGV[3]` (optional, decimal) the term's floor in place of the server's
 /// clock (Redlock), `ARGV[4]` candidate id, `ARGV[5]` value, `ARGV[6]` origin, `ARGV[7]` `"1"` for `SPUBLISH`,
 /// `ARGV[8]` (optional) the candidate's process to line up (empty: it cannot hear releases, and is not lined up),
-/// `ARGV[9]` (optional) the hand-over grace in ms (empty: no promises, as over Redlock). Reply: `{1, term}` (elected;
-/// a retry with the same token replies the same term), `{0, pttl}` (another candidate leads, or the election is
+/// `ARGV[9]` (optional) the hand-over grace in ms (empty: no promises, as over Redlock), `ARGV[10]` (optional) the
+/// counter's idle expiry in ms (as in [`ACQUIRE`]). Reply: `{1, term}` (elected; a retry with the same token replies
+/// the same term, or, once the counter expired, a term drawn anew and recorded), `{0, pttl}` (another candidate leads, or the election is
 /// promised to another process for `pttl` ms; the key is marked as awaited and the process lined up),
 /// `{0, -2}` (this candidacy was given back before the request arrived: nothing written). Every key's type is
 /// checked before any write. The record `{id, value, term, token}` lives exactly as long as the lock key (set and
@@ -512,7 +519,7 @@ macro_rules! semaphore_prelude {
 ///
 /// `KEYS[1..4]` the expiries (zset), slots (hash), grants (hash) and limit (string), `KEYS[5]` the fencing counter, `KEYS[6]` the release mark; `ARGV[1]`
 /// token, `ARGV[2]` n, `ARGV[3]` TTL in ms, `ARGV[4]` limit, `ARGV[5]` `"1"` for fencing, `ARGV[6]` (optional) the
-/// counter's floor. Reply: `{1, fence, slot…}` (granted the lowest free slots; fence `-1` without fencing; a retry
+/// counter's floor, `ARGV[7]` (optional) the counter's idle expiry in ms (as in [`ACQUIRE`]). Reply: `{1, fence, slot…}` (granted the lowest free slots; fence `-1` without fencing; a retry
 /// with the same token renews and replies the same grant), `{0, wait_ms, free}` (too few free: the earliest expiry
 /// is `wait_ms` away, `-1` when none, and `free` slots are free, which a smaller request could take; the semaphore
 /// is marked as awaited), `{-1, limit}` (another client uses the

@@ -12,12 +12,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not fencing then
     return {1}
   end
-  local floor = tonumber(ARGV[4] or '')
-  if not floor then
-    local now = redis.call('TIME')
-    floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  end
-  return {1, advance(KEYS[2], current, floor)}
+  return {1, advance(KEYS[2], current, tonumber(ARGV[4] or '') or clock_floor(), ARGV[6])}
 end
 -- Held: by a token, or by a key of another type (another library's lock), which holds it as well.
 local pttl = redis.call('PTTL', KEYS[1])

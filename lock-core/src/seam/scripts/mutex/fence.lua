@@ -11,5 +11,4 @@ current, refused = read_counter(KEYS[2])
 if refused then
   return refused
 end
-local now = redis.call('TIME')
-return advance(KEYS[2], current, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+return advance(KEYS[2], current, clock_floor(), ARGV[2])

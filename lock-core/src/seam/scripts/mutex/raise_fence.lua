@@ -21,6 +21,9 @@ end
 local wanted = tonumber(ARGV[2])
 if current < wanted then
   redis.call('INCRBY', KEYS[2], string.format('%d', wanted - current))
+  if ARGV[3] and ARGV[3] ~= '' then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
 end
 if KEYS[3] and redis.call('HGET', KEYS[3], 'token') == ARGV[1] then
   redis.call('HSET', KEYS[3], 'term', ARGV[2])
