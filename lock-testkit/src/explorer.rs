@@ -36,6 +36,10 @@
 //! probability 0.6, as a connection reset would, so give-backs are resent in the background; most of these
 //! schedules' waiters retry on the library's default backoff, so a waiter's next try races its last try's resends.
 //!
+//! One schedule in five shortens the **fencing counters' idle expiry** from a week to 10–40 ms, so counters expire on
+//! the servers' own clocks between holders, within holds and between a grant and its retry, on every instance (WIRE.md
+//! 5.5): fences must still increase.
+//!
 //! One schedule in ten runs on servers that refuse every subscription (as an ACL without the lock's channels would):
 //! no waiter hears a release, so each must poll on its backoff rather than trust its safety poll (the loose bound).
 //!
@@ -263,6 +267,9 @@ pub struct Schedule {
     /// (5–100 ms) instead of the explorer's slow one, so a waiter tries again while a give-back of its last try may
     /// still be resent.
     quick_retry: bool,
+    /// The fencing counters' idle expiry, when the schedule shortens it from a week to a few ms: counters then expire
+    /// on the servers' own clocks between holders, within holds and between a grant and its retry.
+    fence_expiry: Option<Duration>,
 }
 
 fn chance(rng: &mut StdRng, p: f64) -> bool {
@@ -438,6 +445,9 @@ impl Schedule {
             }
         }
         let quick_retry = late && chance(&mut lates, 0.7);
+        // Fencing counters that expire within the schedule, from an eighth stream (the same rule).
+        let mut expiries = StdRng::seed_from_u64(seed ^ 0x0065_7870_6972);
+        let fence_expiry = chance(&mut expiries, 0.2).then(|| Duration::from_millis(expiries.random_range(10..=40)));
         Schedule {
             seed,
             instances,
@@ -453,6 +463,7 @@ impl Schedule {
             deaf,
             other,
             quick_retry,
+            fence_expiry,
         }
     }
 
@@ -985,7 +996,7 @@ fn build(schedule: Schedule) -> World {
         .map(|p| {
             let ordered = schedule.ordered.get(p).copied().unwrap_or(false);
             let clients: Vec<ScriptedStore> = servers.iter().map(|s| s.client().ordered(ordered)).collect();
-            let lock = if clients.len() == 1 {
+            let mut lock = if clients.len() == 1 {
                 Lock::new(clients[0].clone()).with_operation_timeout(CALL_TIMEOUT)
             } else {
                 let stores = clients.iter().map(|c| Arc::new(c.clone()) as Arc<dyn LockStore>).collect();
@@ -994,6 +1005,9 @@ fn build(schedule: Schedule) -> World {
                     Err(err) => panic!("a valid Redlock: {err}"),
                 }
             };
+            if let Some(expiry) = schedule.fence_expiry {
+                lock = lock.with_fence_counter_expiry(Some(expiry));
+            }
             (clients, lock)
         })
         .collect();
