@@ -177,20 +177,21 @@ fn server_with_locker(rules: &str) -> RedisServer {
     RedisServer::builder().with_acl_user("locker", rules).start().unwrap_or_else(|err| panic!("redis-server: {err}"))
 }
 
-/// A user without one permission the scripts need gets a typed `Auth` error naming it. Without `INCRBY`, the
-/// fenced acquire's script fails after its `SET` was applied: the grant is given back, so no key is left.
+/// A user without one permission the scripts need gets a typed `Auth` error naming it. Without `TIME`, the
+/// fenced acquire's script fails after its `SET` was applied (it reads the clock for the fence's floor then): the
+/// grant is given back, so no key is left.
 pub async fn a_missing_acl_permission_is_auth_naming_it_and_leaves_no_key(connect: &UrlFactory) {
-    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +time", ""));
     let lock = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
-    let err = lock.try_acquire("no-incrby", &eager(ms(30_000))).await.err();
+    let err = lock.try_acquire("no-time", &eager(ms(30_000))).await.err();
     match &err {
         Some(LockError::Auth { source, .. }) => {
             let text = format!("{source}");
-            assert!(text.to_ascii_lowercase().contains("incrby"), "the error does not name the command: {text}");
+            assert!(text.to_ascii_lowercase().contains("time"), "the error does not name the command: {text}");
         }
-        other => panic!("expected Auth naming INCRBY, got {other:?}"),
+        other => panic!("expected Auth naming TIME, got {other:?}"),
     }
-    let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "no-incrby").or_panic();
+    let keys = LockKeys::new(lock_core::DEFAULT_PREFIX, "no-time").or_panic();
     let t0 = Instant::now();
     while exists(&server, keys.lock()) {
         assert!(t0.elapsed() < ms(2_000), "the grant whose script failed was left behind");
@@ -324,15 +325,15 @@ pub async fn every_server_error_kind_is_typed(connect: &UrlFactory) {
 /// password, a server that is down. Before, the cause was dropped ("lock server unavailable") or said twice ("holds a
 /// value that is not a lock: … holds a value that is not a lock").
 pub async fn every_error_says_its_cause_once(connect: &UrlFactory) {
-    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +incrby", ""));
+    let server = server_with_locker(&MINIMAL_ACL_RULES.replace(" +time", ""));
     let mut errors = Vec::new();
     let lock = Lock::from_arc(connect(server.url()).await.or_panic());
     // A fencing counter of another type (a lock key of another type is another library's lock: it holds).
     server.command(&["HSET", "wlp:{foreign}:fence", "f", "v"]).or_panic();
     errors.push(("wrong type", lock.try_acquire("foreign", &eager(ms(5_000))).await.err(), "WRONGTYPE"));
     let limited = Lock::from_arc(connect(server.url_for("locker", "secret", false)).await.or_panic());
-    let refused = limited.try_acquire("no-incrby", &eager(ms(5_000))).await.err();
-    errors.push(("ACL refusal", refused, "incrby"));
+    let refused = limited.try_acquire("no-time", &eager(ms(5_000))).await.err();
+    errors.push(("ACL refusal", refused, "time"));
     errors.push(("wrong password", connect(server.url_for("locker", "wrong", false)).await.err(), "auth"));
     let down = {
         let gone = start();

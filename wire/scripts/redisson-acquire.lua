@@ -30,11 +30,18 @@ local function advance(key, current, floor, idle)
     -- draw below the fence drawn meanwhile; a floor in step with the clock is kept, so instances stay in step.
     floor = math.max(floor, clock_floor() - tonumber(idle) * 500)
   end
+  local fence = math.max((tonumber(current) or 0) + 1, floor)
+  if expires and fence < 9007199254740992 then
+    -- One command for the value and its expiry (it costs the server about what INCRBY alone does), exact below 2^53.
+    redis.call('SET', key, string.format('%d', fence), 'PX', idle)
+    return fence
+  end
+  -- INCRBY is exact over 64 bits, whatever Lua's doubles can hold; and keeps the counter's TTL.
   local step = floor - (tonumber(current) or 0)
   if step < 1 then
     step = 1
   end
-  local fence = redis.call('INCRBY', key, string.format('%d', step))
+  fence = redis.call('INCRBY', key, string.format('%d', step))
   if expires then
     redis.call('PEXPIRE', key, idle)
   end
