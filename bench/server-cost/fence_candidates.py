@@ -5,9 +5,11 @@
 
 For each candidate, N acquisitions on fresh keys are sent through `redis-cli --pipe` (no client in the way), and
 the server's own CPU time (`INFO cpu`: used_cpu_user + used_cpu_sys of the main thread's process) is divided by N.
-Candidates: the plain `SET NX PX`; lock-core's ACQUIRE script as sent (wire/scripts/acquire.lua); the same script as
-a Redis 7 function (`FCALL`); the same steps without the counter's validation; with the floor from the client instead of TIME; and `MULTI`/`SET NX PX`/`INCR`/
-`EXEC` (no time floor). Each run measures every candidate in turn, rotated; the median per candidate is printed.
+Candidates: the plain `SET NX PX`; lock-core's ACQUIRE script as sent (wire/scripts/acquire.lua); the same with the
+counter's idle expiry (protocol 1.2's `ARGV[6]`, the default: one `PEXPIRE` more); the same script as a Redis 7
+function (`FCALL`); the same steps without the counter's validation; with the floor from the client instead of TIME;
+`MULTI`/`SET NX PX`/`INCR`/`EXEC` (no time floor); and the fence on demand (`SET NX PX`, then the FENCE script),
+without and with the idle expiry. Each run measures every candidate in turn, rotated; the median per candidate is printed.
 Needs redis-server and redis-cli on PATH; starts its own server (pinned to the last CPU when taskset exists).
 """
 import argparse
@@ -24,6 +26,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACQUIRE = open(os.path.join(HERE, "..", "..", "wire", "scripts", "acquire.lua")).read()
+FENCE = open(os.path.join(HERE, "..", "..", "wire", "scripts", "fence.lua")).read()
+# The engine's default idle expiry of a fencing counter (a week, in ms).
+IDLE = 7 * 24 * 3600 * 1000
 
 LEAN = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -78,7 +83,7 @@ def cpu(port):
 
 def commands(kind, n, tag):
     sha = {"acquire": hashlib.sha1(ACQUIRE.encode()).hexdigest(), "lean": hashlib.sha1(LEAN.encode()).hexdigest(),
-           "client-floor": hashlib.sha1(CLIENT_FLOOR.encode()).hexdigest()}
+           "client-floor": hashlib.sha1(CLIENT_FLOOR.encode()).hexdigest(), "fence": hashlib.sha1(FENCE.encode()).hexdigest()}
     token = "0123456789abcdef0123456789abcdef"
     floor = int(time.time() * 1_000_000)
     parts = []
@@ -87,11 +92,16 @@ def commands(kind, n, tag):
         if kind == "set-nx-px":
             parts.append(resp("SET", lock, token, "NX", "PX", 10000))
         elif kind == "acquire":
-            parts.append(resp("EVALSHA", sha["acquire"], 3, lock, fence, f"lock:{{{tag}-{i}}}:awaited", token, 10000, 1, "", ""))
+            parts.append(resp("EVALSHA", sha["acquire"], 3, lock, fence, f"lock:{{{tag}-{i}}}:awaited", token, 10000, 1, ""))
+        elif kind == "acquire-idle":
+            parts.append(resp("EVALSHA", sha["acquire"], 3, lock, fence, f"lock:{{{tag}-{i}}}:awaited", token, 10000, 1, "", "", IDLE))
+        elif kind in ("on-demand", "on-demand-idle"):
+            idle = IDLE if kind == "on-demand-idle" else ""
+            parts.append(resp("SET", lock, token, "NX", "PX", 10000) + resp("EVALSHA", sha["fence"], 2, lock, fence, token, idle))
         elif kind in ("lean", "client-floor"):
             parts.append(resp("EVALSHA", sha[kind], 2, lock, fence, token, 10000, floor + i))
         elif kind == "function":
-            parts.append(resp("FCALL", "acquire", 3, lock, fence, f"lock:{{{tag}-{i}}}:awaited", token, 10000, 1, "", ""))
+            parts.append(resp("FCALL", "acquire", 3, lock, fence, f"lock:{{{tag}-{i}}}:awaited", token, 10000, 1, ""))
         elif kind == "multi-incr":
             parts.append(resp("MULTI") + resp("SET", lock, token, "NX", "PX", 10000) + resp("INCR", fence) + resp("EXEC"))
     return b"".join(parts)
@@ -137,10 +147,11 @@ def arguments():
 def main():
     args = arguments()
     with server() as port:
-        for body in (ACQUIRE, LEAN, CLIENT_FLOOR):
+        for body in (ACQUIRE, LEAN, CLIENT_FLOOR, FENCE):
             cli(port, "SCRIPT", "LOAD", body)
         cli(port, "FUNCTION", "LOAD", "REPLACE", FUNCTION)
-        kinds = ["set-nx-px", "acquire", "function", "lean", "client-floor", "multi-incr"]
+        kinds = ["set-nx-px", "acquire", "acquire-idle", "function", "lean", "client-floor", "multi-incr", "on-demand",
+                 "on-demand-idle"]
         results = {k: [] for k in kinds}
         for run in range(args.runs):
             for k in kinds[run % len(kinds):] + kinds[: run % len(kinds)]:

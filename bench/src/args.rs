@@ -8,7 +8,7 @@ use crate::contender::Contender;
 
 pub(crate) const USAGE: &str = "\
 usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders NAME[,NAME…]]
-                  [--runtime multi-thread|current-thread|both] [--diagnostics] [--quick]
+                  [--runtime multi-thread|current-thread|both] [--fence-expiry SECONDS] [--diagnostics] [--quick]
        lock-bench summarize RUN_OUTPUT…
 
   --server-cpu N  pin every redis-server this run starts to CPU N (taskset -a -p); pin the bench itself with
@@ -20,12 +20,16 @@ usage: lock-bench [--server-cpu N] [--only SCENARIO[,SCENARIO…]] [--contenders
                   waiter-curve (10 to 1 000 waiters over 1 to 50 processes), multi-curve (1, 8, 64
                   resources per multi-lock), cores-curve (1, 2, 4, … client worker threads, up to the
                   CPUs this process may use: run it without taskset), backends (etcd, one member and
-                  three, beside Redis through `dyn DistributedLock`; needs etcd installed)
+                  three, beside Redis through `dyn DistributedLock`; needs etcd installed), fence-memory
+                  (1 000 000 names locked once each with a fence: the server's memory with counters kept for
+                  ever and with counters that expire, before and after they did)
   --contenders L  measure only these contenders (for profiling one of them; targets need the full set)
   --runtime R     the tokio runtime of the client side: multi-thread (one worker per CPU this process may use),
                   current-thread (every task on the calling thread, as `#[tokio::main(flavor = \"current_thread\")]`
                   runs them), or both (the default): the in-process scenarios run once on each, and the rows of
                   the current-thread runtime carry `@current-thread` after the scenario's name
+  --fence-expiry S  the fencing counters' idle expiry in fence-memory, in seconds (default 60: longer than locking
+                  a million names takes; the library's default is a week, which a benchmark cannot wait for)
   --diagnostics   add rows that explain gaps (our backends with a pool of one connection)
   --quick         a tenth of every time bound (a smoke test; the numbers are noisy)
   summarize       print median and min-max of every row, ratio and target over several runs' output";
@@ -52,6 +56,8 @@ pub(crate) struct Settings {
     pub(crate) scale: f64,
     /// The runtimes to measure on, in order.
     pub(crate) runtimes: Vec<Runtime>,
+    /// The fencing counters' idle expiry in the fence-memory scenario.
+    pub(crate) fence_expiry: std::time::Duration,
 }
 
 /// A tokio runtime flavour the client side runs on.
@@ -92,8 +98,9 @@ impl Settings {
     }
 }
 
-pub(crate) const GROUPS: [&str; 17] = [
+pub(crate) const GROUPS: [&str; 18] = [
     "backends",
+    "fence-memory",
     "engine",
     "idle",
     "uncontended",
@@ -120,6 +127,7 @@ pub(crate) fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Co
         diagnostics: false,
         scale: 1.0,
         runtimes: vec![Runtime::MultiThread, Runtime::CurrentThread],
+        fence_expiry: std::time::Duration::from_secs(60),
     };
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -154,6 +162,12 @@ pub(crate) fn parse(mut args: impl Iterator<Item = String>) -> anyhow::Result<Co
                     Some("both") => vec![Runtime::MultiThread, Runtime::CurrentThread],
                     other => bail!("--runtime needs multi-thread, current-thread or both, not {other:?}"),
                 }
+            }
+            "--fence-expiry" => {
+                let value = args.next().context("--fence-expiry needs a number of seconds")?;
+                let seconds: f64 = value.parse().with_context(|| format!("bad number of seconds {value:?}"))?;
+                settings.fence_expiry = std::time::Duration::try_from_secs_f64(seconds)
+                    .with_context(|| format!("bad number of seconds {value:?}"))?;
             }
             "--diagnostics" => settings.diagnostics = true,
             "--quick" => settings.scale = 0.1,

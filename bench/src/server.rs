@@ -54,6 +54,14 @@ impl Server {
         self.text(&["CONFIG", "RESETSTAT"]).map(drop)
     }
 
+    /// `DBSIZE`: how many keys the server holds.
+    pub(crate) fn keys(&self) -> anyhow::Result<u64> {
+        match self.inner.command(&["DBSIZE"]).context("sending DBSIZE to redis-server")? {
+            Reply::Int(n) => u64::try_from(n).context("a negative DBSIZE"),
+            other => bail!("unexpected reply to DBSIZE: {other:?}"),
+        }
+    }
+
     /// `FLUSHALL`: forgets the keys of earlier scenarios (lock keys, fencing counters).
     pub(crate) fn flush(&self) -> anyhow::Result<()> {
         self.text(&["FLUSHALL"]).map(drop)

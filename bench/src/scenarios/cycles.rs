@@ -36,6 +36,13 @@ async fn single_server_contenders(urls: &[String]) -> anyhow::Result<Vec<Contend
         // Not targets: how much of the gap to the floor is fencing's own work. Our lock without fencing (acquire is
         // then SET NX PX), and the floor acquiring with our fenced script.
         Contender::core("redis-rs-nofence", Backend::RedisRs, urls, false).await?,
+        // Not a target: the fence with the grant, its counter kept for ever (protocol 1.1's) instead of given its
+        // idle expiry at every draw: the price of that `PEXPIRE` (issue 58, item 4).
+        Contender::core_over(
+            "redis-rs-kept",
+            lock_core::Lock::from_arc(Backend::RedisRs.store(url).await?).with_fence_counter_expiry(None),
+            true,
+        ),
         Contender::core("fred-nofence", Backend::Fred, urls, false).await?,
         Contender::floor_fenced("floor-fenced", urls).await?,
         // Fencing on demand (issue 21): never asked for (acquire is SET NX PX), and asked for every cycle.

@@ -4,6 +4,7 @@ mod backends;
 mod cores_curve;
 mod cycles;
 mod engine;
+mod fence_memory;
 mod handoff;
 mod idle;
 mod multi_curve;
@@ -123,6 +124,9 @@ pub(crate) async fn run_all(mut settings: Settings, workers: usize, runtime: Run
     if ctx.settings.named("backends") {
         backends::run(&mut ctx).await.context("scenario backends")?;
     }
+    if ctx.settings.named("fence-memory") && runtime == Runtime::MultiThread {
+        fence_memory::run(&mut ctx).await.context("scenario fence-memory")?;
+    }
     if ctx.settings.wants("idle") {
         idle::run(&mut ctx).await.context("scenario idle-while-free")?;
     }
@@ -138,7 +142,8 @@ pub(crate) async fn run_all(mut settings: Settings, workers: usize, runtime: Run
 }
 
 /// The groups that run only when `--only` names them.
-const NAMED_ONLY: [&str; 5] = ["renewal-curve", "waiter-curve", "multi-curve", "cores-curve", "backends"];
+const NAMED_ONLY: [&str; 6] =
+    ["renewal-curve", "waiter-curve", "multi-curve", "cores-curve", "backends", "fence-memory"];
 
 fn print_machine(settings: &Settings, workers: usize, runtime: Runtime) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
