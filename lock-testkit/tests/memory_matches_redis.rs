@@ -163,8 +163,19 @@ fn random_step(rng: &mut StdRng) -> Step {
                 // A lease far from every fencing token the steps draw (below 2 000), so its PTTL is told apart.
                 format!("{} {fencing}", ["3000", TTL_MS][rng.random_range(0..2)])
             };
-            let args =
-                vec![token, s(TTL_MS), s(fencing), String::new(), s(TTL_MS), s(waits), s("origin"), s("0"), grant];
+            let idle = if rng.random_bool(0.5) { s("60000") } else { String::new() };
+            let args = vec![
+                token,
+                s(TTL_MS),
+                s(fencing),
+                String::new(),
+                s(TTL_MS),
+                s(waits),
+                s("origin"),
+                s("0"),
+                grant,
+                idle,
+            ];
             call(&scripts::FAIR_ACQUIRE, keys, args)
         }
         175..=181 => {
@@ -215,7 +226,9 @@ fn random_step(rng: &mut StdRng) -> Step {
         100..=109 => {
             let fencing = if rng.random_bool(0.7) { "1" } else { "0" };
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
-            let (mut keys, mut args) = (locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor]);
+            // The counters' idle expiry (WIRE.md 5.5), before the origin.
+            let idle = if rng.random_bool(0.5) { s("60000") } else { String::new() };
+            let (mut keys, mut args) = (locks(":fence"), vec![token, s(TTL_MS), s(fencing), floor, idle]);
             if !origin.is_empty() {
                 keys.extend(subset.iter().map(|i| format!("wlp:{{r{i}}}:waiting")));
                 args.push(origin);
@@ -229,11 +242,18 @@ fn random_step(rng: &mut StdRng) -> Step {
         }
         0..=19 => {
             let floor = if rng.random_bool(0.8) { floor } else { String::new() };
-            call(&scripts::ACQUIRE, vec![lock, fence, mark, waiting], vec![token, s(TTL_MS), s("1"), floor, origin])
+            let idle = if rng.random_bool(0.5) { s("60000") } else { String::new() };
+            call(
+                &scripts::ACQUIRE,
+                vec![lock, fence, mark, waiting],
+                vec![token, s(TTL_MS), s("1"), floor, idle, origin],
+            )
         }
-        20..=27 => {
-            call(&scripts::ACQUIRE, vec![lock, fence, mark, waiting], vec![token, s(TTL_MS), s("0"), s(""), origin])
-        }
+        20..=27 => call(
+            &scripts::ACQUIRE,
+            vec![lock, fence, mark, waiting],
+            vec![token, s(TTL_MS), s("0"), s(""), s(""), origin],
+        ),
         28..=37 => {
             Step::Call { script: None, plain: "SET", keys: vec![lock], args: vec![token, s("NX"), s("PX"), s(TTL_MS)] }
         }

@@ -92,7 +92,7 @@ local function line_up(waiting, mark, origin, pttl)
   redis.call('PEXPIRE', waiting, string.format('%d', math.max(pttl, 0) + 1000))
 end
 
-local lines_up = ARGV[5] and ARGV[5] ~= ''
+local lines_up = ARGV[6] and ARGV[6] ~= ''
 local n = #KEYS / (lines_up and 4 or 3)
 local fencing = ARGV[3] == '1'
 -- One read of each key, which is also its type check (GET refuses a key of another type): nothing is written
@@ -116,7 +116,7 @@ end
 for i = 1, n do
   if values[i] and values[i] ~= ARGV[1] then
     local pttl = redis.call('PTTL', KEYS[2 * i - 1])
-    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[5], pttl)
+    local refused = line_up(lines_up and KEYS[3 * n + i], KEYS[2 * n + i], lines_up and ARGV[6], pttl)
     if refused then
       return refused
     end
@@ -132,12 +132,12 @@ for i = 1, n do
     if fencing then
       -- A retry of our own grant: the counter as it stands, or, when it expired since, a fence drawn anew (in the
       -- hold the first grant began, so above every fence before it).
-      reply[i + 1] = counters[i] and tonumber(counters[i]) or advance(fence, false, floor, ARGV[6])
+      reply[i + 1] = counters[i] and tonumber(counters[i]) or advance(fence, false, floor, ARGV[5])
     end
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])
     if fencing then
-      reply[i + 1] = advance(fence, counters[i], floor, ARGV[6])
+      reply[i + 1] = advance(fence, counters[i], floor, ARGV[5])
     end
   end
 end

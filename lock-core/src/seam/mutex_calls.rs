@@ -44,13 +44,16 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let mut ttl = itoa::Buffer::new();
         let ttl = ttl.format(scripts::ttl_millis(request.ttl));
         // A try that does not line its process up (see `AcquireRequest::waiting_as`) leaves out the waiting
-        // processes' key, and the origin unless the counter's expiry follows it: a shorter request.
+        // processes' key and the origin, and a counter without expiry its expiry: a shorter request, and one a
+        // server still takes from a client that has not authenticated yet (Redis refuses a request of more than ten
+        // parts from such a client, rather than answer `NOAUTH`; a fenced try is ten).
         let (origin, lines_up) = (request.waiting_as.unwrap_or_default(), usize::from(request.waiting_as.is_some()));
         let (reply, acknowledged) = if request.fencing {
             let floor = request.fence_floor.map(|f| f.to_string()).unwrap_or_default();
             let all_keys = [keys.lock(), keys.fence(), keys.awaited(), keys.waiting()];
-            let all_args = [request.token.as_str(), ttl, "1", &floor, origin, keys.fence_idle()];
-            let sent = if keys.fence_idle().is_empty() { 4 + lines_up } else { 6 };
+            let idle = keys.fence_idle();
+            let all_args = [request.token.as_str(), ttl, "1", &floor, idle, origin];
+            let sent = if lines_up == 1 { 6 } else { 4 + usize::from(!idle.is_empty()) };
             let (call_keys, args) = (&all_keys[..3 + lines_up], &all_args[..sent]);
             let call = Call::script("acquire", &scripts::ACQUIRE, call_keys, args).with_replicas(request.replicas);
             let ran = timed(self, call).await?;
@@ -133,8 +136,8 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let fencing = if request.fencing { "1" } else { "0" };
         // Every resource's counter takes the first one's expiry: the keys come from one lock.
         let idle = request.keys.first().map(LockKeys::fence_idle).unwrap_or_default();
-        let all_args = [request.token.as_str(), &ttl, fencing, &floor, request.waiting_as.unwrap_or_default(), idle];
-        let sent = if idle.is_empty() { 4 + usize::from(request.waiting_as.is_some()) } else { 6 };
+        let all_args = [request.token.as_str(), &ttl, fencing, &floor, idle, request.waiting_as.unwrap_or_default()];
+        let sent = if request.waiting_as.is_some() { 6 } else { 4 + usize::from(!idle.is_empty()) };
         let args = &all_args[..sent];
         let call = Call::script("acquire", &scripts::MULTI_ACQUIRE, &call_keys, args).with_replicas(request.replicas);
         let ran = timed(self, call).await?;

@@ -84,13 +84,13 @@ class Mutex:
                         reply = client._script(
                             "acquire",
                             [keys.lock, keys.fence, keys.awaited, keys.waiting],
-                            [token, str(ms), "1", "", origin, client.fence_idle],
+                            [token, str(ms), "1", "", client.fence_idle, origin],
                         )
                     else:
                         reply = client._script(
                             "acquire",
                             [keys.lock, keys.fence, keys.awaited],
-                            [token, str(ms), "1", "", "", client.fence_idle],
+                            [token, str(ms), "1", "", client.fence_idle],
                         )
                     granted, fence = reply[0] == 1, (reply[1] if reply[0] == 1 else None)
                     pttl = None if granted else reply[1]

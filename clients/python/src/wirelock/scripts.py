@@ -20,7 +20,7 @@ PROTOCOL_MAJOR = "1"
 
 # WIRE.md section 4.2: the scripts of protocol 1.2 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
 SCRIPT_SHA1: dict[str, str] = {
-    "acquire": "4e48c996363cceb3f9df0b1fac012a8677f16fd2",
+    "acquire": "6b178d0fd536efb83277bd3c456cd411e7049870",
     "elect": "feff9c7e24f62d18397754e15c3953ed82a1f0e8",
     "election-renew": "631c59542561ddac6a027fdf4bdd1f138f46e82e",
     "extend": "fdb6c3f04049b296fa97dacf0271bba757f646fa",
@@ -34,7 +34,7 @@ SCRIPT_SHA1: dict[str, str] = {
     "job-finish": "222fbbe63a6723797838b81725b9da9782fcaefa",
     "job-start": "f3d8fedd58fa608349ef84657b30f24a1129acdc",
     "leader": "ed308d64ef8719ca302fa21ecc8e2c8bcf23d1d1",
-    "multi-acquire": "c5ec6cbd879eedf225458b3ab2292ee3db7fa5d6",
+    "multi-acquire": "9d502a141d5857e0b43e2eafac23e50dd2037391",
     "multi-extend": "a83fb10f158f5b3210f6021b35a9157de061f876",
     "multi-release": "7ba93325ffebe2deaeabb383a8837e3019ddf8c0",
     "pass-on": "77fcd15c9f8792a7e8e17f32682974823f9de0d2",
@@ -57,7 +57,7 @@ SCRIPT_SHA1: dict[str, str] = {
 }
 
 # The scripts digest of protocol 1.2 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "60553f4aa6230126975be7c1285cf5b9e6768c41"
+SCRIPTS_DIGEST = "6b1d94274d1d713f50dc9b990b5bbe61a22f09ad"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:

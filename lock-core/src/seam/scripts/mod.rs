@@ -70,10 +70,10 @@ macro_rules! lock_prelude {
 /// `KEYS[1]` lock key, `KEYS[2]` fence key, `KEYS[3]` the release mark, `KEYS[4]` the waiting processes;
 /// `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]` (decimal, may be empty) the
 /// counter's floor in place of the server's clock (see
-/// [`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)), `ARGV[5]` (optional) the trying process's
-/// origin, to be woken when the lock is released (empty: the process cannot hear releases, and is not lined up),
-/// `ARGV[6]` (optional) how long the counter may stay unused before it expires, in ms (WIRE.md 5.5; absent or
-/// empty: the counter keeps no expiry). Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
+/// [`AcquireRequest::fence_floor`](crate::backend::AcquireRequest::fence_floor)), `ARGV[5]` (optional) how long
+/// the counter may stay unused before it expires, in ms (WIRE.md 5.5; absent or empty: the counter keeps no
+/// expiry), `ARGV[6]` (optional, with `KEYS[4]`) the trying process's origin, to be woken when the lock is released
+/// (empty: the process cannot hear releases, and is not lined up). Reply: `{1, fence}` (acquired, fencing), `{1}` (acquired, no fencing), `{0, pttl}` (held; pttl < 0 when the
 /// server reports none; the lock is marked as awaited and the process lined up, see `line_up`). A lock key of another
 /// type (another library's lock) is held like any other; the fence, mark or waiting key of another type is refused
 /// with `WRONGTYPE` before any write.
@@ -198,11 +198,11 @@ pub static FENCE: Script =
 /// Multi-resource acquire: all of the locks or none, with a fencing token per resource (see
 /// [`Lock::acquire_all`](crate::Lock::acquire_all)).
 ///
-/// `KEYS` = lock₁, fence₁, lock₂, fence₂, …, then mark₁, mark₂, …, then (with `ARGV[5]`) the waiting processes₁,
+/// `KEYS` = lock₁, fence₁, lock₂, fence₂, …, then mark₁, mark₂, …, then (with `ARGV[6]`) the waiting processes₁,
 /// ₂, … (the single lock's keys of each resource, so a multi-lock and a single lock on one resource exclude each
 /// other; on Cluster all in one slot); `ARGV[1]` token, `ARGV[2]` TTL in ms, `ARGV[3]` `"1"` for fencing, `ARGV[4]`
-/// (may be empty) the counters' floor in place of the server's clock, `ARGV[5]` (optional) the trying process's
-/// origin, `ARGV[6]` (optional) the counters' idle expiry in ms (as in [`ACQUIRE`]). Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based,
+/// (may be empty) the counters' floor in place of the server's clock, `ARGV[5]` (optional) the counters' idle expiry
+/// in ms (as in [`ACQUIRE`]), `ARGV[6]` (optional) the trying process's origin. Reply: `{1, fence₁, …}` (acquired; no fences without fencing), `{0, i, pttl}` (resource `i`, 1-based,
 /// is held by another token; its PTTL; that lock is marked as awaited and the process lined up on it, as by
 /// [`ACQUIRE`]). Every key's type is checked before any write (one `GET` per key, which refuses
 /// other types). Idempotent: a retry with the same token finds its own value, refreshes the TTL and replies the
