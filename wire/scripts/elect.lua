@@ -60,6 +60,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 
 local function awaited(key, pttl)
   local ttl = string.format('%d', math.max(pttl, 0) + 1000)
@@ -126,12 +135,11 @@ if holder == ARGV[1] then
   -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  if current then
-    return {1, tonumber(current)}
+  local term = granted_fence(KEYS[2], current, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
+  if not current then
+    -- A term drawn anew: the record names it, as observers read the term there.
+    redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
   end
-  -- The counter expired since the election (WIRE.md 5.5): a term drawn anew within this hold, and recorded.
-  local term = advance(KEYS[2], false, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
-  redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
   return {1, term}
 end
 local me = ARGV[8] or ''

@@ -73,6 +73,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 
 local function awaited(key, pttl)
   local ttl = string.format('%d', math.max(pttl, 0) + 1000)
@@ -95,6 +104,8 @@ if refused_lock then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The floor of a fence this call draws: the caller's, or the server's clock in µs (5.3).
+local fence_floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local dead = redis.pcall('ZRANGEBYSCORE', KEYS[4], '-inf', now)
 if dead.err then
   return refused(dead, 'heartbeats', KEYS[4])
@@ -147,12 +158,7 @@ if holder == token then
   if refused then
     return refused
   end
-  if current then
-    return {1, tonumber(current)}
-  end
-  -- The counter expired since the grant (WIRE.md 5.5): a fence drawn anew, within the hold the grant began.
-  local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  return {1, advance(KEYS[2], false, floor, ARGV[10])}
+  return {1, granted_fence(KEYS[2], current, fence_floor, ARGV[10])}
 end
 if not busy and (not first or first == token) then
   local current, refused = false, nil
@@ -177,8 +183,7 @@ if not busy and (not first or first == token) then
   if not fencing then
     return {1}
   end
-  local floor = tonumber(ARGV[4] or '') or (tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  return {1, advance(KEYS[2], current, floor, ARGV[10])}
+  return {1, advance(KEYS[2], current, fence_floor, ARGV[10])}
 end
 local tell = not busy and first and first ~= before
 local function announce()

@@ -47,6 +47,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 -- The lock key's value: a token (ours, or another client's: another library's lock on the same key), nil when the
 -- key is gone, or, for a key of another type (another library's lock: a Redisson hash), 'type:<type>', which no
 -- token equals: whatever sits at the lock key holds the lock. Any other refusal (an ACL's) is returned second.

@@ -60,6 +60,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 
 local fencing = ARGV[3] == '1'
 local kind = redis.call('TYPE', KEYS[3]).ok
@@ -88,11 +97,7 @@ if holder == ARGV[1] then
   -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local started = redis.call('HMGET', KEYS[3], 'started_ms')
-  local fence = -1
-  if fencing then
-    -- The counter as it stands, or, when it expired since the start (WIRE.md 5.5), a fence drawn anew in this hold.
-    fence = current and tonumber(current) or advance(KEYS[2], false, clock_floor(), ARGV[7])
-  end
+  local fence = fencing and granted_fence(KEYS[2], current, clock_floor(), ARGV[7]) or -1
   return {1, fence, tonumber(started[1] or '0')}
 end
 local record = redis.call('HMGET', KEYS[3], 'holder', 'token')

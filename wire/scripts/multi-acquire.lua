@@ -60,6 +60,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 
 local function awaited(key, pttl)
   local ttl = string.format('%d', math.max(pttl, 0) + 1000)
@@ -130,9 +139,7 @@ for i = 1, n do
   if values[i] == ARGV[1] then
     redis.call('PEXPIRE', lock, ARGV[2])
     if fencing then
-      -- A retry of our own grant: the counter as it stands, or, when it expired since, a fence drawn anew (in the
-      -- hold the first grant began, so above every fence before it).
-      reply[i + 1] = counters[i] and tonumber(counters[i]) or advance(fence, false, floor, ARGV[5])
+      reply[i + 1] = granted_fence(fence, counters[i], floor, ARGV[5])
     end
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])

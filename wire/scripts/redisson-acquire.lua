@@ -47,6 +47,15 @@ local function advance(key, current, floor, idle)
   end
   return fence
 end
+-- What a retry that finds its own grant replies: the counter as it stands (`current`, as read), or, when it expired
+-- since the grant (WIRE.md 5.2, 5.5), a fence drawn anew, which lies within the same hold and so above every fence
+-- before it.
+local function granted_fence(key, current, floor, idle)
+  if current then
+    return tonumber(current)
+  end
+  return advance(key, false, floor, idle)
+end
 
 -- Redisson's RLock layout: the hash KEYS[1], field ARGV[1] -> hold count, the lease as its TTL. A free lock (no key)
 -- is granted; a retry of our own grant (our field is there) gets the same grant, its lease from this request; anything

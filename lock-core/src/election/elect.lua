@@ -33,12 +33,11 @@ if holder == ARGV[1] then
   -- A retried election: lock and record live the lease from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[2])
-  if current then
-    return {1, tonumber(current)}
+  local term = granted_fence(KEYS[2], current, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
+  if not current then
+    -- A term drawn anew: the record names it, as observers read the term there.
+    redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
   end
-  -- The counter expired since the election (WIRE.md 5.5): a term drawn anew within this hold, and recorded.
-  local term = advance(KEYS[2], false, tonumber(ARGV[3] or '') or clock_floor(), ARGV[10])
-  redis.call('HSET', KEYS[4], 'term', string.format('%d', term))
   return {1, term}
 end
 local me = ARGV[8] or ''

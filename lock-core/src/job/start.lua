@@ -26,11 +26,7 @@ if holder == ARGV[1] then
   -- A retried start: the key lives the TTL from this request (the caller's validity runs from it).
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local started = redis.call('HMGET', KEYS[3], 'started_ms')
-  local fence = -1
-  if fencing then
-    -- The counter as it stands, or, when it expired since the start (WIRE.md 5.5), a fence drawn anew in this hold.
-    fence = current and tonumber(current) or advance(KEYS[2], false, clock_floor(), ARGV[7])
-  end
+  local fence = fencing and granted_fence(KEYS[2], current, clock_floor(), ARGV[7]) or -1
   return {1, fence, tonumber(started[1] or '0')}
 end
 local record = redis.call('HMGET', KEYS[3], 'holder', 'token')

@@ -37,9 +37,7 @@ for i = 1, n do
   if values[i] == ARGV[1] then
     redis.call('PEXPIRE', lock, ARGV[2])
     if fencing then
-      -- A retry of our own grant: the counter as it stands, or, when it expired since, a fence drawn anew (in the
-      -- hold the first grant began, so above every fence before it).
-      reply[i + 1] = counters[i] and tonumber(counters[i]) or advance(fence, false, floor, ARGV[5])
+      reply[i + 1] = granted_fence(fence, counters[i], floor, ARGV[5])
     end
   else
     redis.call('SET', lock, ARGV[1], 'PX', ARGV[2])

@@ -20,36 +20,36 @@ PROTOCOL_MAJOR = "1"
 
 # WIRE.md section 4.2: the scripts of protocol 1.2 and their SHA-1 (the lowercase hex SHA-1 of the file's bytes).
 SCRIPT_SHA1: dict[str, str] = {
-    "acquire": "6b178d0fd536efb83277bd3c456cd411e7049870",
-    "elect": "feff9c7e24f62d18397754e15c3953ed82a1f0e8",
+    "acquire": "c0b9c9d9d1d0550fd36b4403d6a8137d0193b206",
+    "elect": "d1cbfe77743543c2c8be786203b6660529ed7dcd",
     "election-renew": "631c59542561ddac6a027fdf4bdd1f138f46e82e",
     "extend": "fdb6c3f04049b296fa97dacf0271bba757f646fa",
-    "fair-acquire": "ae3638ef4c7fb9a9155ecc67ca82ab49a23600c1",
-    "fair-release": "f56e182daa6568adbff34c8fbe0ef56948644baa",
-    "fence": "200be74274bb4a0736bb17e637d318007b70d840",
+    "fair-acquire": "6f0e76cc5ae91323ac522d1e841c3f68e371b31f",
+    "fair-release": "5e7cc877bffe9e18517f745451e7d33382266f66",
+    "fence": "692e1a0333a4fbc0345d0a21c48fb14a14533cf7",
     "fenced-write": "870f36c089e5dad769239ce46e7d98ab137e27c5",
     "force-release": "17a772bd69c6d9a5bd392aa5113c54d28ed7d277",
     "holder": "b7a97ab326a4542a9e00b96d9bf34c59d57ff2ed",
     "inspect": "9009f06f3e4b5d8426c763e7ad3dd86c9b84fef6",
     "job-finish": "222fbbe63a6723797838b81725b9da9782fcaefa",
-    "job-start": "f3d8fedd58fa608349ef84657b30f24a1129acdc",
+    "job-start": "575ca9a21ac5fdb0fe7137b75e561b41876f65fe",
     "leader": "ed308d64ef8719ca302fa21ecc8e2c8bcf23d1d1",
-    "multi-acquire": "9d502a141d5857e0b43e2eafac23e50dd2037391",
+    "multi-acquire": "9e2f5c1348156bb0bee002f0a423d4151a2ec6ed",
     "multi-extend": "a83fb10f158f5b3210f6021b35a9157de061f876",
     "multi-release": "7ba93325ffebe2deaeabb383a8837e3019ddf8c0",
     "pass-on": "77fcd15c9f8792a7e8e17f32682974823f9de0d2",
     "proclaim": "3f06399867bc9fddda9829d6f448ff56dfb248d9",
     "raise-fence": "e16c39e437a0f7d5abd833efbcd690cb922b2518",
-    "redisson-acquire": "e198c83a259b175135670bf18b8dbc5226714a2e",
+    "redisson-acquire": "aa3d7bbf991f29a18649a49f12c7eb31e52259d1",
     "redisson-extend": "3c95bbf9430536b2198577cde465f2351cb4e840",
     "redisson-release": "9ac9cb1f464a3e767a04b25ed93d5d67f5d3efad",
     "release": "78dfde11a9f054dfbad3e9ab064fbd665a0b4449",
     "resign": "b4b40d3ce19d82dead47b53d117a6b3aaae215c0",
     "rw-extend": "e7065b82321d7421414bbd784cf4ac40e204b31f",
-    "rw-read": "7c8f46346e5c2a970375764995030a3804ea823d",
+    "rw-read": "c081bfa3c4eaf31cc3469728e06f10cbeb2a0fa3",
     "rw-release": "7e97073fb66e973a86891c53ae3c5efebca6e18c",
     "rw-state": "944339cd5e81c67dbf87a3056cdf274a9203c508",
-    "sem-acquire": "45e25e8cf7ef3e8b942673ec894ed8f61fa7e8ff",
+    "sem-acquire": "4b61897ba959f2531f8aef414e0c638d92ed11a0",
     "sem-extend": "b8c60a71676cd456e2752fabe6fde2144b13cdd4",
     "sem-release": "5a20a59acd1a3a26e13e377e313533fbd11a4d5c",
     "sem-state": "9c5266d8a5e426f990706d815458dc1c933f6128",
@@ -57,7 +57,7 @@ SCRIPT_SHA1: dict[str, str] = {
 }
 
 # The scripts digest of protocol 1.2 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "6b1d94274d1d713f50dc9b990b5bbe61a22f09ad"
+SCRIPTS_DIGEST = "4d93b3bc6789effb852ede84ad1867e4535dcb62"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:
