@@ -130,6 +130,16 @@ impl LostSignal {
         self.state().on_deadline = LostReason::Expired;
     }
 
+    /// Wakes every [`lost`](Self::lost) future, after a change of the state. Only when one listens: an event notified
+    /// for the first time allocates its list of listeners, and a guard released by its holder (the common case)
+    /// is watched by nobody. No wake-up is missed: a listener registers before it reads the state, this reads the
+    /// count after the state was written, and the state's mutex orders the two.
+    fn wake(&self) {
+        if self.shared.event.total_listeners() > 0 {
+            self.shared.event.notify(usize::MAX);
+        }
+    }
+
     /// Marks the lock lost; the first reason sticks. Returns whether this call was the one that marked it.
     pub(crate) fn mark(&self, reason: LostReason) -> bool {
         let marked = {
@@ -141,7 +151,7 @@ impl LostSignal {
                 false
             }
         };
-        self.shared.event.notify(usize::MAX);
+        self.wake();
         marked
     }
 
@@ -153,7 +163,7 @@ impl LostSignal {
                 st.valid_until = until;
             }
         }
-        self.shared.event.notify(usize::MAX);
+        self.wake();
     }
 
     /// Sets the deadline to `until` (the validity of the latest successful extension) if the lock is not lost by
@@ -163,7 +173,7 @@ impl LostSignal {
             let mut st = self.state();
             check(&mut st, Instant::now()).map(|_| st.valid_until = until)
         };
-        self.shared.event.notify(usize::MAX);
+        self.wake();
         result
     }
 }

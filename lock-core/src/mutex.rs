@@ -14,7 +14,7 @@ use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
 use crate::options::CrossSlot;
 use crate::options::LockOptions;
-use crate::resource::{slot, LockKeys};
+use crate::resource::{slot, LockKeys, PerResource};
 use crate::seam::store::{
     AcquireAllReply, AcquireAllRequest, AcquireReply, AcquireRequest, ExtendReply, LockStore, ReleaseOutcome,
 };
@@ -29,10 +29,10 @@ pub const MAX_RESOURCES: usize = 256;
 #[derive(Debug)]
 pub(crate) struct MutexTarget {
     /// Deduplicated and sorted by lock key; never empty.
-    resources: Vec<LockKeys>,
+    resources: PerResource<LockKeys>,
     /// The groups acquired one after another (ranges of `resources`): one, unless resources in different Cluster
     /// slots are taken in [`CrossSlot::Ordered`] mode, where each group is one slot, in slot order.
-    groups: Vec<Range<usize>>,
+    groups: PerResource<Range<usize>>,
     /// What errors and traces call an acquisition of several resources: their names joined by `", "` (empty for
     /// one resource, whose name is its label: no copy per acquisition).
     label: String,
@@ -46,8 +46,8 @@ impl MutexTarget {
     /// One resource.
     pub(crate) fn one(keys: LockKeys) -> Self {
         MutexTarget {
-            resources: vec![keys],
-            groups: std::iter::once(0..1).collect(),
+            resources: smallvec::smallvec![keys],
+            groups: smallvec::smallvec![0..1],
             label: String::new(),
             bundle: false,
         }
@@ -92,7 +92,7 @@ impl MutexTarget {
         } else {
             String::new()
         };
-        Ok(MutexTarget { resources, groups, label, bundle: true })
+        Ok(MutexTarget { resources: resources.into(), groups: groups.into(), label, bundle: true })
     }
 
     /// Whether this is the single lock (one resource): then the mutex's own calls are used.
@@ -141,11 +141,11 @@ impl MutexTarget {
                 }
             }
         }
-        Ok(Grant::Acquired { fences })
+        Ok(Grant::Acquired { fences: fences.into() })
     }
 
     /// Compare-and-delete of every resource on `store`: one outcome per resource.
-    async fn release_all_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_all_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let mut outcomes = Vec::with_capacity(self.resources.len());
         let mut first_error = None;
         for group in &self.groups {
@@ -157,17 +157,22 @@ impl MutexTarget {
         }
         match first_error {
             Some(err) => Err(err),
-            None => Ok(outcomes),
+            None => Ok(outcomes.into()),
         }
     }
 
     /// Compare-and-extend of every resource on `store`, all or nothing per group: what each resource held.
-    async fn extend_all_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_all_on(
+        &self,
+        store: &dyn LockStore,
+        token: &Token,
+        ttl: Duration,
+    ) -> Result<PerResource<ExtendReply>> {
         let mut replies = Vec::with_capacity(self.resources.len());
         for group in &self.groups {
             replies.extend(store.extend_all(&self.resources[group.clone()], token, ttl).await?);
         }
-        Ok(replies)
+        Ok(replies.into())
     }
 
     /// Gives back groups `range` (best effort: what fails expires at its TTL, and the engine's cancel safety
@@ -234,7 +239,7 @@ impl Primitive for MutexTarget {
         store: &'a dyn LockStore,
         token: &'a Token,
         ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>> {
+    ) -> Pending<'a, ExtendReply, PerResource<ExtendReply>> {
         match self.resources.as_slice() {
             [keys] => Pending::Store(store.extend(keys, token, ttl), one),
             _ => Pending::Boxed(Box::pin(self.extend_all_on(store, token, ttl))),
@@ -245,7 +250,7 @@ impl Primitive for MutexTarget {
         &'a self,
         store: &'a dyn LockStore,
         token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>> {
+    ) -> Pending<'a, ReleaseOutcome, PerResource<ReleaseOutcome>> {
         match self.resources.as_slice() {
             [keys] => Pending::Store(store.release(keys, token), one),
             _ => Pending::Boxed(Box::pin(self.release_all_on(store, token))),

@@ -1,6 +1,10 @@
 //! Resource names and the Redis key layout derived from them.
 
 use crate::error::{LockError, Result};
+
+/// One value per resource of an acquisition, in the order of its resources: held inline for the one resource nearly
+/// every lock has (a `Vec` was an allocation of every acquire and release).
+pub(crate) type PerResource<T> = smallvec::SmallVec<[T; 1]>;
 use crate::namespace::{self, Aux};
 
 /// The key prefix locks use unless told otherwise: `wlp:` ("wire lock protocol"), a prefix no shipped peer's layout

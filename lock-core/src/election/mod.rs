@@ -78,6 +78,7 @@ use crate::holder::HolderLabel;
 use crate::lost::{LostReason, LostSignal};
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, RetryPolicy, MAX_WAIT};
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::rt;
 use crate::seam::notify::ReleaseWatch;
 use crate::seam::scripts;
@@ -509,7 +510,7 @@ impl ElectionTarget {
         let ran = store.call(call).await?;
         let ints = ran.reply.as_ints().unwrap_or_default();
         let grant = match ints.as_slice() {
-            [1, term] => Grant::Acquired { fences: vec![u64::try_from(*term).ok()] },
+            [1, term] => Grant::Acquired { fences: smallvec::smallvec![u64::try_from(*term).ok()] },
             [0, pttl] => Grant::Held {
                 index: 0,
                 ttl: u64::try_from(*pttl).ok().map(Duration::from_millis),
@@ -523,19 +524,19 @@ impl ElectionTarget {
     }
 
     /// [`ELECTION_RENEW`](scripts::ELECTION_RENEW).
-    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<PerResource<ExtendReply>> {
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys = [self.keys[0].lock(), self.info.as_str()];
         let args = [token.as_str(), &ttl];
         let ran = store.call(Call::script("extend", &scripts::ELECTION_RENEW, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(code) => Ok(vec![scripts::parse_extend(code)?]),
+            Some(code) => Ok(smallvec::smallvec![scripts::parse_extend(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the renew script: {:?}", ran.reply))),
         }
     }
 
     /// [`RESIGN`](scripts::RESIGN).
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let (origin, sharded) = announcer(store);
         let call_keys = [
@@ -551,7 +552,7 @@ impl ElectionTarget {
         let args = [token.as_str(), origin, sharded, &self.lease_ms, &self.grace_ms];
         let ran = store.call(Call::script("release", &scripts::RESIGN, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(code) => Ok(vec![scripts::parse_release(code)?]),
+            Some(code) => Ok(smallvec::smallvec![scripts::parse_release(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the resign script: {:?}", ran.reply))),
         }
     }

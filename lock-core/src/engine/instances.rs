@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use crate::seam::store::LockStore;
 
+/// One value per instance (the instances that granted a lock, their replies): held inline for the one instance nearly
+/// every lock runs on.
+pub(crate) type PerInstance<T> = smallvec::SmallVec<[T; 1]>;
+
 /// The lock server(s) a [`Lock`](crate::Lock) runs on, and how many must agree.
 pub(crate) struct Instances {
     pub(crate) stores: Vec<Arc<dyn LockStore>>,

@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::distributed_lock::LockGuard;
 use crate::engine::give_back::{InFlight, Resend, TokenScope};
 pub(crate) use crate::engine::instances::Instances;
+use crate::engine::instances::PerInstance;
 use crate::engine::primitive::{Ask, Grant, Primitive};
 use crate::engine::redlock;
 use crate::engine::wait::{until_acquired, Attempt, Watches};
@@ -26,7 +27,7 @@ use crate::engine::watchdog::{self, Renewable};
 use crate::error::{LockError, Result};
 use crate::lost::{LostReason, LostSignal};
 use crate::options::{validate_ttl, Fencing, LockOptions};
-use crate::resource::{validate_prefix, LockKeys, DEFAULT_PREFIX};
+use crate::resource::{validate_prefix, LockKeys, PerResource, DEFAULT_PREFIX};
 use crate::rt::BackgroundTask;
 use crate::seam::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::seam::transport::Call;
@@ -356,7 +357,7 @@ impl Lock {
                 Box::pin(crate::engine::fair::until_granted(self, target, options, waiter_ttl)).await
             }
             _ => {
-                let channels: Vec<&str> = target.resources().iter().map(LockKeys::channel).collect();
+                let channels: PerResource<&str> = target.resources().iter().map(LockKeys::channel).collect();
                 let attempt = || {
                     attempts.fetch_add(1, Ordering::Relaxed);
                     self.attempt(target, options)
@@ -531,7 +532,7 @@ impl Lock {
         }
         // Per resource: the largest counter any granting instance returned.
         let resources = target.resources().len();
-        let fences: Vec<Option<u64>> = (0..resources)
+        let fences: PerResource<Option<u64>> = (0..resources)
             .map(|r| tally.granted.iter().filter_map(|(_, f)| f.get(r).copied().flatten()).max())
             .collect();
         if n > 1 && fences.iter().any(Option::is_some) {
@@ -559,7 +560,7 @@ impl Lock {
             return exhausted(inflight).await;
         }
         let token = inflight.disarm();
-        let held_on: Vec<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
+        let held_on: PerInstance<usize> = tally.granted.iter().map(|(i, _)| *i).collect();
         tracing::debug!(resource = target.label(), fence = fences.first().copied().flatten(), instances = ?held_on, "lock acquired");
         let fences = fences.into_iter().map(|f| f.map(FencingToken::new)).collect();
         let renew_at = options.auto_renew().map(|policy| started + policy.interval(ttl));
@@ -587,10 +588,10 @@ impl Lock {
         let since = granted.since?;
         let lease = target.fair_lease(options.ttl())?;
         let (fences, on_demand) = match (options.fencing_mode(), granted.fence) {
-            (Fencing::OnAcquire, Some(fence)) => (vec![Some(FencingToken::new(fence))], false),
+            (Fencing::OnAcquire, Some(fence)) => (smallvec::smallvec![Some(FencingToken::new(fence))], false),
             (Fencing::OnAcquire, None) => return None,
-            (Fencing::OnDemand, _) => (vec![None], true),
-            (Fencing::Off, _) => (vec![None], false),
+            (Fencing::OnDemand, _) => (smallvec::smallvec![None], true),
+            (Fencing::Off, _) => (smallvec::smallvec![None], false),
         };
         let valid_until = target.valid_until(since, lease);
         let now = Instant::now();
@@ -611,7 +612,7 @@ impl Lock {
             token: token.clone(),
             fences,
             on_demand,
-            held_on: vec![0],
+            held_on: smallvec::smallvec![0],
             valid_until,
             call_timeout,
             started: since,
@@ -665,10 +666,10 @@ impl Lock {
 struct Held {
     token: Token,
     /// Each resource's fencing token, when drawn with the grant.
-    fences: Vec<Option<FencingToken>>,
+    fences: PerResource<Option<FencingToken>>,
     on_demand: bool,
     /// The instances that granted it.
-    held_on: Vec<usize>,
+    held_on: PerInstance<usize>,
     valid_until: Instant,
     call_timeout: Duration,
     /// When the request that the validity counts from started.
@@ -742,7 +743,7 @@ impl<F: std::future::Future> FanOut<F> {
 #[derive(Default)]
 struct Tally {
     /// Instances that granted, with the fencing counter of each resource.
-    granted: Vec<(usize, Vec<Option<u64>>)>,
+    granted: PerInstance<(usize, PerResource<Option<u64>>)>,
     held: usize,
     holder_ttl: Option<Duration>,
     /// The holder's label, when an instance reported one (a job's).
@@ -817,7 +818,7 @@ async fn raise_fences(
     token: &Token,
     t: &[Option<u64>],
     call_timeout: Duration,
-    granted: &[&(usize, Vec<Option<u64>>)],
+    granted: &[&(usize, PerResource<Option<u64>>)],
 ) -> usize {
     let raises =
         granted.iter().filter_map(|(i, got)| Some((inst.stores.get(*i)?, got))).map(|(store, got)| async move {
@@ -902,7 +903,7 @@ struct GuardState {
     target: Arc<dyn Primitive>,
     token: Token,
     /// Each resource's fencing token, in the target's order, when drawn with the grant.
-    fences: Vec<Option<FencingToken>>,
+    fences: PerResource<Option<FencingToken>>,
     /// Whether the (single) token is drawn on demand ([`Fencing::OnDemand`]), into `drawn`.
     on_demand: bool,
     drawn: std::sync::OnceLock<FencingToken>,
@@ -913,7 +914,7 @@ struct GuardState {
     /// (explorer seed 1592592368: it gave up at the validity and left the key for the extension's whole TTL).
     server_expiry: Mutex<Instant>,
     /// Instances where our key was last confirmed (granted, or extended).
-    held_on: Mutex<Vec<usize>>,
+    held_on: Mutex<PerInstance<usize>>,
     /// Extensions are serialized so the deadline always matches the last TTL the servers applied; release takes it
     /// too, so no extension is in flight when the release is sent.
     extending: futures_util::lock::Mutex<()>,
@@ -1029,7 +1030,7 @@ impl GuardState {
         // reply) or a cancellation can hide: from here on the holder trusts the lock only until the earlier of its
         // current deadline and this extension's.
         self.lost.shorten(self.target.valid_until(started, ttl));
-        let (mut extended, mut gone, mut errors) = (Vec::new(), 0, Vec::new());
+        let (mut extended, mut gone, mut errors) = (PerInstance::new(), 0, Vec::new());
         // The resources some instance found gone or taken (a multi-resource lock extends all or nothing).
         let mut missing: Vec<&str> = Vec::new();
         // The calls still unanswered are dropped (cancelled) at the end of this block.
@@ -1101,7 +1102,7 @@ impl GuardState {
 
     /// Compare-and-delete on every instance, after any extension in flight has finished: one report per resource.
     /// Traced, counted, and a release that finds the lock expired or taken is a warning: the holder overran its TTL.
-    async fn release(&self) -> Result<Vec<ReleaseReport>> {
+    async fn release(&self) -> Result<PerResource<ReleaseReport>> {
         let span = tracing::debug_span!(
             "lock.release",
             resource = self.target.label(),
@@ -1160,7 +1161,7 @@ impl GuardState {
         result
     }
 
-    async fn release_now(&self) -> Result<Vec<ReleaseReport>> {
+    async fn release_now(&self) -> Result<PerResource<ReleaseReport>> {
         let _serial = self.extending.lock().await;
         let single = self.instances.n() == 1;
         let resources = self.target.resources();
@@ -1170,12 +1171,12 @@ impl GuardState {
         // run, miss the quorum and sleep until its backoff, since the later releases' announcements are our own
         // echoes, which the hubs ignore. (Seen as a rare redlock-5 conformance failure under load.)
         let quorum = self.instances.quorum;
-        let freed: Vec<AtomicUsize> = resources.iter().map(|_| AtomicUsize::new(0)).collect();
+        let freed: PerResource<AtomicUsize> = resources.iter().map(|_| AtomicUsize::new(0)).collect();
         let freed = &freed;
         let releases = self.instances.stores.iter().enumerate().map(|(i, store)| async move {
             (i, self.release_on(store.as_ref(), resources, quorum, freed, single).await)
         });
-        let mut reports = vec![ReleaseReport::default(); resources.len()];
+        let mut reports: PerResource<ReleaseReport> = smallvec::smallvec![ReleaseReport::default(); resources.len()];
         let (mut failed, mut last_error, mut unconfirmed) = (0, None, Vec::new());
         let mut replies = std::pin::pin!(FanOut::new(releases));
         while let Some((i, reply)) = replies.as_mut().next().await {
@@ -1253,7 +1254,7 @@ impl GuardState {
         quorum: usize,
         freed: &[AtomicUsize],
         single: bool,
-    ) -> Result<Vec<ReleaseOutcome>> {
+    ) -> Result<PerResource<ReleaseOutcome>> {
         let released = self.release_unlocated(store, resources, quorum, freed, single).await;
         released.map_err(|err| err.at("release", store.server()))
     }
@@ -1266,7 +1267,7 @@ impl GuardState {
         quorum: usize,
         freed: &[AtomicUsize],
         single: bool,
-    ) -> Result<Vec<ReleaseOutcome>> {
+    ) -> Result<PerResource<ReleaseOutcome>> {
         let release = self.target.release(store, &self.token);
         let call = bounded("release", self.call_timeout, store, &*self.target, false, release);
         let Some(hub) = store.release_hub() else {
@@ -1522,7 +1523,7 @@ impl Guard {
     /// Indices (into [`Lock::stores`]) of the instances where the lock was last confirmed: those that granted it,
     /// then those that accepted the latest extension.
     pub fn held_instances(&self) -> Vec<usize> {
-        lock_mutex(&self.state.held_on).clone()
+        lock_mutex(&self.state.held_on).to_vec()
     }
 
     /// Sets the TTL to `ttl` from now if still held (on a quorum). See [`LockGuard::extend`].
@@ -1584,7 +1585,7 @@ impl Guard {
     }
 
     /// Stops renewal and releases: one report per resource.
-    pub(crate) async fn release_reports(mut self) -> Result<Vec<ReleaseReport>> {
+    pub(crate) async fn release_reports(mut self) -> Result<PerResource<ReleaseReport>> {
         self.state.stop();
         let reports = self.state.release().await;
         // Only now: if this future is dropped mid-release, `Drop` still sends a (best-effort) release.

@@ -27,6 +27,7 @@ use futures_util::future::BoxFuture;
 use crate::error::Result;
 use crate::options::ReplicaAck;
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::store::{AcquireReply, ExtendReply, LockStore, ReleaseOutcome};
 use crate::seam::transport::{Ran, Topology};
 use crate::token::Token;
@@ -72,7 +73,7 @@ impl Kind {
 #[derive(Debug)]
 pub(crate) enum Grant {
     /// Every resource is ours; each one's fencing counter when fencing.
-    Acquired { fences: Vec<Option<u64>> },
+    Acquired { fences: PerResource<Option<u64>> },
     /// Resource `index` is held by someone else (nothing of ours is left on this store, but a place in a fair lock's
     /// queue); `holder` is its label, when the primitive records one; `place` our 0-based place in a fair lock's
     /// queue.
@@ -166,7 +167,7 @@ macro_rules! scripted_calls {
             store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
             ttl: std::time::Duration,
-        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, Vec<$crate::seam::store::ExtendReply>> {
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, $crate::resource::PerResource<$crate::seam::store::ExtendReply>> {
             $crate::engine::primitive::Pending::Boxed(Box::pin(self.extend_on(store, token, ttl)))
         }
     };
@@ -176,7 +177,7 @@ macro_rules! scripted_calls {
             store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
             ttl: std::time::Duration,
-        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, Vec<$crate::seam::store::ExtendReply>> {
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ExtendReply, $crate::resource::PerResource<$crate::seam::store::ExtendReply>> {
             $crate::engine::primitive::Pending::Store(store.extend(&self.keys[0], token, ttl), $crate::engine::primitive::one)
         }
     };
@@ -185,7 +186,7 @@ macro_rules! scripted_calls {
             &'a self,
             store: &'a dyn $crate::seam::store::LockStore,
             token: &'a $crate::token::Token,
-        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ReleaseOutcome, Vec<$crate::seam::store::ReleaseOutcome>> {
+        ) -> $crate::engine::primitive::Pending<'a, $crate::seam::store::ReleaseOutcome, $crate::resource::PerResource<$crate::seam::store::ReleaseOutcome>> {
             $crate::engine::primitive::Pending::Boxed(Box::pin(self.release_on(store, token)))
         }
     };
@@ -195,14 +196,14 @@ pub(crate) use scripted_calls;
 /// A mutex grant as the engine reads grants.
 pub(crate) fn grant(reply: AcquireReply) -> Grant {
     match reply {
-        AcquireReply::Acquired { fence } => Grant::Acquired { fences: vec![fence] },
+        AcquireReply::Acquired { fence } => Grant::Acquired { fences: smallvec::smallvec![fence] },
         AcquireReply::Held { ttl } => Grant::Held { index: 0, ttl, holder: None, place: None },
     }
 }
 
 /// One resource's reply as the list every primitive answers with.
-pub(crate) fn one<T>(reply: T) -> Vec<T> {
-    vec![reply]
+pub(crate) fn one<T>(reply: T) -> PerResource<T> {
+    smallvec::smallvec![reply]
 }
 
 /// The process a try of `keys` lines up as (its hub's id), when the process hears `keys`' releases: the waiting
@@ -248,14 +249,14 @@ pub(crate) trait Primitive: Debug + Send + Sync + 'static {
         store: &'a dyn LockStore,
         token: &'a Token,
         ttl: Duration,
-    ) -> Pending<'a, ExtendReply, Vec<ExtendReply>>;
+    ) -> Pending<'a, ExtendReply, PerResource<ExtendReply>>;
 
     /// Compare-and-delete on `store`: one outcome per resource.
     fn release<'a>(
         &'a self,
         store: &'a dyn LockStore,
         token: &'a Token,
-    ) -> Pending<'a, ReleaseOutcome, Vec<ReleaseOutcome>>;
+    ) -> Pending<'a, ReleaseOutcome, PerResource<ReleaseOutcome>>;
 
     /// Raises `keys`' fencing counter to `want` on `store` while it holds `token` (the Redlock write-back).
     async fn raise_fence(&self, store: &dyn LockStore, keys: &LockKeys, token: &Token, want: u64) -> Result<bool> {

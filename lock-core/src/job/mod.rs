@@ -46,6 +46,7 @@ use crate::error::{LockError, Result};
 use crate::lost::LostSignal;
 use crate::options::{validate_ttl, LockOptions, RenewPolicy, MAX_TTL};
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::store::{LockStore, ReleaseOutcome};
 use crate::seam::transport::{Call, Reply};
 use crate::token::FencingToken;
@@ -518,7 +519,7 @@ impl JobTarget {
         let Reply::Array(items) = &ran.reply else { return Err(unexpected()) };
         let int = |i: usize| items.get(i).and_then(Reply::as_int);
         let grant = match int(0) {
-            Some(1) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
+            Some(1) => Grant::Acquired { fences: smallvec::smallvec![int(1).and_then(|f| u64::try_from(f).ok())] },
             Some(0) => Grant::Held {
                 index: 0,
                 ttl: int(1).and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis),
@@ -532,7 +533,7 @@ impl JobTarget {
     }
 
     /// [`JOB_FINISH`](crate::backend::scripts::JOB_FINISH): owner-checked, keeping the lock for `at_least_for`.
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let ending = *self.ending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (origin, sharded) = announcer(store);
@@ -542,8 +543,8 @@ impl JobTarget {
         let ran = store.call(Call::script("release", &crate::seam::scripts::JOB_FINISH, &call_keys, &args)).await?;
         match ran.reply.as_int() {
             // Kept until `at_least_for` has passed: released, as far as this run is concerned.
-            Some(2) => Ok(vec![ReleaseOutcome::Released]),
-            Some(code) => Ok(vec![crate::seam::scripts::parse_release(code)?]),
+            Some(2) => Ok(smallvec::smallvec![ReleaseOutcome::Released]),
+            Some(code) => Ok(smallvec::smallvec![crate::seam::scripts::parse_release(code)?]),
             None => Err(LockError::backend(format!("unexpected reply to the job-finish script: {:?}", ran.reply))),
         }
     }

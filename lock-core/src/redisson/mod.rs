@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use crate::engine::primitive::{announcer, Ask, Grant, Kind, Primitive};
 use crate::error::{LockError, Result};
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::scripts;
 use crate::seam::store::{ExtendReply, LockStore, ReleaseOutcome};
 use crate::seam::transport::{Call, Reply};
@@ -46,22 +47,22 @@ impl RedissonTarget {
         Ok(grant)
     }
 
-    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<PerResource<ExtendReply>> {
         let keys = &self.keys[0];
         let field = Self::field(token);
         let ttl = scripts::ttl_millis(ttl).to_string();
         let (call_keys, args) = ([keys.lock()], [field.as_str(), &ttl]);
         let ran = store.call(Call::script("extend", &scripts::REDISSON_EXTEND, &call_keys, &args)).await?;
-        Ok(vec![scripts::parse_extend(ran.reply.as_int().ok_or_else(|| unexpected(&ran.reply))?)?])
+        Ok(smallvec::smallvec![scripts::parse_extend(ran.reply.as_int().ok_or_else(|| unexpected(&ran.reply))?)?])
     }
 
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let field = Self::field(token);
         let (_, sharded) = announcer(store);
         let (call_keys, args) = ([keys.lock(), keys.channel()], [field.as_str(), sharded]);
         let ran = store.call(Call::script("release", &scripts::REDISSON_RELEASE, &call_keys, &args)).await?;
-        Ok(vec![scripts::parse_release(ran.reply.as_int().ok_or_else(|| unexpected(&ran.reply))?)?])
+        Ok(smallvec::smallvec![scripts::parse_release(ran.reply.as_int().ok_or_else(|| unexpected(&ran.reply))?)?])
     }
 }
 

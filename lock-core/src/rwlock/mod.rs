@@ -75,6 +75,7 @@ use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
 use crate::options::{LockOptions, MIN_WAITER_TTL};
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::scripts;
 use crate::seam::store::ReleaseOutcome;
 use crate::seam::store::{ExtendReply, LockStore};
@@ -497,8 +498,8 @@ impl RwTarget {
         let ran = store.call(call).await?;
         let ints = ran.reply.as_ints().unwrap_or_default();
         let grant = match (ints.as_slice(), ask.fencing) {
-            ([1, epoch], true) => Grant::Acquired { fences: vec![u64::try_from(*epoch).ok()] },
-            ([1], false) => Grant::Acquired { fences: vec![None] },
+            ([1, epoch], true) => Grant::Acquired { fences: smallvec::smallvec![u64::try_from(*epoch).ok()] },
+            ([1], false) => Grant::Acquired { fences: smallvec::smallvec![None] },
             ([0, wait], _) => Grant::Held {
                 index: 0,
                 ttl: u64::try_from(*wait).ok().map(Duration::from_millis),
@@ -512,7 +513,7 @@ impl RwTarget {
     }
 
     /// [`RW_EXTEND`](scripts::RW_EXTEND) (a downgrade when one was asked for).
-    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<PerResource<ExtendReply>> {
         let keys = &self.keys[0];
         let [writer, readers, queue, heartbeats] = self.rw_keys();
         let ttl = scripts::ttl_millis(ttl).to_string();
@@ -522,14 +523,14 @@ impl RwTarget {
         let args = [token.as_str(), &ttl, downgrade, origin, sharded];
         let ran = store.call(Call::script("extend", &scripts::RW_EXTEND, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(1) => Ok(vec![ExtendReply::Extended]),
-            Some(0) => Ok(vec![ExtendReply::Absent]),
+            Some(1) => Ok(smallvec::smallvec![ExtendReply::Extended]),
+            Some(0) => Ok(smallvec::smallvec![ExtendReply::Absent]),
             _ => Err(LockError::backend(format!("unexpected reply to the rw-extend script: {:?}", ran.reply))),
         }
     }
 
     /// [`RW_RELEASE`](scripts::RW_RELEASE): a read or write hold, or a waiting writer's place.
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let [writer, readers, queue, heartbeats] = self.rw_keys();
         let (origin, sharded) = announcer(store);
@@ -537,9 +538,9 @@ impl RwTarget {
         let args = [token.as_str(), origin, sharded];
         let ran = store.call(Call::script("release", &scripts::RW_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(1) => Ok(vec![ReleaseOutcome::Released]),
-            Some(0 | 2) => Ok(vec![ReleaseOutcome::AlreadyExpired]),
-            Some(-1) => Ok(vec![ReleaseOutcome::OwnedByOther]),
+            Some(1) => Ok(smallvec::smallvec![ReleaseOutcome::Released]),
+            Some(0 | 2) => Ok(smallvec::smallvec![ReleaseOutcome::AlreadyExpired]),
+            Some(-1) => Ok(smallvec::smallvec![ReleaseOutcome::OwnedByOther]),
             _ => Err(LockError::backend(format!("unexpected reply to the rw-release script: {:?}", ran.reply))),
         }
     }

@@ -65,6 +65,7 @@ use crate::engine::wait::Attempt;
 use crate::error::{LockError, Result};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::scripts;
 use crate::seam::store::ReleaseOutcome;
 use crate::seam::store::{ExtendReply, LockStore};
@@ -284,7 +285,7 @@ impl PermitTarget {
         let grant = match parse_acquire(&ran.reply, keys.resource(), &self.limit)? {
             Try::Granted { fence, slots } => {
                 *self.granted.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = slots;
-                Grant::Acquired { fences: vec![fence.filter(|_| ask.fencing)] }
+                Grant::Acquired { fences: smallvec::smallvec![fence.filter(|_| ask.fencing)] }
             }
             Try::Full { wait, room } => {
                 // Free slots too few for this request may fit a smaller one: the next local waiter tries.
@@ -301,21 +302,21 @@ impl PermitTarget {
     }
 
     /// [`SEM_EXTEND`](scripts::SEM_EXTEND).
-    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<Vec<ExtendReply>> {
+    async fn extend_on(&self, store: &dyn LockStore, token: &Token, ttl: Duration) -> Result<PerResource<ExtendReply>> {
         let [exp, slots, grants, limit] = &*self.names;
         let ttl = scripts::ttl_millis(ttl).to_string();
         let call_keys = [exp.as_str(), slots, grants, limit];
         let args = [token.as_str(), &ttl];
         let ran = store.call(Call::script("extend", &scripts::SEM_EXTEND, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(1) => Ok(vec![ExtendReply::Extended]),
-            Some(0) => Ok(vec![ExtendReply::Absent]),
+            Some(1) => Ok(smallvec::smallvec![ExtendReply::Extended]),
+            Some(0) => Ok(smallvec::smallvec![ExtendReply::Absent]),
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-extend script: {:?}", ran.reply))),
         }
     }
 
     /// [`SEM_RELEASE`](scripts::SEM_RELEASE).
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let [exp, slots, grants, limit] = &*self.names;
         let (origin, sharded) = announcer(store);
@@ -323,9 +324,9 @@ impl PermitTarget {
         let args = [token.as_str(), origin, sharded];
         let ran = store.call(Call::script("release", &scripts::SEM_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(1) => Ok(vec![ReleaseOutcome::Released]),
+            Some(1) => Ok(smallvec::smallvec![ReleaseOutcome::Released]),
             // Past its expiry (2), or purged already (0): the holder overran its TTL.
-            Some(0 | 2) => Ok(vec![ReleaseOutcome::AlreadyExpired]),
+            Some(0 | 2) => Ok(smallvec::smallvec![ReleaseOutcome::AlreadyExpired]),
             _ => Err(LockError::backend(format!("unexpected reply to the semaphore-release script: {:?}", ran.reply))),
         }
     }

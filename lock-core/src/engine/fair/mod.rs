@@ -26,6 +26,7 @@ use crate::engine::wait::{Attempt, Watches};
 use crate::error::{LockError, Result};
 use crate::options::LockOptions;
 use crate::resource::LockKeys;
+use crate::resource::PerResource;
 use crate::seam::notify::{ReleaseWatch, Wake};
 use crate::seam::scripts;
 use crate::seam::store::{LockStore, ReleaseOutcome};
@@ -140,8 +141,10 @@ impl FairSpec {
         let Reply::Array(items) = &ran.reply else { return Err(unexpected(&ran.reply)) };
         let int = |i: usize| items.get(i).and_then(Reply::as_int);
         let grant = match (int(0), items.len(), ask.fencing) {
-            (Some(1), 2, true) => Grant::Acquired { fences: vec![int(1).and_then(|f| u64::try_from(f).ok())] },
-            (Some(1), 1, false) => Grant::Acquired { fences: vec![None] },
+            (Some(1), 2, true) => {
+                Grant::Acquired { fences: smallvec::smallvec![int(1).and_then(|f| u64::try_from(f).ok())] }
+            }
+            (Some(1), 1, false) => Grant::Acquired { fences: smallvec::smallvec![None] },
             (Some(0), 3.., _) => {
                 // Peers whose place was gone: they take a new one with a try of their own.
                 for lost in items.iter().skip(3).filter_map(Reply::as_text) {
@@ -190,7 +193,7 @@ impl FairTarget {
     }
 
     /// [`FAIR_RELEASE`](crate::backend::scripts::FAIR_RELEASE): the release of a fair lock, and a waiter leaving its queue.
-    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<Vec<ReleaseOutcome>> {
+    async fn release_on(&self, store: &dyn LockStore, token: &Token) -> Result<PerResource<ReleaseOutcome>> {
         let keys = &self.keys[0];
         let fair = &self.fair;
         let (origin, sharded) = announcer(store);
@@ -199,7 +202,7 @@ impl FairTarget {
         let args = [token.as_str(), origin, sharded, keys.fence_idle()];
         let ran = store.call(Call::script("release", &scripts::FAIR_RELEASE, &call_keys, &args)).await?;
         match ran.reply.as_int() {
-            Some(code) => Ok(vec![scripts::parse_release(code)?]),
+            Some(code) => Ok(smallvec::smallvec![scripts::parse_release(code)?]),
             None => Err(unexpected(&ran.reply)),
         }
     }
