@@ -291,7 +291,8 @@ impl Lock {
     /// Takes `target` once, without waiting: every primitive's try comes through here, so its `lock.try_acquire`
     /// span and its acquire metrics are the same for all, labelled by the primitive's kind.
     pub(crate) async fn try_take(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Attempt<Guard>> {
-        let started = Instant::now();
+        // Timed only for the metrics (the try's validity has its own clock, started before its request leaves).
+        let started = telemetry::RECORDS.then(Instant::now);
         let span = tracing::debug_span!(
             "lock.try_acquire",
             primitive = target.kind().as_str(),
@@ -307,14 +308,17 @@ impl Lock {
             Err(err) => err.kind(),
         };
         span.record("outcome", outcome);
-        let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
-        telemetry::acquire("try_acquire", outcome, kind, self.deployment(), resource, elapsed, Some(1));
+        if let Some(started) = started {
+            let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
+            telemetry::acquire("try_acquire", outcome, kind, self.deployment(), resource, elapsed, Some(1));
+        }
         result
     }
 
     /// Takes `target`, waiting up to the options' budget: every primitive's waiting acquire comes through here, so
     /// its `lock.acquire` span and its acquire metrics are the same for all, labelled by the primitive's kind.
     pub(crate) async fn take(&self, target: &Arc<dyn Primitive>, options: &LockOptions) -> Result<Guard> {
+        // The wait's budget counts from here (and the metrics' duration).
         let started = Instant::now();
         let span = tracing::debug_span!(
             "lock.acquire",
@@ -327,7 +331,7 @@ impl Lock {
             attempts = tracing::field::Empty,
         );
         let attempts = AtomicU32::new(0);
-        let result = self.wait_for(target, options, &attempts).instrument(span.clone()).await;
+        let result = self.wait_for(target, started, options, &attempts).instrument(span.clone()).await;
         let outcome = result.as_ref().map_or_else(LockError::kind, |_| "acquired");
         // A fair wait counts no tries (its heartbeats are tries too, and say nothing about contention).
         let attempts = Some(attempts.load(Ordering::Relaxed)).filter(|n| *n > 0);
@@ -335,8 +339,10 @@ impl Lock {
         if let Some(n) = attempts {
             span.record("attempts", n);
         }
-        let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
-        telemetry::acquire("acquire", outcome, kind, self.deployment(), resource, elapsed, attempts);
+        if telemetry::RECORDS {
+            let (kind, resource, elapsed) = (target.kind().as_str(), target.label(), started.elapsed());
+            telemetry::acquire("acquire", outcome, kind, self.deployment(), resource, elapsed, attempts);
+        }
         result
     }
 
@@ -345,6 +351,7 @@ impl Lock {
     async fn wait_for(
         &self,
         target: &Arc<dyn Primitive>,
+        started: Instant,
         options: &LockOptions,
         attempts: &AtomicU32,
     ) -> Result<Guard> {
@@ -364,8 +371,17 @@ impl Lock {
                 };
                 let heard = crate::engine::wait::Heard::of(target.resources());
                 // Boxed as the fair wait is: a wait's future holds every try's, and would grow every caller's.
-                Box::pin(until_acquired(target.label(), options, stores, &channels, heard, target.demand(), attempt))
-                    .await
+                Box::pin(until_acquired(
+                    target.label(),
+                    started,
+                    options,
+                    stores,
+                    &channels,
+                    heard,
+                    target.demand(),
+                    attempt,
+                ))
+                .await
             }
         };
         let (guard, watch) = match waited {
@@ -527,9 +543,6 @@ impl Lock {
             tracing::debug!(resource = target.label(), ?elapsed, "grant arrived after its validity; not used");
             Err(LockError::ValidityExhausted { resource: target.label().to_owned(), elapsed })
         };
-        if Instant::now() >= valid_until {
-            return exhausted(inflight).await;
-        }
         // Per resource: the largest counter any granting instance returned.
         let resources = target.resources().len();
         let fences: PerResource<Option<u64>> = (0..resources)
@@ -541,6 +554,9 @@ impl Lock {
             let (at_t, behind): (Vec<_>, Vec<_>) = tally.granted.iter().partition(|(_, f)| *f == fences);
             let raised = if behind.is_empty() {
                 0
+            } else if Instant::now() >= valid_until {
+                // No write-back for a grant that cannot be used any more.
+                return exhausted(inflight).await;
             } else {
                 raise_fences(inst, &**target, inflight.token(), &fences, call_timeout, &behind).await
             };
@@ -1086,35 +1102,43 @@ impl GuardState {
         }
     }
 
-    /// Stops the watchdog and marks the lock released (synchronous part of release and drop).
-    fn stop(&self) {
+    /// Stops the watchdog and marks the lock released (synchronous part of release and drop). Returns whether the
+    /// guard still held it until now: not lost, and within its validity.
+    fn stop(&self) -> bool {
         let first = !self.stopping.swap(true, Ordering::SeqCst);
+        let lost = self.lost.reason();
         // A deadline that passed unnoticed (no watchdog, no extend) is a loss too; the others were counted where
         // they were found.
-        if first && self.lost.reason() == Some(LostReason::Expired) {
+        if first && lost == Some(LostReason::Expired) {
             self.note_lost(LostReason::Expired);
             tracing::warn!(resource = self.target.label(), "lock lost: its validity deadline passed while held");
         }
         self.lost.mark(LostReason::Released);
         drop(lock_mutex(&self.watchdog).take());
         drop(lock_mutex(&self.watch).take());
+        lost.is_none()
     }
 
     /// Compare-and-delete on every instance, after any extension in flight has finished: one report per resource.
     /// Traced, counted, and a release that finds the lock expired or taken is a warning: the holder overran its TTL.
-    async fn release(&self) -> Result<PerResource<ReleaseReport>> {
+    /// `believed`: whether the guard still held it as this release leaves, when the caller knows (it just stopped the
+    /// guard); else it is read here.
+    async fn release(&self, believed: Option<bool>) -> Result<PerResource<ReleaseReport>> {
         let span = tracing::debug_span!(
             "lock.release",
             resource = self.target.label(),
             deployment = self.deployment,
             outcome = tracing::field::Empty,
         );
-        let held = self.granted_at.elapsed();
+        // Read only where it is reported (a clock read of every release otherwise).
+        let held = || self.granted_at.elapsed();
         // Whether this guard still believed it held when its release left: not lost before (`stop` marked it
         // released, which a loss found earlier keeps), and within its validity. A release that then finds the lock
         // gone was deleted from under it, not overrun (review 4: a forced release was reported as a holder that
         // overran its TTL).
-        let believed = self.lost.reason() == Some(LostReason::Released) && Instant::now() < self.lost.valid_until();
+        let believed = believed.unwrap_or_else(|| {
+            self.lost.reason() == Some(LostReason::Released) && Instant::now() < self.lost.valid_until()
+        });
         let result = self.release_now().instrument(span.clone()).await;
         let quorum = self.instances.quorum;
         match &result {
@@ -1131,20 +1155,22 @@ impl GuardState {
                     if spanned.is_none_or(|s| s == ReleaseOutcome::Released.label()) {
                         spanned = Some(name);
                     }
-                    telemetry::release(name, self.target.kind().as_str(), self.deployment, keys.resource(), held);
+                    if telemetry::RECORDS {
+                        telemetry::release(name, self.target.kind().as_str(), self.deployment, keys.resource(), held());
+                    }
                     match (outcome, believed) {
                         (ReleaseOutcome::Released, _) => {}
                         (_, true) => tracing::warn!(
                             resource = keys.resource(),
                             outcome = name,
-                            ?held,
+                            held = ?held(),
                             "lock deleted while held: the release found it gone or taken before its validity ended \
                              (a forced release, another client's delete, or a failover that lost it)"
                         ),
                         (_, false) => tracing::warn!(
                             resource = keys.resource(),
                             outcome = name,
-                            ?held,
+                            held = ?held(),
                             "lock held past its TTL: the release found it expired or taken by another owner"
                         ),
                     }
@@ -1155,7 +1181,10 @@ impl GuardState {
             }
             Err(err) => {
                 span.record("outcome", err.kind());
-                telemetry::release(err.kind(), self.target.kind().as_str(), self.deployment, self.target.label(), held);
+                if telemetry::RECORDS {
+                    let (kind, resource) = (self.target.kind().as_str(), self.target.label());
+                    telemetry::release(err.kind(), kind, self.deployment, resource, held());
+                }
             }
         }
         result
@@ -1586,8 +1615,8 @@ impl Guard {
 
     /// Stops renewal and releases: one report per resource.
     pub(crate) async fn release_reports(mut self) -> Result<PerResource<ReleaseReport>> {
-        self.state.stop();
-        let reports = self.state.release().await;
+        let believed = self.state.stop();
+        let reports = self.state.release(Some(believed)).await;
         // Only now: if this future is dropped mid-release, `Drop` still sends a (best-effort) release.
         self.released = true;
         reports
@@ -1609,7 +1638,7 @@ impl Drop for Guard {
         self.state.stop();
         let state = self.state.clone();
         let release = async move {
-            if let Err(err) = state.release().await {
+            if let Err(err) = state.release(None).await {
                 tracing::debug!(resource = state.target.label(), error = %err.report(), "release on drop failed; TTL applies");
             }
         };

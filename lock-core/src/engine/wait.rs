@@ -427,6 +427,7 @@ fn hears_every_release(heard: Heard, stores: &[Arc<dyn LockStore>], watches: &Wa
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn until_acquired<G, F, Fut>(
     resource: &str,
+    started: Instant,
     options: &LockOptions,
     stores: &[Arc<dyn LockStore>],
     channels: &[&str],
@@ -438,7 +439,6 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<G>>>,
 {
-    let started = Instant::now();
     let deadline = started + options.wait();
     let policy = options.retry();
     // Subscribe only once the lock turned out to be held: an uncontended acquire stays one round trip.
