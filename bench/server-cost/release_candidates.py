@@ -9,6 +9,10 @@ rslock's compare-and-delete script (the crate's `UNLOCK_SCRIPT`); the same scrip
 arguments, and then also deleting a second (absent) key as ours deletes the mark: where our extra cost comes from;
 lock-core's RELEASE script as sent (wire/scripts/release.lua) with nobody waiting (no mark: it publishes nothing);
 and the same release when a try left the mark that someone waits (it deletes the mark and publishes, to nobody here).
+Then the release in two steps (WIRE.md 8.3.1, issue 58 target 2): rslock's script called with two keys (the
+calling convention alone), UNLOCK (wire/scripts/unlock.lua) with nobody waiting, UNLOCK on a marked lock followed
+by RELEASE (the contended path: two scripts), and a first step that frees the lock and its mark in one `DEL`
+(cheaper, but a call lost after it loses the wake-up: not taken).
 """
 import hashlib
 import os
@@ -22,8 +26,17 @@ from fence_candidates import arguments, cli, cpu, pipe, resp, server  # noqa: E4
 RELEASE = open(os.path.join(HERE, "..", "..", "wire", "scripts", "release.lua")).read()
 RSLOCK = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end'
 RSLOCK_DEL_2 = 'if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1],KEYS[3]) else return 0 end'
+UNLOCK = open(os.path.join(HERE, "..", "..", "wire", "scripts", "unlock.lua")).read()
+FREES_FIRST = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) "
+               "else return 0 end")
 SCRIPTS = {"rslock": RSLOCK, "rslock-4-keys": RSLOCK, "rslock-4-keys-del-2": RSLOCK_DEL_2, "ours": RELEASE,
-           "ours-awaited": RELEASE}
+           "ours-awaited": RELEASE, "rslock-2-keys": RSLOCK + " ", "unlock": UNLOCK, "unlock-awaited": UNLOCK,
+           "frees-first": FREES_FIRST}
+# Each candidate's calls: (script, number of keys). Two keys: the lock and its mark; four: RELEASE's.
+CALLS = {"rslock": [("rslock", 1)], "rslock-2-keys": [("rslock-2-keys", 2)], "unlock": [("unlock", 2)],
+         "unlock-awaited": [("unlock", 2), ("ours", 4)], "frees-first": [("frees-first", 2)]}
+# The candidates that start with the mark set (a waiter tried).
+AWAITED = {"ours-awaited", "unlock-awaited"}
 TOKEN = "0123456789abcdef0123456789abcdef"
 
 
@@ -37,7 +50,7 @@ def setup(kind, n, tag):
     for i in range(n):
         lock, _, mark, _ = keys(tag, i)
         parts.append(resp("SET", lock, TOKEN, "PX", 60000))
-        if kind == "ours-awaited":
+        if kind in AWAITED:
             parts.append(resp("SET", mark, "1", "PX", 60000))
     return b"".join(parts)
 
@@ -46,11 +59,14 @@ def releases(kind, n, tag):
     parts = []
     for i in range(n):
         lock, channel, mark, waiting = keys(tag, i)
-        sha = hashlib.sha1(SCRIPTS[kind].encode()).hexdigest()
-        if kind == "rslock":
-            parts.append(resp("EVALSHA", sha, 1, lock, TOKEN))
-        else:
-            parts.append(resp("EVALSHA", sha, 4, lock, channel, mark, waiting, TOKEN, "origin", "0"))
+        for script, n in CALLS.get(kind, [(kind, 4)]):
+            sha = hashlib.sha1(SCRIPTS[script].encode()).hexdigest()
+            if n == 1:
+                parts.append(resp("EVALSHA", sha, 1, lock, TOKEN))
+            elif n == 2:
+                parts.append(resp("EVALSHA", sha, 2, lock, mark, TOKEN))
+            else:
+                parts.append(resp("EVALSHA", sha, 4, lock, channel, mark, waiting, TOKEN, "origin", "0"))
     return b"".join(parts)
 
 

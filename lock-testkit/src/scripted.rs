@@ -844,10 +844,22 @@ impl LockStore for ScriptedStore {
             let Some(memory) = &self.server.shared.memory else {
                 return self.server.shared.data.release(keys, token).await;
             };
-            // lock-core's RELEASE as a Redis backend sends it, with this client's origin: what it publishes (nothing,
-            // an announcement for every process, or one naming the first waiting process) reaches the clients
-            // through the notification rules, inside the release.
+            // lock-core's release as a Redis backend sends it, with this client's origin: UNLOCK first unless this client
+            // listens on the lock's channel (WIRE.md 8.3.1), and RELEASE when UNLOCK finds the mark. What RELEASE publishes
+            // (nothing, an announcement for every process, or one naming the first waiting process) reaches the
+            // clients through the notification rules, inside the release.
             let origin = self.hub.as_ref().map(|hub| hub.origin()).unwrap_or_default();
+            let contended = self.hub.as_ref().is_some_and(|hub| hub.listens_on(keys.channel()));
+            if !contended {
+                let (call_keys, args) = ([keys.lock(), keys.awaited()], [token.as_str()]);
+                let call =
+                    lock_core::backend::Call::script("unlock", &lock_core::backend::scripts::UNLOCK, &call_keys, &args);
+                let (ran, _) = memory.run_observed(call).await?;
+                let code = ran.reply.as_int().ok_or_else(|| LockError::backend("no unlock reply"))?;
+                if let Some(outcome) = lock_core::backend::scripts::parse_unlock(code)? {
+                    return Ok(outcome);
+                }
+            }
             let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
             let args = [token.as_str(), origin, "0"];
             let call =

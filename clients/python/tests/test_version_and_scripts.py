@@ -98,7 +98,7 @@ def test_compatible_version():
 
 
 def test_scripts_table_digest():
-    assert len(S.SCRIPT_SHA1) == 34
+    assert len(S.SCRIPT_SHA1) == 35
     assert S.scripts_digest() == S.SCRIPTS_DIGEST
 
 

@@ -93,6 +93,17 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
         let call = match keys.peer_release() {
             None => {
+                // Unless this process waits, or waited a short while ago, for the lock (then it is contended, and
+                // its waiters' mark is most likely there), first the release of an uncontended lock, without what a
+                // wake-up needs: when a waiter elsewhere left the mark, `UNLOCK` leaves the lock to `RELEASE`.
+                let contended = self.release_hub().is_some_and(|hub| hub.listens_on(keys.channel()));
+                if !contended {
+                    let (call_keys, args) = ([keys.lock(), keys.awaited()], [token.as_str()]);
+                    let unlocked = timed(self, Call::script("unlock", &scripts::UNLOCK, &call_keys, &args)).await?;
+                    if let Some(outcome) = scripts::parse_unlock(int("unlock", &unlocked.reply)?)? {
+                        return Ok(outcome);
+                    }
+                }
                 let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
                 let args = [token.as_str(), origin, sharded];
                 timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?

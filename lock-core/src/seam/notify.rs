@@ -646,6 +646,14 @@ impl ReleaseHub {
         state.map_or(0, |state| lock(&state).watchers)
     }
 
+    /// Whether this process listens on `channel`: a waiter of its own waits for that lock, or one did a short while
+    /// ago (a channel whose last waiter left, or whose holder that waited released, stays subscribed for a while).
+    /// A release of a lock whose channel nobody here listens on was not contended as far as this process saw, and
+    /// tries [`UNLOCK`](crate::backend::scripts::UNLOCK) first.
+    pub fn listens_on(&self, channel: &str) -> bool {
+        self.channels().contains_key(channel)
+    }
+
     /// Channels with at least one waiter (a backend resubscribes to these after reconnecting).
     pub fn watched_channels(&self) -> Vec<String> {
         self.channels().keys().cloned().collect()

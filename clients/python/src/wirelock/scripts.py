@@ -53,11 +53,12 @@ SCRIPT_SHA1: dict[str, str] = {
     "sem-extend": "b8c60a71676cd456e2752fabe6fde2144b13cdd4",
     "sem-release": "5a20a59acd1a3a26e13e377e313533fbd11a4d5c",
     "sem-state": "9c5266d8a5e426f990706d815458dc1c933f6128",
+    "unlock": "6341aea4f8724b0486a3ba023af03d5c6ad5ccee",
     "wire-version": "922cd3c57430c4e6bd723b379359f867b03d0434",
 }
 
 # The scripts digest of protocol 1.2 (WIRE.md, Changelog): a check that the table above was copied whole.
-SCRIPTS_DIGEST = "4d93b3bc6789effb852ede84ad1867e4535dcb62"
+SCRIPTS_DIGEST = "b86d05c8ffb39ce4cfc355dad2d02583c8036320"
 
 
 def scripts_digest(table: dict[str, str] = SCRIPT_SHA1) -> str:

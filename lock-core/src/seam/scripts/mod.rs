@@ -151,6 +151,20 @@ pub static HOLDER: Script =
 pub static RELEASE: Script =
     Script::new("release", concat!(lock_prelude!(), next_waiting_prelude!(), include_str!("mutex/release.lua")));
 
+/// Release when nobody waits: delete the lock key only if it holds our token and no waiter left the release mark.
+///
+/// `KEYS[1]` lock key, `KEYS[2]` the release mark; `ARGV[1]` token. Reply: `1` released, `0` absent, `-1` held by
+/// another token (or a key of another type), `2` ours but the mark is there: nothing done, and the client releases
+/// with [`RELEASE`], which wakes the waiters.
+///
+/// An uncontended release so costs the server what a hand-written compare-and-delete costs, plus one key and one
+/// `EXISTS`: the four keys and three arguments [`RELEASE`] needs for the wake-up cost Redis 7.0 about a microsecond
+/// even when the script never reads them (issue 58, target 2; `bench/server-cost/release_candidates.py`). A
+/// contended release costs one round trip more, while the lock is still held: a call lost between the two (a
+/// dropped future, a broken connection, a crash) leaves the lock held, as a release never sent does, and loses no
+/// wake-up. A client that knows a waiter of its own waits sends [`RELEASE`] at once.
+pub static UNLOCK: Script = Script::new("unlock", include_str!("mutex/unlock.lua"));
+
 /// Pass on a wake-up: a process that a release (or another pass) woke, but that has no waiter left for the lock
 /// (they gave up, were cancelled, or took the lock another way), leaves the line and wakes the next waiting process
 /// instead, if the lock is still free. Also what a process runs when it stops listening on the lock's channel.
@@ -631,6 +645,7 @@ pub static ALL: &[&Script] = &[
     &ACQUIRE,
     &HOLDER,
     &RELEASE,
+    &UNLOCK,
     &PASS_ON,
     &EXTEND,
     &RAISE_FENCE,
@@ -719,6 +734,17 @@ pub fn parse_release(reply: i64) -> Result<ReleaseOutcome> {
         0 => Ok(ReleaseOutcome::AlreadyExpired),
         -1 => Ok(ReleaseOutcome::OwnedByOther),
         _ => Err(unexpected("release", &[reply])),
+    }
+}
+
+/// Interprets the integer [`UNLOCK`] returned: `None` when the mark says someone waits (release with [`RELEASE`]).
+///
+/// # Errors
+/// [`LockError::Backend`] for any other value.
+pub fn parse_unlock(reply: i64) -> Result<Option<ReleaseOutcome>> {
+    match reply {
+        2 => Ok(None),
+        other => parse_release(other).map(Some),
     }
 }
 
