@@ -322,12 +322,9 @@ mod record {
 
 pub(crate) use record::{acquire, command, force_release, held, lost, release, renewal};
 
-/// Whether command latencies are recorded: only with the `metrics` feature (timing a command costs two clock
-/// reads, which the hot path does not pay otherwise).
-pub(crate) const TIMES_COMMANDS: bool = cfg!(feature = "metrics");
-
-/// Whether durations are recorded at all (acquire, hold): only with the `metrics` feature. Without it, the durations
-/// these functions take are not measured (a clock read each, on every acquire and release).
+/// Whether durations are recorded at all (a command's latency, an acquire's, a hold's): only with the `metrics`
+/// feature. Without it, the durations these functions take are not measured (a clock reading each, on every
+/// acquire, command and release).
 pub(crate) const RECORDS: bool = cfg!(feature = "metrics");
 
 /// The short name of a store type for the `backend` label (`lock_redis_rs::store::RedisStore` → `RedisStore`).

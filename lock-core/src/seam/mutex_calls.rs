@@ -26,7 +26,7 @@ fn int(what: &str, reply: &Reply) -> Result<i64> {
 
 /// Runs `call`, recording its latency (`lock_command_duration_seconds`) when the `metrics` feature is on.
 async fn timed<S: ScriptStore + ?Sized>(store: &S, call: Call<'_>) -> Result<Ran> {
-    if !telemetry::TIMES_COMMANDS {
+    if !telemetry::RECORDS {
         return store.run(call).await;
     }
     let operation = call.operation;
@@ -87,23 +87,24 @@ impl<S: ScriptStore + ?Sized> LockStore for S {
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<ReleaseOutcome> {
+        // Unless this process waits, or waited a short while ago, for the lock (then it is contended, and its
+        // waiters' mark is most likely there), first the release of an uncontended lock, without what a wake-up
+        // needs: when a waiter elsewhere left the mark, `UNLOCK` leaves the lock to `RELEASE`. Another library's
+        // layout always takes `RELEASE`, which signals its waiters.
+        let contended = || self.release_hub().is_some_and(|hub| hub.listens_on(keys.channel()));
+        if keys.peer_release().is_none() && !contended() {
+            let (call_keys, args) = ([keys.lock(), keys.awaited()], [token.as_str()]);
+            let unlocked = timed(self, Call::script("unlock", &scripts::UNLOCK, &call_keys, &args)).await?;
+            if let Some(outcome) = scripts::parse_unlock(int("unlock", &unlocked.reply)?)? {
+                return Ok(outcome);
+            }
+        }
         // The payload is our hub's origin, so our own subscriber ignores the echo of a release we woke locally. A
         // cluster store announces on its shard only (`SPUBLISH`; see the RELEASE script's docs).
         let origin = self.release_hub().map(|hub| hub.origin()).unwrap_or_default();
         let sharded = if self.topology() == Topology::Cluster { "1" } else { "0" };
         let call = match keys.peer_release() {
             None => {
-                // Unless this process waits, or waited a short while ago, for the lock (then it is contended, and
-                // its waiters' mark is most likely there), first the release of an uncontended lock, without what a
-                // wake-up needs: when a waiter elsewhere left the mark, `UNLOCK` leaves the lock to `RELEASE`.
-                let contended = self.release_hub().is_some_and(|hub| hub.listens_on(keys.channel()));
-                if !contended {
-                    let (call_keys, args) = ([keys.lock(), keys.awaited()], [token.as_str()]);
-                    let unlocked = timed(self, Call::script("unlock", &scripts::UNLOCK, &call_keys, &args)).await?;
-                    if let Some(outcome) = scripts::parse_unlock(int("unlock", &unlocked.reply)?)? {
-                        return Ok(outcome);
-                    }
-                }
                 let call_keys = [keys.lock(), keys.channel(), keys.awaited(), keys.waiting()];
                 let args = [token.as_str(), origin, sharded];
                 timed(self, Call::script("release", &scripts::RELEASE, &call_keys, &args)).await?
