@@ -55,6 +55,9 @@ impl std::fmt::Debug for Recording {
 #[async_trait]
 impl ScriptStore for Recording {
     async fn run(&self, call: Call<'_>) -> lock_core::Result<Ran> {
+        // An await point before every call, as a network client has: a future polled step by step can be dropped
+        // between the two calls of a release (the cancellation storm below).
+        tokio::task::yield_now().await;
         self.sent.lock().unwrap().push(call.operation);
         if call.operation == "release" && self.stall_release.swap(false, Ordering::SeqCst) {
             self.stalled.notify_one();
@@ -175,4 +178,49 @@ async fn a_release_lost_between_its_two_calls_leaves_the_lock_held_and_wakes_the
     assert_eq!(here.releases(), ["unlock", "release", "unlock", "release"]);
     theirs.release().await.unwrap();
     assert_eq!(memory.held_count(), 0, "a key left behind");
+}
+
+#[tokio::test]
+async fn a_release_dropped_at_each_of_its_await_points_frees_the_lock_and_wakes_the_waiter() {
+    // Whether some drop came between the two calls (`unlock` sent, `release` not).
+    let mut between_calls = false;
+    for polls in 0..12 {
+        let memory = MemoryStore::new();
+        let here = Recording::new(memory.clone());
+        let lock = lock_over(&here);
+        let elsewhere = Lock::new(memory.peer());
+        let guard = lock.acquire("r", &LockOptions::new(TTL)).await.unwrap();
+        let waiter = {
+            let elsewhere = elsewhere.clone();
+            tokio::spawn(async move { elsewhere.acquire("r", &waiting()).await })
+        };
+        registered(&elsewhere, "r").await;
+        here.releases();
+        // Polled `polls` times (each poll moves it past one await point, or finishes it), then dropped.
+        let mut release = Box::pin(guard.release());
+        let mut finished = false;
+        for _ in 0..polls {
+            if futures_util::FutureExt::now_or_never(&mut release).is_some() {
+                finished = true;
+                break;
+            }
+        }
+        between_calls |= here.releases() == ["unlock"];
+        drop(release);
+        let dropped = Instant::now();
+        let theirs = waiter.await.unwrap().unwrap();
+        let took = dropped.elapsed();
+        assert!(
+            took < SAFETY_POLL / 3,
+            "dropped after {polls} polls (finished: {finished}): the waiter got the lock {took:?} later (safety poll \
+             {SAFETY_POLL:?})"
+        );
+        theirs.release().await.unwrap();
+        assert_eq!(memory.held_count(), 0, "dropped after {polls} polls: a key left behind");
+        if finished {
+            assert!(between_calls, "no drop came between `unlock` and `release`");
+            return;
+        }
+    }
+    panic!("the release never finished within 12 polls: the storm did not reach its end");
 }
